@@ -1,0 +1,115 @@
+/*
+ * dataset.h: read access to a packed dataset directory (DESIGN.md section 3).
+ *
+ * On-disk layout (format version 1; COMPATIBILITY: any change below is a format break,
+ * bump CATALOG_FORMAT_VERSION and the catalog's user_version together):
+ *   DIR/catalog.sqlite      schema/catalog.sql: meta, dict, sources, shards
+ *   DIR/shard-NNNNN.zst     sample payloads back to back; with compress=zstd each one an
+ *                           independent zstd frame (content size and content checksum
+ *                           on, compressed with the dataset's dictionary if any); with
+ *                           compress=none the raw bytes
+ *   DIR/shard-NNNNN.idx     struct shard_index_header, then `count` struct shard_index_entry,
+ *                           all little-endian, mmap-able
+ * Sample ids [first_sample, first_sample + count) of a shard are consecutive; shards
+ * tile [0, N) in order. Lookup by id: binary search over the (few) shards, then one
+ * index entry: O(log shards) = O(1) in practice.
+ *
+ * Sample payloads by content:
+ *   text    the record's bytes (a JSON line or a text line, without its '\n')
+ *   files   a "file group" (WebDataset sample, or one file of a directory):
+ *             u32 nfiles, then per file: u32 name_len, name bytes, u64 size, data bytes
+ *           (little-endian; names are "<key>.<ext>" as packed)
+ *   tokens  seq_len tokens of dtype, little-endian
+ *
+ * Thread-safety: a struct dataset is read-only after dataset_open() and may be shared by
+ * threads; each thread decodes through its own struct sample_reader.
+ */
+#ifndef ZEPHON_DATASET_H
+#define ZEPHON_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+#define CATALOG_FORMAT_VERSION 1
+
+#define SHARD_INDEX_MAGIC "ZPHIDX\0\1" /* 8 bytes; the last byte is the index format */
+#define SHARD_INDEX_VERSION 1
+
+struct shard_index_header {
+	char magic[8];          /* SHARD_INDEX_MAGIC */
+	uint32_t version;       /* SHARD_INDEX_VERSION */
+	uint32_t entry_size;    /* sizeof(struct shard_index_entry) */
+	uint64_t count;         /* entries that follow */
+	uint64_t first_sample;  /* id of entry 0 */
+};
+_Static_assert(sizeof(struct shard_index_header) == 32, "index header is 32 bytes on disk");
+
+struct shard_index_entry {
+	uint64_t offset;        /* byte offset of the payload in the shard file */
+	uint32_t stored_len;    /* payload bytes in the shard file */
+	uint32_t raw_len;       /* decoded sample bytes */
+	uint32_t checksum;      /* XXH32 (seed 0) of the decoded sample */
+	uint32_t reserved;      /* 0 */
+};
+_Static_assert(sizeof(struct shard_index_entry) == 24, "index entry is 24 bytes on disk");
+
+/* Largest decoded sample accepted (raw_len is 32-bit on disk; keep batches sane). */
+#define SAMPLE_MAX_BYTES (UINT32_C(1) << 31)
+
+enum dataset_kind { DATASET_RECORDS, DATASET_TOKENS };
+enum dataset_content { CONTENT_TEXT, CONTENT_FILES, CONTENT_TOKENS };
+enum token_dtype { DTYPE_UINT8, DTYPE_UINT16, DTYPE_UINT32, DTYPE_INT32 };
+
+struct dataset_info {
+	enum dataset_kind kind;
+	enum dataset_content content;
+	uint64_t samples;          /* N */
+	enum token_dtype dtype;    /* tokens only */
+	unsigned itemsize;         /* bytes per token; tokens only */
+	uint64_t seq_len;          /* L, tokens only */
+	int compressed;            /* 1 for compress=zstd */
+	uint64_t raw_bytes, stored_bytes;
+	uint64_t shards;
+	char fingerprint[33];      /* 32 hex digits + NUL */
+};
+
+struct dataset;
+struct sample_reader;
+
+/* Open DIR read-only: read the catalog, mmap every shard index and check each header
+ * against the catalog. On failure returns -errno and writes a one-line reason into err:
+ * -ENOENT (no catalog), -EPROTO (unknown format version), -EBADMSG (catalog and shard
+ * files disagree: missing/truncated index or shard, bad magic, counts differ),
+ * -ENOMEM, -EIO. *out is set only on success; free with dataset_close(). */
+int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen);
+void dataset_close(struct dataset *ds);
+
+const struct dataset_info *dataset_info(const struct dataset *ds);
+const char *dataset_dir(const struct dataset *ds);
+
+/* Decoded size of sample id from the index, without reading the shard.
+ * 0, or -ERANGE (id >= N). */
+int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len);
+
+/* Which shard file holds sample id (for messages). NULL when id >= N. */
+const char *dataset_shard_name(const struct dataset *ds, uint64_t id);
+
+const char *dataset_kind_name(enum dataset_kind k);
+const char *dataset_content_name(enum dataset_content c);
+const char *dataset_dtype_name(enum token_dtype d);
+/* Parse a dtype name. 0 or -EINVAL. */
+int dataset_dtype_parse(const char *s, enum token_dtype *out);
+
+/* A per-thread decoder (zstd DCtx with the dictionary referenced). NULL on ENOMEM. */
+struct sample_reader *sample_reader_new(const struct dataset *ds);
+void sample_reader_free(struct sample_reader *r);
+
+/* Append the decoded bytes of sample id to out (exactly raw_len bytes). Checks the frame
+ * checksum and the index checksum. 0, or -ERANGE (id >= N), -EIO (checksum mismatch,
+ * corrupt frame, read error, size differs from the index: out is left as it was),
+ * -ENOMEM. Never returns wrong bytes. */
+int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out);
+
+#endif

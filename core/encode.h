@@ -1,0 +1,42 @@
+/*
+ * encode.h: batch encodings (DESIGN.md section 4, "Batch encodings").
+ *
+ *   lines  each sample followed by '\n' (text content)
+ *   tar    a POSIX (pax) tar stream, written with libarchive: for files content one member
+ *          per file of each sample, names "<key>.<ext>" as packed; for text content one
+ *          member "<id, 9 digits>.<record_ext>" per sample (record_ext from the catalog,
+ *          "json" for JSONL, "txt" for lines). WebDataset and Python's tarfile read it.
+ *   npy    a .npy v1.0 file (NumPy NEP 1, "A Simple File Format for NumPy Arrays") of
+ *          shape (count, L) and the packed dtype, little-endian, C order (tokens content)
+ *   bin    the bare little-endian array, count * L * itemsize bytes (tokens content)
+ *
+ * Pure given the dataset; thread-safe with one sample_reader per thread.
+ */
+#ifndef ZEPHON_ENCODE_H
+#define ZEPHON_ENCODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "dataset.h"
+
+enum batch_format { FORMAT_LINES, FORMAT_TAR, FORMAT_NPY, FORMAT_BIN };
+
+/* 0 or -EINVAL. */
+int batch_format_parse(const char *s, enum batch_format *out);
+const char *batch_format_name(enum batch_format f);
+/* lines for text, tar for files, npy for tokens. */
+enum batch_format batch_format_default(const struct dataset_info *info);
+/* Is format f defined for this dataset? 0, or -EINVAL with a one-line reason in why. */
+int batch_format_check(const struct dataset_info *info, enum batch_format f,
+		       char *why, size_t why_len);
+
+/* Append the encoding of samples ids[0..count) to out. 0, or -EIO (a sample failed its
+ * checksum or is corrupt: *bad_id names it, out is left as it was), -ENOMEM, -EINVAL
+ * (format not defined for the dataset). */
+int batch_encode(struct sample_reader *r, const struct dataset_info *info,
+		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
+		 uint64_t *bad_id);
+
+#endif

@@ -1,0 +1,328 @@
+#include "order.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int order_init(struct order *o, uint64_t n, uint64_t seed, enum order_shuffle shuffle)
+{
+	if (n == 0 || n > ORDER_MAX_GSN)
+		return -EINVAL;
+	if (shuffle != ORDER_SHUFFLE_GLOBAL && shuffle != ORDER_SHUFFLE_NONE)
+		return -EINVAL;
+	o->n = n;
+	o->seed = seed;
+	o->shuffle = shuffle;
+	return 0;
+}
+
+int order_shuffle_parse(const char *s, enum order_shuffle *out)
+{
+	if (!strcmp(s, "global"))
+		*out = ORDER_SHUFFLE_GLOBAL;
+	else if (!strcmp(s, "none"))
+		*out = ORDER_SHUFFLE_NONE;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *order_shuffle_name(enum order_shuffle s)
+{
+	return s == ORDER_SHUFFLE_NONE ? "none" : "global";
+}
+
+uint64_t order_sample(const struct order *o, uint64_t gsn, uint64_t *epoch)
+{
+	struct prp p;
+	uint64_t e = gsn / o->n, pos = gsn % o->n;
+
+	assert(gsn < ORDER_MAX_GSN);
+	if (epoch)
+		*epoch = e;
+	if (o->shuffle == ORDER_SHUFFLE_NONE)
+		return pos;
+	prp_init(&p, o->n, o->seed, e);
+	return prp_apply(&p, pos);
+}
+
+int order_fill(const struct order *o, uint64_t gsn, size_t count, uint64_t *ids)
+{
+	uint64_t end, e, pos;
+	struct prp p;
+
+	if (__builtin_add_overflow(gsn, (uint64_t)count, &end) || end > ORDER_MAX_GSN)
+		return -EOVERFLOW;
+	e = gsn / o->n;
+	pos = gsn % o->n;
+	prp_init(&p, o->n, o->seed, e);
+	for (size_t i = 0; i < count; i++) {
+		if (pos == o->n) { /* crossing into the next epoch: new key schedule */
+			pos = 0;
+			prp_init(&p, o->n, o->seed, ++e);
+		}
+		ids[i] = o->shuffle == ORDER_SHUFFLE_NONE ? pos : prp_apply(&p, pos);
+		pos++;
+	}
+	return 0;
+}
+
+uint64_t order_limit(const struct order *o, uint64_t epochs)
+{
+	uint64_t lim;
+
+	if (epochs == 0 || __builtin_mul_overflow(epochs, o->n, &lim) || lim > ORDER_MAX_GSN)
+		return ORDER_MAX_GSN;
+	return lim;
+}
+
+#define WHY(...) (snprintf(why_buf, why_len, __VA_ARGS__), -EINVAL)
+
+int layout_check(const struct layout *l, char *why_buf, size_t why_len)
+{
+	uint64_t share;
+
+	if (l->world_size == 0)
+		return WHY("world_size must be at least 1");
+	if (l->global_batch == 0)
+		return WHY("global_batch must be at least 1");
+	if (l->global_batch % l->world_size)
+		return WHY("global_batch (%" PRIu64 ") must be a multiple of world_size (%" PRIu64 ")",
+			   l->global_batch, l->world_size);
+	share = l->global_batch / l->world_size;
+	if (l->micro_batch == 0)
+		return WHY("micro_batch must be at least 1");
+	if (share % l->micro_batch)
+		return WHY("micro_batch (%" PRIu64 ") must divide global_batch/world_size (%" PRIu64
+			   " = %" PRIu64 "/%" PRIu64 ")",
+			   l->micro_batch, share, l->global_batch, l->world_size);
+	if (l->global_batch >= ORDER_MAX_GSN)
+		return WHY("global_batch (%" PRIu64 ") must be below 2^62", l->global_batch);
+	if (l->start_samples >= ORDER_MAX_GSN)
+		return WHY("start_samples (%" PRIu64 ") must be below 2^62", l->start_samples);
+	if (l->start_step >= ORDER_MAX_GSN)
+		return WHY("start_step (%" PRIu64 ") must be below 2^62", l->start_step);
+	return 0;
+}
+
+#undef WHY
+
+uint64_t layout_share(const struct layout *l)
+{
+	return l->global_batch / l->world_size;
+}
+
+uint64_t layout_micros(const struct layout *l)
+{
+	return layout_share(l) / l->micro_batch;
+}
+
+int layout_step_gsn(const struct layout *l, uint64_t step, uint64_t *gsn)
+{
+	uint64_t off, g;
+
+	if (step < l->start_step)
+		return -EINVAL;
+	if (__builtin_mul_overflow(step - l->start_step, l->global_batch, &off) ||
+	    __builtin_add_overflow(off, l->start_samples, &g) || g >= ORDER_MAX_GSN)
+		return -EOVERFLOW;
+	*gsn = g;
+	return 0;
+}
+
+int layout_micro_gsn(const struct layout *l, uint64_t rank, uint64_t step,
+		     uint64_t micro, uint64_t *gsn)
+{
+	uint64_t g;
+	int rc;
+
+	if (rank >= l->world_size || micro >= layout_micros(l))
+		return -EINVAL;
+	rc = layout_step_gsn(l, step, &g);
+	if (rc)
+		return rc;
+	/* rank * share + micro * m < B < 2^62 and g < 2^62: the sum cannot wrap. */
+	g += rank * layout_share(l) + micro * l->micro_batch;
+	if (g + l->micro_batch > ORDER_MAX_GSN)
+		return -EOVERFLOW;
+	*gsn = g;
+	return 0;
+}
+
+uint64_t layout_step_of(const struct layout *l, uint64_t gsn)
+{
+	assert(gsn >= l->start_samples);
+	return l->start_step + (gsn - l->start_samples) / l->global_batch;
+}
+
+void layout_advance(const struct layout *l, uint64_t *step, uint64_t *micro)
+{
+	if (++*micro == layout_micros(l)) {
+		*micro = 0;
+		++*step;
+	}
+}
+
+#define WHY(...) (snprintf(why_buf, why_len, __VA_ARGS__), rc = -EINVAL)
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int parse_rank(const char **p, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (**p < '0' || **p > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(*p, &end, 10);
+	if (errno)
+		return -EINVAL;
+	*p = end;
+	*out = v;
+	return 0;
+}
+
+int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
+		  char *why_buf, size_t why_len)
+{
+	const char *p = text;
+	size_t cap = 0;
+	int rc = 0;
+
+	out->ranks = NULL;
+	out->count = 0;
+	if (!text || !*text) {
+		if (world_size > (UINT64_C(1) << 24)) {
+			WHY("world_size (%" PRIu64 ") is too large to serve every rank from one mount; "
+			    "give ranks=", world_size);
+			return rc;
+		}
+		out->ranks = calloc(world_size, sizeof(*out->ranks));
+		if (!out->ranks)
+			return -ENOMEM;
+		for (uint64_t r = 0; r < world_size; r++)
+			out->ranks[r] = r;
+		out->count = world_size;
+		return 0;
+	}
+	while (!rc) {
+		uint64_t lo, hi;
+
+		if (parse_rank(&p, &lo)) {
+			WHY("ranks: expected a rank number at \"%s\"", p);
+			break;
+		}
+		hi = lo;
+		if (*p == '-') {
+			p++;
+			if (parse_rank(&p, &hi)) {
+				WHY("ranks: expected a rank number after '-' at \"%s\"", p);
+				break;
+			}
+			if (hi < lo) {
+				WHY("ranks: range %" PRIu64 "-%" PRIu64 " is reversed", lo, hi);
+				break;
+			}
+		}
+		if (hi >= world_size) {
+			WHY("ranks: rank %" PRIu64 " is not below world_size (%" PRIu64 ")", hi, world_size);
+			break;
+		}
+		if (hi - lo >= (UINT64_C(1) << 24) || out->count + (hi - lo + 1) > (UINT64_C(1) << 24)) {
+			WHY("ranks: more than 2^24 ranks in one mount");
+			break;
+		}
+		for (uint64_t r = lo; r <= hi; r++) {
+			if (out->count == cap) {
+				size_t ncap = cap ? cap * 2 : 16;
+				uint64_t *n = realloc(out->ranks, ncap * sizeof(*n));
+
+				if (!n) {
+					rc = -ENOMEM;
+					break;
+				}
+				out->ranks = n;
+				cap = ncap;
+			}
+			out->ranks[out->count++] = r;
+		}
+		if (rc || !*p)
+			break;
+		if (*p != ',') {
+			WHY("ranks: unexpected \"%s\" (use a list like 0-3,8,9)", p);
+			break;
+		}
+		p++;
+	}
+	if (!rc) {
+		qsort(out->ranks, out->count, sizeof(*out->ranks), cmp_u64);
+		for (size_t i = 1; i < out->count; i++)
+			if (out->ranks[i] == out->ranks[i - 1]) {
+				WHY("ranks: rank %" PRIu64 " is listed twice", out->ranks[i]);
+				break;
+			}
+	}
+	if (rc)
+		rankset_release(out);
+	return rc;
+}
+
+#undef WHY
+
+int rankset_has(const struct rankset *s, uint64_t rank)
+{
+	size_t lo = 0, hi = s->count;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->ranks[mid] == rank)
+			return 1;
+		if (s->ranks[mid] < rank)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+void rankset_format(const struct rankset *s, char *out, size_t len)
+{
+	size_t used = 0;
+
+	if (!len)
+		return;
+	out[0] = 0;
+	for (size_t i = 0; i < s->count && used < len;) {
+		size_t j = i;
+		int n;
+
+		while (j + 1 < s->count && s->ranks[j + 1] == s->ranks[j] + 1)
+			j++;
+		if (j == i)
+			n = snprintf(out + used, len - used, "%s%" PRIu64, i ? "," : "", s->ranks[i]);
+		else
+			n = snprintf(out + used, len - used, "%s%" PRIu64 "-%" PRIu64, i ? "," : "",
+				     s->ranks[i], s->ranks[j]);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+		i = j + 1;
+	}
+}
+
+void rankset_release(struct rankset *s)
+{
+	free(s->ranks);
+	s->ranks = NULL;
+	s->count = 0;
+}

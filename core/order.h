@@ -1,0 +1,102 @@
+/*
+ * order.h: the global order of samples and the layout arithmetic of DESIGN.md section 1.
+ *
+ * Owns the pure functions that every other module and every test relies on:
+ *   gsn -> (epoch e = g / N, position p = g % N, sample id = perm(seed, e)(p));
+ *   (layout, rank, step, micro) -> the gsn range of that micro-batch.
+ * A step t >= S0 of a layout covers gsn [G0 + (t - S0) * B, G0 + (t - S0 + 1) * B);
+ * rank r owns [r * B/W, (r + 1) * B/W) of it, served as A = B/(W*m) micro-batches of m.
+ *
+ * All arithmetic is 64-bit with overflow checks; N and every gsn stay below 2^62.
+ * Pure, no globals, thread-safe.
+ */
+#ifndef ZEPHON_ORDER_H
+#define ZEPHON_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "prp.h"
+
+/* Largest gsn + 1 ever produced (and largest N). */
+#define ORDER_MAX_GSN PRP_MAX_N
+
+enum order_shuffle {
+	ORDER_SHUFFLE_GLOBAL = 0, /* perm(seed, epoch): a new permutation per epoch */
+	ORDER_SHUFFLE_NONE = 1,   /* identity: sample id = position in epoch */
+};
+
+struct order {
+	uint64_t n;               /* samples in the dataset, N */
+	uint64_t seed;
+	enum order_shuffle shuffle;
+};
+
+/* 0, or -EINVAL when n == 0, n > ORDER_MAX_GSN, or shuffle is unknown. */
+int order_init(struct order *o, uint64_t n, uint64_t seed, enum order_shuffle shuffle);
+
+/* Parse "global" | "none". 0 or -EINVAL. */
+int order_shuffle_parse(const char *s, enum order_shuffle *out);
+const char *order_shuffle_name(enum order_shuffle s);
+
+/* Sample id at gsn g (g < ORDER_MAX_GSN, asserted); *epoch receives g / N when non-NULL. */
+uint64_t order_sample(const struct order *o, uint64_t gsn, uint64_t *epoch);
+
+/* ids[i] = order_sample(o, gsn + i) for i < count, keying each epoch once.
+ * 0, or -EOVERFLOW when gsn + count > ORDER_MAX_GSN. */
+int order_fill(const struct order *o, uint64_t gsn, size_t count, uint64_t *ids);
+
+/* First gsn past the end of a stream of `epochs` epochs (0 = endless: ORDER_MAX_GSN). */
+uint64_t order_limit(const struct order *o, uint64_t epochs);
+
+/* One mount's parallel configuration. */
+struct layout {
+	uint64_t world_size;    /* W, ranks in the job */
+	uint64_t global_batch;  /* B, samples per optimizer step */
+	uint64_t micro_batch;   /* m, samples per claim */
+	uint64_t start_step;    /* S0, first step number of this layout */
+	uint64_t start_samples; /* G0, gsn where step S0 starts */
+};
+
+/* Check one rule at a time; on failure return -EINVAL and point *why at a static,
+ * one-line message naming the rule ("global_batch (10) must be a multiple of ..." is
+ * built into `why_buf` of `why_len` bytes). Rules: W >= 1; B >= 1; B % W == 0;
+ * m >= 1; (B/W) % m == 0; G0 < ORDER_MAX_GSN; the gsn of step S0 + 2^62/B fits. */
+int layout_check(const struct layout *l, char *why_buf, size_t why_len);
+
+/* B / W: samples of one rank per step. */
+uint64_t layout_share(const struct layout *l);
+/* A = B / (W * m): micro-batches of one rank per step. */
+uint64_t layout_micros(const struct layout *l);
+
+/* First gsn of the micro-batch (rank, step, micro); it spans m gsns.
+ * 0, or -EINVAL (rank >= W, step < S0, micro >= A), or -EOVERFLOW (past ORDER_MAX_GSN). */
+int layout_micro_gsn(const struct layout *l, uint64_t rank, uint64_t step,
+		     uint64_t micro, uint64_t *gsn);
+
+/* First gsn of step `step` (= G0 + (step - S0) * B). 0, -EINVAL (step < S0), -EOVERFLOW. */
+int layout_step_gsn(const struct layout *l, uint64_t step, uint64_t *gsn);
+
+/* The step containing gsn g >= G0 (g - G0 need not be a multiple of B: rounds down). */
+uint64_t layout_step_of(const struct layout *l, uint64_t gsn);
+
+/* Advance a rank cursor (step, micro) past one claim. */
+void layout_advance(const struct layout *l, uint64_t *step, uint64_t *micro);
+
+/* A set of ranks, sorted, unique, each < W. */
+struct rankset {
+	uint64_t *ranks;
+	size_t count;
+};
+
+/* Parse "0-3,8,9" (NULL or "" = all of 0..W-1). 0, -ENOMEM, or -EINVAL with a message
+ * in why_buf (bad syntax, rank >= W, reversed range, duplicate). */
+int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
+		  char *why_buf, size_t why_len);
+/* Does the set contain rank r? O(log count). */
+int rankset_has(const struct rankset *s, uint64_t rank);
+/* Write the compact form ("0-3,8") into out (always NUL-terminated, truncated). */
+void rankset_format(const struct rankset *s, char *out, size_t len);
+void rankset_release(struct rankset *s);
+
+#endif

@@ -1,0 +1,76 @@
+/*
+ * main.c: the `zephon` executable's entry point: dispatch to a subcommand, or treat
+ * `zephon DATASET MOUNTPOINT -o ...` (what mount.fuse3 and fstab call) as `mount`.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "zephon_config.h"
+
+static const struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} commands[] = {
+	{ "pack", cmd_pack, "pack inputs into a dataset directory" },
+	{ "info", cmd_info, "describe a dataset (--json for machines)" },
+	{ "verify", cmd_verify, "decode every sample and check every checksum" },
+	{ "batch", cmd_batch, "write the bytes the mount serves for one claim" },
+	{ "journal", cmd_journal, "show a cursor journal, compute resume points" },
+	{ "mount", cmd_mount, "mount a dataset (also: zephon DATASET MOUNTPOINT -o ...)" },
+};
+
+void die_msg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("zephon: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: zephon <command> [options]\n"
+		"       zephon DATASET MOUNTPOINT -o world_size=W,global_batch=B[,...]\n"
+		"\n"
+		"Zephon serves a packed dataset as files: every open() of /rank/<r>/next hands\n"
+		"rank r its next micro-batch of one global order that survives restarts and\n"
+		"changes of world size.\n"
+		"\n"
+		"commands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f,
+		"\n"
+		"`zephon <command> --help` describes each command.\n"
+		"Unmount with: fusermount3 -u MOUNTPOINT\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+		printf("zephon %s\n", ZEPHON_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].run(argc - 1, argv + 1);
+	if (argv[1][0] != '-' && argc >= 3)
+		return cmd_mount(argc, argv);
+	die_msg("unknown command '%s'; see zephon --help", argv[1]);
+	return 2;
+}

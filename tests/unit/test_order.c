@@ -1,0 +1,230 @@
+/*
+ * Layout arithmetic (issue 2, DESIGN.md section 1): rank shares tile every step for every
+ * W dividing B and every m; the rank-order concatenation of a step is the same for every
+ * (W, m); epochs cover every sample once; validation gives one message per rule; 64-bit
+ * overflow is caught.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "order.h"
+
+/* Sample ids of step `step` as rank-order concatenation of all micro-batches. */
+static void step_ids(const struct order *o, const struct layout *l, uint64_t step,
+		     uint64_t *ids)
+{
+	size_t k = 0;
+
+	for (uint64_t r = 0; r < l->world_size; r++)
+		for (uint64_t mi = 0; mi < layout_micros(l); mi++) {
+			uint64_t g;
+
+			REQUIRE(layout_micro_gsn(l, r, step, mi, &g) == 0);
+			REQUIRE(order_fill(o, g, l->micro_batch, ids + k) == 0);
+			k += l->micro_batch;
+		}
+	REQUIRE(k == l->global_batch);
+}
+
+static void test_shares_tile(void)
+{
+	for (uint64_t b = 1; b <= 48; b++)
+		for (uint64_t w = 1; w <= b; w++) {
+			if (b % w)
+				continue;
+			for (uint64_t m = 1; m <= b / w; m++) {
+				struct layout l = { w, b, m, 5, 1000 };
+				uint8_t seen[48];
+				char why[128];
+
+				if ((b / w) % m)
+					continue;
+				REQUIRE(layout_check(&l, why, sizeof(why)) == 0);
+				for (uint64_t t = 5; t < 8; t++) {
+					uint64_t start;
+
+					memset(seen, 0, sizeof(seen));
+					REQUIRE(layout_step_gsn(&l, t, &start) == 0);
+					CHECK_EQ_U64(start, 1000 + (t - 5) * b);
+					for (uint64_t r = 0; r < w; r++)
+						for (uint64_t mi = 0; mi < layout_micros(&l); mi++) {
+							uint64_t g;
+
+							REQUIRE(layout_micro_gsn(&l, r, t, mi, &g) == 0);
+							for (uint64_t i = 0; i < m; i++) {
+								CHECK(g + i >= start && g + i < start + b);
+								if (g + i >= start && g + i < start + b)
+									seen[g + i - start]++;
+							}
+							/* rank r's share is contiguous */
+							CHECK(g >= start + r * (b / w));
+							CHECK(g + m <= start + (r + 1) * (b / w));
+						}
+					for (uint64_t i = 0; i < b; i++)
+						CHECK(seen[i] == 1);
+				}
+			}
+		}
+}
+
+static void test_concat_invariant(void)
+{
+	const uint64_t b = 24;
+	struct order o;
+	uint64_t ref[24], got[24];
+
+	REQUIRE(order_init(&o, 37, 11, ORDER_SHUFFLE_GLOBAL) == 0);
+	for (uint64_t t = 0; t < 10; t++) { /* 10 steps of 24 cross several epochs of 37 */
+		struct layout one = { 1, b, b, 0, 0 };
+
+		step_ids(&o, &one, t, ref);
+		for (uint64_t w = 1; w <= b; w++) {
+			if (b % w)
+				continue;
+			for (uint64_t m = 1; m <= b / w; m++) {
+				struct layout l = { w, b, m, 0, 0 };
+
+				if ((b / w) % m)
+					continue;
+				step_ids(&o, &l, t, got);
+				CHECK(memcmp(ref, got, sizeof(ref)) == 0);
+			}
+		}
+	}
+}
+
+static void test_epoch_coverage(void)
+{
+	static const uint64_t ns[] = { 1, 2, 3, 37, 100, 1000, 4099 };
+
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		uint64_t n = ns[i];
+		uint64_t *ids = malloc(n * 3 * sizeof(*ids));
+		uint8_t *seen = malloc(n);
+		struct order o;
+
+		REQUIRE(ids && seen);
+		for (int mode = 0; mode < 2; mode++) {
+			REQUIRE(order_init(&o, n, 5, mode ? ORDER_SHUFFLE_NONE : ORDER_SHUFFLE_GLOBAL) == 0);
+			/* order_fill across epoch boundaries equals order_sample one by one */
+			REQUIRE(order_fill(&o, 0, n * 3, ids) == 0);
+			for (uint64_t e = 0; e < 3; e++) {
+				memset(seen, 0, n);
+				for (uint64_t p = 0; p < n; p++) {
+					uint64_t epoch, id = order_sample(&o, e * n + p, &epoch);
+
+					CHECK_EQ_U64(id, ids[e * n + p]);
+					CHECK_EQ_U64(epoch, e);
+					CHECK(id < n);
+					if (id < n)
+						seen[id]++;
+					if (mode)
+						CHECK_EQ_U64(id, p);
+				}
+				for (uint64_t s = 0; s < n; s++)
+					CHECK(seen[s] == 1);
+			}
+		}
+		free(ids);
+		free(seen);
+	}
+}
+
+static void expect_why(struct layout l, const char *needle)
+{
+	char why[256] = "";
+
+	CHECK(layout_check(&l, why, sizeof(why)) == -EINVAL);
+	if (!strstr(why, needle)) {
+		fprintf(stderr, "message \"%s\" lacks \"%s\"\n", why, needle);
+		CHECK(0);
+	}
+}
+
+static void test_validation(void)
+{
+	expect_why((struct layout){ 0, 8, 1, 0, 0 }, "world_size must be at least 1");
+	expect_why((struct layout){ 1, 0, 1, 0, 0 }, "global_batch must be at least 1");
+	expect_why((struct layout){ 3, 8, 1, 0, 0 }, "global_batch (8) must be a multiple of world_size (3)");
+	expect_why((struct layout){ 2, 8, 0, 0, 0 }, "micro_batch must be at least 1");
+	expect_why((struct layout){ 2, 8, 3, 0, 0 }, "micro_batch (3) must divide global_batch/world_size (4 = 8/2)");
+	expect_why((struct layout){ 1, 8, 8, 0, ORDER_MAX_GSN }, "start_samples");
+}
+
+static void test_overflow(void)
+{
+	struct layout l = { 4, 1024, 64, 0, ORDER_MAX_GSN - 2048 }; /* share 256, A = 4 */
+	struct order o;
+	uint64_t g, ids[4];
+
+	CHECK(layout_micro_gsn(&l, 3, 1, 3, &g) == 0);
+	CHECK_EQ_U64(g, ORDER_MAX_GSN - 64);
+	CHECK(layout_micro_gsn(&l, 0, 2, 0, &g) == -EOVERFLOW);
+	CHECK(layout_step_gsn(&l, UINT64_MAX, &g) == -EOVERFLOW);
+	CHECK(layout_micro_gsn(&l, 4, 0, 0, &g) == -EINVAL);   /* rank >= W */
+	CHECK(layout_micro_gsn(&l, 0, 0, 4, &g) == -EINVAL);   /* micro >= A */
+	l.start_step = 10;
+	CHECK(layout_micro_gsn(&l, 0, 9, 0, &g) == -EINVAL);   /* step < S0 */
+
+	/* N and gsn up to 2^62 */
+	REQUIRE(order_init(&o, ORDER_MAX_GSN, 1, ORDER_SHUFFLE_GLOBAL) == 0);
+	CHECK(order_fill(&o, ORDER_MAX_GSN - 4, 4, ids) == 0);
+	CHECK(order_fill(&o, ORDER_MAX_GSN - 3, 4, ids) == -EOVERFLOW);
+	for (int i = 0; i < 4; i++)
+		CHECK(ids[i] < ORDER_MAX_GSN);
+	CHECK(order_init(&o, ORDER_MAX_GSN + 1, 1, ORDER_SHUFFLE_GLOBAL) == -EINVAL);
+	REQUIRE(order_init(&o, 1000, 1, ORDER_SHUFFLE_GLOBAL) == 0);
+	CHECK_EQ_U64(order_limit(&o, 0), ORDER_MAX_GSN);
+	CHECK_EQ_U64(order_limit(&o, 3), 3000);
+	CHECK_EQ_U64(order_limit(&o, UINT64_MAX), ORDER_MAX_GSN);
+}
+
+static void test_advance(void)
+{
+	struct layout l = { 2, 8, 2, 3, 0 }; /* A = 2 */
+	uint64_t step = 3, micro = 0;
+
+	layout_advance(&l, &step, &micro);
+	CHECK(step == 3 && micro == 1);
+	layout_advance(&l, &step, &micro);
+	CHECK(step == 4 && micro == 0);
+	CHECK_EQ_U64(layout_step_of(&l, 15), 4);
+	CHECK_EQ_U64(layout_step_of(&l, 16), 5);
+}
+
+static void test_rankset(void)
+{
+	struct rankset s;
+	char why[128], text[64];
+
+	CHECK(rankset_parse("0-3,8,9", 16, &s, why, sizeof(why)) == 0);
+	CHECK(s.count == 6);
+	CHECK(rankset_has(&s, 3) && rankset_has(&s, 8) && !rankset_has(&s, 4));
+	rankset_format(&s, text, sizeof(text));
+	CHECK(!strcmp(text, "0-3,8-9"));
+	rankset_release(&s);
+	CHECK(rankset_parse(NULL, 4, &s, why, sizeof(why)) == 0 && s.count == 4);
+	rankset_release(&s);
+	CHECK(rankset_parse("9,1", 10, &s, why, sizeof(why)) == 0 && s.ranks[0] == 1);
+	rankset_release(&s);
+	CHECK(rankset_parse("0-8", 8, &s, why, sizeof(why)) == -EINVAL && strstr(why, "not below world_size"));
+	CHECK(rankset_parse("3-1", 8, &s, why, sizeof(why)) == -EINVAL && strstr(why, "reversed"));
+	CHECK(rankset_parse("1,1", 8, &s, why, sizeof(why)) == -EINVAL && strstr(why, "twice"));
+	CHECK(rankset_parse("a", 8, &s, why, sizeof(why)) == -EINVAL && strstr(why, "expected a rank"));
+	CHECK(rankset_parse("1;2", 8, &s, why, sizeof(why)) == -EINVAL && strstr(why, "unexpected"));
+	CHECK(rankset_parse("1-", 8, &s, why, sizeof(why)) == -EINVAL);
+}
+
+int main(void)
+{
+	test_shares_tile();
+	test_concat_invariant();
+	test_epoch_coverage();
+	test_validation();
+	test_overflow();
+	test_advance();
+	test_rankset();
+	return check_status();
+}
