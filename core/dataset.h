@@ -73,6 +73,8 @@ struct dataset_info {
 	uint64_t raw_bytes, stored_bytes;
 	uint64_t shards;
 	char fingerprint[33];      /* 32 hex digits + NUL */
+	char record_ext[8];        /* text content: "json" (JSONL) or "txt" (lines); the
+	                            * extension of tar members (meta key record_ext) */
 };
 
 struct dataset;
