@@ -1,0 +1,458 @@
+/*
+ * encode.c: the batch encodings of encode.h.
+ *
+ * Every encoder appends to the caller's buf and, on any failure, truncates it back to
+ * the length it had on entry, so a failed claim never leaves partial bytes behind.
+ * Samples are decoded straight into `out` where the encoding is a plain concatenation
+ * (lines, npy, bin: no extra copy); tar decodes each sample into a scratch buf and lets
+ * libarchive write headers and padding around it.
+ */
+#include "encode.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <locale.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+int batch_format_parse(const char *s, enum batch_format *out)
+{
+	static const struct {
+		const char *name;
+		enum batch_format f;
+	} names[] = {
+		{ "lines", FORMAT_LINES }, { "tar", FORMAT_TAR },
+		{ "npy", FORMAT_NPY },     { "bin", FORMAT_BIN },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!strcmp(s, names[i].name)) {
+			*out = names[i].f;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *batch_format_name(enum batch_format f)
+{
+	switch (f) {
+	case FORMAT_LINES: return "lines";
+	case FORMAT_TAR: return "tar";
+	case FORMAT_NPY: return "npy";
+	case FORMAT_BIN: return "bin";
+	}
+	return "?";
+}
+
+enum batch_format batch_format_default(const struct dataset_info *info)
+{
+	switch (info->content) {
+	case CONTENT_TEXT: return FORMAT_LINES;
+	case CONTENT_FILES: return FORMAT_TAR;
+	case CONTENT_TOKENS: return FORMAT_NPY;
+	}
+	return FORMAT_LINES;
+}
+
+int batch_format_check(const struct dataset_info *info, enum batch_format f,
+		       char *why, size_t why_len)
+{
+	const char *fits;
+
+	switch (info->content) {
+	case CONTENT_TEXT:
+		if (f == FORMAT_LINES || f == FORMAT_TAR)
+			return 0;
+		fits = "lines or tar";
+		break;
+	case CONTENT_FILES:
+		if (f == FORMAT_TAR)
+			return 0;
+		fits = "tar";
+		break;
+	case CONTENT_TOKENS:
+		if (f == FORMAT_NPY || f == FORMAT_BIN)
+			return 0;
+		fits = "npy or bin";
+		break;
+	default:
+		if (why && why_len)
+			snprintf(why, why_len, "dataset content is unknown; repack it");
+		return -EINVAL;
+	}
+	if (why && why_len)
+		snprintf(why, why_len,
+			 "format=%s does not fit a dataset of %s content; use format=%s",
+			 batch_format_name(f), dataset_content_name(info->content), fits);
+	return -EINVAL;
+}
+
+/* Undo a failed encode: drop everything appended since `len`. */
+static void buf_truncate(struct buf *b, size_t len)
+{
+	b->len = len;
+	if (b->data)
+		b->data[len] = 0;
+}
+
+/* One sample read with the error contract of batch_encode: -EIO names the sample. */
+static int read_sample(struct sample_reader *r, uint64_t id, struct buf *out,
+		       uint64_t *bad_id)
+{
+	int rc = sample_reader_read(r, id, out);
+
+	if (rc == -EIO && bad_id)
+		*bad_id = id;
+	return rc;
+}
+
+static int encode_lines(struct sample_reader *r, const uint64_t *ids, size_t count,
+			struct buf *out, uint64_t *bad_id)
+{
+	for (size_t i = 0; i < count; i++) {
+		int rc = read_sample(r, ids[i], out, bad_id);
+
+		if (!rc)
+			rc = buf_append(out, "\n", 1);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The numpy descr of a token dtype: byte order, kind, itemsize. */
+static const char *npy_descr(enum token_dtype d)
+{
+	switch (d) {
+	case DTYPE_UINT8: return "|u1";
+	case DTYPE_UINT16: return "<u2";
+	case DTYPE_UINT32: return "<u4";
+	case DTYPE_INT32: return "<i4";
+	}
+	return NULL;
+}
+
+/* NPY_ALIGN: numpy >= 1.14 pads the header so the data starts at a multiple of 64 bytes
+ * (numpy/lib/format.py, ARRAY_ALIGN); version 1.0 keeps the header length in a u16. */
+#define NPY_ALIGN 64
+#define NPY_PREAMBLE 10 /* "\x93NUMPY", major, minor, u16 header_len */
+
+/* Append a .npy v1.0 header for a C-order array of shape (rows, cols) (NEP 1). */
+static int npy_header(struct buf *out, const char *descr, uint64_t rows, uint64_t cols)
+{
+	char dict[160];
+	uint8_t pre[NPY_PREAMBLE] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
+	size_t dlen, total, hlen;
+	int n, rc;
+
+	n = snprintf(dict, sizeof(dict),
+		     "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ", %" PRIu64
+		     "), }", descr, rows, cols);
+	if (n < 0 || (size_t)n >= sizeof(dict))
+		return -EINVAL;
+	dlen = (size_t)n;
+	/* dict, spaces, '\n', so that preamble + header is a multiple of NPY_ALIGN */
+	total = (NPY_PREAMBLE + dlen + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+	hlen = total - NPY_PREAMBLE;
+	if (hlen > UINT16_MAX)
+		return -EOVERFLOW;
+	pre[8] = (uint8_t)(hlen & 0xff);
+	pre[9] = (uint8_t)(hlen >> 8);
+	rc = buf_reserve(out, total);
+	if (rc)
+		return rc;
+	buf_append(out, pre, sizeof(pre)); /* cannot fail after the reserve */
+	buf_append(out, dict, dlen);
+	memset(out->data + out->len, ' ', hlen - dlen - 1);
+	out->len += hlen - dlen - 1;
+	buf_append(out, "\n", 1);
+	return 0;
+}
+
+/* npy (with_header) or bin: the samples' tokens back to back, each sample exactly
+ * seq_len * itemsize bytes (anything else is a corrupt sample). */
+static int encode_tokens(struct sample_reader *r, const struct dataset_info *info,
+			 int with_header, const uint64_t *ids, size_t count, struct buf *out,
+			 uint64_t *bad_id)
+{
+	const char *descr = npy_descr(info->dtype);
+	uint64_t sample_bytes, data_bytes;
+	int rc;
+
+	if (!descr || info->seq_len == 0 || info->itemsize == 0)
+		return -EINVAL;
+	if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, &sample_bytes) ||
+	    __builtin_mul_overflow(sample_bytes, (uint64_t)count, &data_bytes) ||
+	    data_bytes > SIZE_MAX - NPY_ALIGN * 4)
+		return -EOVERFLOW;
+	if (with_header) {
+		rc = npy_header(out, descr, count, info->seq_len);
+		if (rc)
+			return rc;
+	}
+	/* One allocation for the whole batch: the hot path of token training. */
+	rc = buf_reserve(out, (size_t)data_bytes);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < count; i++) {
+		size_t before = out->len;
+
+		rc = read_sample(r, ids[i], out, bad_id);
+		if (rc)
+			return rc;
+		if (out->len - before != sample_bytes) {
+			if (bad_id)
+				*bad_id = ids[i];
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
+/* libarchive writes into a struct buf through these callbacks. */
+struct tar_sink {
+	struct buf *out;
+	int err; /* -errno of the first failed append */
+};
+
+static la_ssize_t tar_write_cb(struct archive *a, void *client, const void *data,
+			       size_t n)
+{
+	struct tar_sink *s = client;
+	int rc = buf_append(s->out, data, n);
+
+	if (rc) {
+		s->err = rc;
+		archive_set_error(a, -rc, "cannot grow the batch buffer");
+		return -1;
+	}
+	return (la_ssize_t)n;
+}
+
+static int tar_open_cb(struct archive *a, void *client)
+{
+	(void)a;
+	(void)client;
+	return ARCHIVE_OK;
+}
+
+static int tar_close_cb(struct archive *a, void *client)
+{
+	(void)a;
+	(void)client;
+	return ARCHIVE_OK;
+}
+
+/* Translate a libarchive failure (the one boundary for its error space). */
+static int tar_error(struct archive *a, const struct tar_sink *s)
+{
+	int e;
+
+	if (s->err)
+		return s->err;
+	e = archive_errno(a);
+	if (e == ENOMEM)
+		return -ENOMEM;
+	return -EIO;
+}
+
+/* One regular member: mode 0644, mtime 0, uid/gid 0, no user/group names, so the same
+ * batch always gives the same bytes. */
+static int tar_member(struct archive *a, struct archive_entry *e, const struct tar_sink *s,
+		      const char *name, const void *data, uint64_t size)
+{
+	archive_entry_clear(e);
+	archive_entry_copy_pathname(e, name);
+	archive_entry_set_filetype(e, AE_IFREG);
+	archive_entry_set_perm(e, 0644);
+	archive_entry_set_size(e, (la_int64_t)size);
+	archive_entry_set_mtime(e, 0, 0);
+	archive_entry_set_uid(e, 0);
+	archive_entry_set_gid(e, 0);
+	/* ARCHIVE_WARN: a name that is not UTF-8 went in as hdrcharset=BINARY; fine */
+	if (archive_write_header(a, e) < ARCHIVE_WARN)
+		return tar_error(a, s);
+	if (size && archive_write_data(a, data, (size_t)size) != (la_ssize_t)size)
+		return tar_error(a, s);
+	if (archive_write_finish_entry(a) != ARCHIVE_OK)
+		return tar_error(a, s);
+	return 0;
+}
+
+static uint32_t get_u32le(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64le(const uint8_t *p)
+{
+	return (uint64_t)get_u32le(p) | (uint64_t)get_u32le(p + 4) << 32;
+}
+
+/* Longest member name accepted from a file group; pax could take more, but no packed
+ * name is longer than a path, and a bound keeps a corrupt length from allocating. */
+#define TAR_NAME_MAX 4096
+
+/* Write the members of one file group (dataset.h: u32 nfiles, then per file u32
+ * name_len, name, u64 size, data). -EIO when the payload does not parse: the bytes
+ * passed their checksum, so a malformed group is a corrupt sample all the same. */
+static int tar_file_group(struct archive *a, struct archive_entry *e,
+			  const struct tar_sink *s, const uint8_t *p, size_t len)
+{
+	char name[TAR_NAME_MAX + 1];
+	uint32_t nfiles, nlen;
+	uint64_t size;
+	size_t pos = 4;
+	int rc;
+
+	if (len < 4)
+		return -EIO;
+	nfiles = get_u32le(p);
+	for (uint32_t i = 0; i < nfiles; i++) {
+		if (len - pos < 4)
+			return -EIO;
+		nlen = get_u32le(p + pos);
+		pos += 4;
+		if (nlen == 0 || nlen > TAR_NAME_MAX || len - pos < nlen)
+			return -EIO;
+		memcpy(name, p + pos, nlen);
+		name[nlen] = 0;
+		if (memchr(name, 0, nlen))
+			return -EIO;
+		pos += nlen;
+		if (len - pos < 8)
+			return -EIO;
+		size = get_u64le(p + pos);
+		pos += 8;
+		if (size > len - pos)
+			return -EIO;
+		rc = tar_member(a, e, s, name, p + pos, size);
+		if (rc)
+			return rc;
+		pos += (size_t)size;
+	}
+	return pos == len ? 0 : -EIO;
+}
+
+/*
+ * Member names are UTF-8 (as packed). libarchive converts names from the calling
+ * thread's locale charset into the pax "path" record, so the same batch would come out
+ * differently under LANG=C (raw bytes flagged hdrcharset=BINARY) and a UTF-8 locale.
+ * Encoding under C.UTF-8, set for this thread only with uselocale(3), makes the bytes
+ * independent of the environment; names that are not valid UTF-8 still fall back to
+ * hdrcharset=BINARY, deterministically. Without C.UTF-8 (old libc) always write BINARY.
+ */
+static locale_t utf8_locale;
+static pthread_once_t utf8_once = PTHREAD_ONCE_INIT;
+
+static void utf8_locale_init(void)
+{
+	utf8_locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+}
+
+static int encode_tar_locked(struct sample_reader *r, const struct dataset_info *info,
+			     const uint64_t *ids, size_t count, struct buf *out,
+			     uint64_t *bad_id);
+
+static int encode_tar(struct sample_reader *r, const struct dataset_info *info,
+		      const uint64_t *ids, size_t count, struct buf *out, uint64_t *bad_id)
+{
+	locale_t saved = (locale_t)0;
+	int rc;
+
+	pthread_once(&utf8_once, utf8_locale_init);
+	if (utf8_locale)
+		saved = uselocale(utf8_locale);
+	rc = encode_tar_locked(r, info, ids, count, out, bad_id);
+	if (utf8_locale)
+		uselocale(saved);
+	return rc;
+}
+
+static int encode_tar_locked(struct sample_reader *r, const struct dataset_info *info,
+			     const uint64_t *ids, size_t count, struct buf *out,
+			     uint64_t *bad_id)
+{
+	struct tar_sink sink = { out, 0 };
+	struct buf sample = BUF_INIT;
+	struct archive_entry *e = NULL;
+	struct archive *a;
+	char name[64];
+	int rc = -ENOMEM;
+
+	a = archive_write_new();
+	if (!a)
+		return -ENOMEM;
+	e = archive_entry_new();
+	if (!e)
+		goto out;
+	/* pax_restricted: ustar headers, plus a pax extended header only for what ustar
+	 * cannot hold (long or non-ASCII names); no blocking, so the stream is exactly the
+	 * members and the two zero blocks that end it. */
+	if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+	    archive_write_add_filter_none(a) != ARCHIVE_OK ||
+	    archive_write_set_bytes_per_block(a, 0) != ARCHIVE_OK ||
+	    (!utf8_locale &&
+	     archive_write_set_format_option(a, "pax", "hdrcharset", "BINARY") != ARCHIVE_OK) ||
+	    archive_write_open(a, &sink, tar_open_cb, tar_write_cb, tar_close_cb) !=
+		    ARCHIVE_OK) {
+		rc = tar_error(a, &sink);
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++) {
+		sample.len = 0;
+		rc = read_sample(r, ids[i], &sample, bad_id);
+		if (rc)
+			goto out;
+		if (info->content == CONTENT_TEXT) {
+			snprintf(name, sizeof(name), "%09" PRIu64 ".%s", ids[i],
+				 info->record_ext[0] ? info->record_ext : "txt");
+			rc = tar_member(a, e, &sink, name, sample.data, sample.len);
+		} else {
+			rc = tar_file_group(a, e, &sink, sample.data, sample.len);
+			if (rc == -EIO && bad_id)
+				*bad_id = ids[i];
+		}
+		if (rc)
+			goto out;
+	}
+	rc = archive_write_close(a) == ARCHIVE_OK ? 0 : tar_error(a, &sink);
+out:
+	archive_entry_free(e);
+	archive_write_free(a); /* after close: does not write again */
+	buf_release(&sample);
+	return rc;
+}
+
+int batch_encode(struct sample_reader *r, const struct dataset_info *info,
+		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
+		 uint64_t *bad_id)
+{
+	size_t start = out->len;
+	int rc;
+
+	if (batch_format_check(info, f, NULL, 0))
+		return -EINVAL;
+	switch (f) {
+	case FORMAT_LINES:
+		rc = encode_lines(r, ids, count, out, bad_id);
+		break;
+	case FORMAT_TAR:
+		rc = encode_tar(r, info, ids, count, out, bad_id);
+		break;
+	case FORMAT_NPY:
+	case FORMAT_BIN:
+		rc = encode_tokens(r, info, f == FORMAT_NPY, ids, count, out, bad_id);
+		break;
+	default:
+		rc = -EINVAL;
+	}
+	if (rc)
+		buf_truncate(out, start);
+	return rc;
+}
