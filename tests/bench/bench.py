@@ -1,0 +1,382 @@
+#!/usr/bin/python3
+"""Zephon's benchmarks B1-B6 (issue 7), each against its baseline in the same run.
+
+Run through tests/bench/run, which builds build-bench/ (release) first. Scratch data
+(generated inputs, packed datasets, mount points) lives in $ZEPHON_BENCH_DIR
+(default /tmp/zephon-bench) and is reused between runs; --fresh rebuilds it.
+
+Prints a table: measured value, the baseline measured in the same run, their ratio, the
+target, and pass/miss. Entries whose pieces are not built yet print "n/a (...)".
+Never fails on a timing: the exit status is 0 unless the harness itself breaks.
+Results also go to $ZEPHON_BENCH_DIR/results.json (for RESULTS.md).
+"""
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PY = '/usr/bin/python3'
+MiB = 1 << 20
+
+
+class NotBuilt(Exception):
+    """A piece the benchmark needs is missing: the row prints n/a with the reason."""
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.build = pathlib.Path(a.build)
+        self.work = pathlib.Path(a.work)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.zephon = self.build / 'fs' / 'zephon'
+        self.fuse_static = self.build / 'tests' / 'fuse_static'
+        self.readloop_exe = self.build / 'tests' / 'readloop'
+        self.rows = []
+        self.raw = {}
+        self.secs = a.seconds
+
+    # ---------------------------------------------------------------- helpers
+    def log(self, msg):
+        print('  .. ' + msg, file=sys.stderr, flush=True)
+
+    def run(self, cmd, check=True, timeout=3600, env=None):
+        p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout, env=env)
+        out, err = p.stdout.decode(errors='replace'), p.stderr.decode(errors='replace')
+        if 'not built yet' in err:
+            raise NotBuilt('%s not built yet' % ' '.join(map(str, cmd[1:2])))
+        if check and p.returncode != 0:
+            raise RuntimeError('%s failed (%d): %s' % (' '.join(map(str, cmd)),
+                                                       p.returncode, err.strip()[-2000:]))
+        return p.returncode, out, err
+
+    def readloop(self, paths, bs='1M', first=None, expect=None, lines=False, seconds=None):
+        cmd = [self.readloop_exe, '-b', bs, '-t', seconds or self.secs, '-w', 3]
+        if first:
+            cmd += ['-f', first]
+        if expect is not None:
+            cmd += ['-e', expect]
+        if lines:
+            cmd += ['-l']
+        _, out, _ = self.run(cmd + list(paths))
+        return json.loads(out)
+
+    @contextlib.contextmanager
+    def mounted(self, cmd, mnt, ready):
+        """Run a FUSE daemon in the foreground; yield once `ready` exists; always unmount."""
+        mnt = pathlib.Path(mnt)
+        if os.path.ismount(mnt):
+            subprocess.run(['fusermount3', '-uz', str(mnt)])
+        mnt.mkdir(parents=True, exist_ok=True)
+        errf = open(self.work / ('daemon-%s.log' % mnt.name), 'w+')
+        p = subprocess.Popen([str(c) for c in cmd], stdout=errf, stderr=errf)
+        try:
+            deadline = time.time() + 30
+            while not os.path.exists(ready):
+                if p.poll() is not None:
+                    errf.seek(0)
+                    msg = errf.read()
+                    if 'not built yet' in msg:
+                        raise NotBuilt('mount not built yet')
+                    raise RuntimeError('daemon exited (%d): %s' % (p.returncode, msg[-2000:]))
+                if time.time() > deadline:
+                    raise RuntimeError('mount did not come up in 30 s')
+                time.sleep(0.02)
+            yield p
+        finally:
+            if os.path.ismount(mnt):
+                subprocess.run(['fusermount3', '-u', str(mnt)], stderr=subprocess.DEVNULL)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                subprocess.run(['fusermount3', '-uz', str(mnt)], stderr=subprocess.DEVNULL)
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=10)
+            errf.seek(0)
+            tail = errf.read()
+            errf.close()
+            if re.search(r'ERROR: (Address|Leak|Undefined)Sanitizer|runtime error', tail):
+                raise RuntimeError('daemon reported a sanitizer error:\n' + tail[-3000:])
+
+    def mount_zephon(self, ds, name, opts):
+        mnt = self.work / ('mnt-' + name)
+        journal = self.work / ('journal-%s.sqlite' % name)
+        for suffix in ('', '-wal', '-shm'):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(journal) + suffix)
+        o = 'journal=%s,resume=fresh,%s' % (journal, opts)
+        return self.mounted([self.zephon, 'mount', ds, mnt, '-f', '-o', o], mnt,
+                            mnt / 'status'), mnt
+
+    def row(self, bid, what, measured, baseline, ratio, target, ok):
+        self.rows.append((bid, what, measured, baseline, ratio, target, ok))
+
+    def na(self, bid, what, target, why):
+        self.rows.append((bid, what, 'n/a (%s)' % why, '', '', target, None))
+
+    # ---------------------------------------------------------------- inputs
+    def jsonl(self):
+        path = self.work / 'b2.jsonl'
+        if not path.exists():
+            self.log('generating %s (100 MB of ~1-2 KB JSONL records)' % path)
+            self.run([PY, HERE / 'make_jsonl.py', path, '--mb', self.a.jsonl_mb])
+        return path
+
+    def tokens(self):
+        """A random uint16 token stream: 64 Ki samples of 2048 tokens (256 MiB)."""
+        path = self.work / 'tokens-u16.bin'
+        if not path.exists():
+            self.log('generating %s' % path)
+            self.run([PY, '-c', 'import numpy as np, sys; np.random.default_rng(1).integers('
+                      '0, 50257, size=65536 * 2048, dtype=np.uint16).tofile(sys.argv[1])',
+                      path])
+        return path
+
+    def pack(self, name, inputs, *opts):
+        """Pack once into work/ds-NAME (cached); returns (dir, seconds or None if cached)."""
+        out = self.work / ('ds-' + name)
+        if out.exists():
+            return out, None
+        t0 = time.perf_counter()
+        self.run([self.zephon, 'pack', out, *inputs, *opts])
+        return out, time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- B1 / B4
+    def b1_b4(self):
+        target1 = '>= 0.8x (a) and >= 2 GB/s'
+        res = {}
+        for size, label in ((MiB, '1 MiB'), (4 * MiB, '4 MiB')):
+            # (a) static FUSE buffer, (b) page-cached file, same loop, same sizes
+            mnt = self.work / 'mnt-static'
+            cmd = [self.fuse_static, mnt, '-f', '-o', 'size=%d,files=4' % size]
+            with self.mounted(cmd, mnt, mnt / '0'):
+                a1 = self.readloop([mnt / '0'], expect=size)
+                a4 = self.readloop([mnt / str(i) for i in range(4)], expect=size)
+            pc = []
+            for i in range(4):
+                f = self.work / ('pagecache-%d-%d' % (size, i))
+                if not f.exists() or f.stat().st_size != size:
+                    f.write_bytes(os.urandom(size))
+                pc.append(f)
+            b1 = self.readloop(pc[:1], expect=size)
+            b4 = self.readloop(pc, expect=size)
+            res[label] = {'static_1': a1, 'static_4': a4, 'pagecache_1': b1, 'pagecache_4': b4}
+            self.raw.setdefault('B1', {})[label] = res[label]
+            try:
+                ds, _ = self.pack('tokens-raw', [self.tokens()], '--dtype', 'uint16',
+                                  '--seq-len', '2048', '--compress', 'none')
+                m = size // (2048 * 2)
+                ctx, zm = self.mount_zephon(ds, 'b1', 'world_size=4,global_batch=%d,'
+                                            'micro_batch=%d,format=bin' % (4 * m, m))
+                with ctx:
+                    nexts = [zm / 'rank' / str(r) / 'next' for r in range(4)]
+                    z1 = self.readloop(nexts[:1], expect=size)
+                    z4 = self.readloop(nexts, expect=size)
+                    lat = None
+                    if size == MiB:
+                        lat = self.readloop(nexts, first='4096', expect=size)
+            except NotBuilt as e:
+                for w in ('one reader', '4 readers'):
+                    self.na('B1', 'next %s, %s' % (label, w), target1 if w == 'one reader'
+                            else '>= 1.2x one reader', e)
+                if size == MiB:
+                    self.na('B4', 'open->first byte p50/p99, 4 ranks', 'p99 < 2 ms', e)
+                self.row('B1', 'static FUSE (a) %s 1r / 4r' % label,
+                         '%.2f / %.2f GB/s' % (a1['bytes_per_s'] / 1e9, a4['bytes_per_s'] / 1e9),
+                         'page cache (b) %.2f / %.2f GB/s' % (b1['bytes_per_s'] / 1e9,
+                                                              b4['bytes_per_s'] / 1e9),
+                         '%.2f' % (a1['bytes_per_s'] / b1['bytes_per_s']), 'calibration', None)
+                continue
+            res[label].update(zephon_1=z1, zephon_4=z4)
+            r_a = z1['bytes_per_s'] / a1['bytes_per_s']
+            self.row('B1', 'next %s, one reader' % label,
+                     '%.2f GB/s' % (z1['bytes_per_s'] / 1e9),
+                     '(a) %.2f GB/s, (b) %.2f GB/s' % (a1['bytes_per_s'] / 1e9,
+                                                      b1['bytes_per_s'] / 1e9),
+                     '%.2f (a), %.2f (b)' % (r_a, z1['bytes_per_s'] / b1['bytes_per_s']),
+                     target1, r_a >= 0.8 and z1['bytes_per_s'] >= 2e9)
+            r4 = z4['bytes_per_s'] / z1['bytes_per_s']
+            self.row('B1', 'next %s, 4 ranks' % label,
+                     '%.2f GB/s' % (z4['bytes_per_s'] / 1e9),
+                     '(a) %.2f GB/s, (b) %.2f GB/s' % (a4['bytes_per_s'] / 1e9,
+                                                      b4['bytes_per_s'] / 1e9),
+                     '%.2fx one reader; %.2f (a)' % (r4, z4['bytes_per_s'] / a4['bytes_per_s']),
+                     '>= 1.2x one reader', r4 >= 1.2)
+            if lat:
+                self.raw['B4'] = lat
+                self.row('B4', 'open->first byte (4 KiB), 4 ranks, 1 MiB batches',
+                         'p50 %.0f us, p99 %.0f us' % (lat['first_p50_us'], lat['first_p99_us']),
+                         'open() alone p50 %.0f / p99 %.0f us' % (lat['open_p50_us'],
+                                                                  lat['open_p99_us']),
+                         '', 'p99 < 2 ms', lat['first_p99_us'] < 2000)
+
+    # ---------------------------------------------------------------- B2
+    def b2(self):
+        src = self.jsonl()
+        base = {}
+        for w in (0, 2):
+            _, out, _ = self.run([PY, HERE / 'dataloader_baseline.py', src, '--workers', w,
+                                  '--seconds', self.secs])
+            base[w] = json.loads(out)
+        best = max(base.values(), key=lambda d: d['records_per_s'])
+        self.raw['B2'] = {'dataloader': base}
+        bl = 'DataLoader %.0fk/s (w=0), %.0fk/s (w=2)' % (
+            base[0]['records_per_s'] / 1e3, base[2]['records_per_s'] / 1e3)
+        for name, opts, target, need in (('compressed', [], '>= 3x', 3.0),
+                                         ('uncompressed', ['--compress', 'none'], '>= 10x', 10.0)):
+            try:
+                ds, _ = self.pack('jsonl-' + name, [src], *opts)
+                ctx, zm = self.mount_zephon(ds, 'b2', 'world_size=1,global_batch=256,'
+                                            'format=lines')
+                with ctx:
+                    nxt = zm / 'rank' / '0' / 'next'
+                    _, out, _ = self.run([PY, HERE / 'lines_reader.py', nxt, '--seconds',
+                                          self.secs])
+                    py = json.loads(out)
+                    c = self.readloop([nxt], lines=True)
+            except NotBuilt as e:
+                self.na('B2', 'records/s, %s' % name, target + ' better baseline', e)
+                self.rows[-1] = self.rows[-1][:3] + (bl,) + self.rows[-1][4:]
+                continue
+            self.raw['B2'][name] = {'python': py, 'readloop': c}
+            ratio = py['records_per_s'] / best['records_per_s']
+            self.row('B2', 'records/s, %s (Python reader; C reader %.0fk/s)' % (
+                name, c['records_per_s'] / 1e3), '%.0fk/s' % (py['records_per_s'] / 1e3), bl,
+                '%.1fx' % ratio, target + ' better baseline', ratio >= need)
+
+    # ---------------------------------------------------------------- B3
+    def b3(self):
+        code = ('import resource, time, torch\n'
+                't = time.perf_counter(); p = torch.randperm(10**9); t = time.perf_counter() - t\n'
+                'print(t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n')
+        _, out, err = self.run(['/usr/bin/time', '-v', PY, '-c', code])
+        secs, _ = out.split()
+        rss_kib = int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', err).group(1))
+        base = float(secs)
+        self.raw['B3'] = {'randperm_s': base, 'randperm_peak_rss_kib': rss_kib}
+        bl = 'randperm(10^9) %.2f s, peak RSS %.0f MiB' % (base, rss_kib / 1024)
+        try:
+            res = self.b3_zephon()
+        except NotBuilt as e:
+            self.na('B3', 'order setup N=10^9: mount->first batch', '< 0.5 s, < 64 MiB, >= 20x', e)
+            self.rows[-1] = self.rows[-1][:3] + (bl,) + self.rows[-1][4:]
+            return
+        self.raw['B3']['zephon'] = res
+        for label, key in (('mount->first batch', 'first'), ('first batch at resume '
+                           'near end of epoch 3', 'resume')):
+            s, rss = res[key]
+            self.row('B3', 'order setup N=10^9: ' + label, '%.3f s, %.1f MiB' % (s, rss / 1024),
+                     bl, '%.0fx' % (base / s), '< 0.5 s, < 64 MiB, >= 20x',
+                     s < 0.5 and rss < 64 * 1024 and base / s >= 20)
+
+    def b3_zephon(self):
+        raise NotBuilt('needs mount and a 10^9-sample dataset; see RESULTS.md')
+
+    # ---------------------------------------------------------------- B5
+    def b5(self):
+        exe = self.build / 'tests' / 'bench_journal'
+        if not exe.exists():
+            self.na('B5', 'journaled claims/s', '>= 20,000/s (sync=normal)',
+                    'bench_journal not built yet')
+            return
+        _, out, err = self.run([exe], timeout=600)
+        self.raw['B5'] = out
+        rates = {}
+        for mode in ('normal', 'full'):
+            m = re.search(r'sync=%s\D*?([\d.]+)\s*(?:claims/s|/s)' % mode, out)
+            if m:
+                rates[mode] = float(m.group(1))
+        if 'normal' not in rates:
+            self.row('B5', 'journaled claims/s', out.strip().replace('\n', '; ')[:80], '', '',
+                     '>= 20,000/s (sync=normal)', None)
+            return
+        self.row('B5', 'journaled claims/s, sync=normal / full',
+                 '%.0f / %s' % (rates['normal'], '%.0f' % rates['full'] if 'full' in rates
+                                else '?'), '', '', '>= 20,000/s (sync=normal)',
+                 rates['normal'] >= 20000)
+
+    # ---------------------------------------------------------------- B6
+    def b6(self):
+        src = self.jsonl()
+        size = src.stat().st_size
+        out = self.work / 'b6.jsonl.zst'
+        t0 = time.perf_counter()
+        self.run(['zstd', '-3', '-q', '-f', src, '-o', out])
+        cli = time.perf_counter() - t0
+        cli_ratio = size / out.stat().st_size
+        out.unlink()
+        self.raw['B6'] = {'zstd_cli_s': cli, 'zstd_cli_ratio': cli_ratio, 'input_bytes': size}
+        bl = 'zstd -3: %.0f MB/s, ratio %.2f' % (size / cli / 1e6, cli_ratio)
+        try:
+            ds = self.work / 'ds-b6'
+            shutil.rmtree(ds, ignore_errors=True)
+            t0 = time.perf_counter()
+            self.run([self.zephon, 'pack', ds, src, '--level', '3'])
+            secs = time.perf_counter() - t0
+            _, info, _ = self.run([self.zephon, 'info', '--json', ds])
+            info = json.loads(info)
+            shutil.rmtree(ds, ignore_errors=True)
+        except NotBuilt as e:
+            self.na('B6', 'pack JSONL (level 3, dictionary)', '>= 0.5x CLI speed', e)
+            self.rows[-1] = self.rows[-1][:3] + (bl,) + self.rows[-1][4:]
+            return
+        ratio = info['raw_bytes'] / info['stored_bytes']
+        self.raw['B6'].update(pack_s=secs, pack_ratio=ratio)
+        speed = size / secs / 1e6
+        self.row('B6', 'pack JSONL (level 3, dictionary)',
+                 '%.0f MB/s, ratio %.2f' % (speed, ratio), bl,
+                 '%.2fx' % (cli / secs), '>= 0.5x CLI speed', cli / secs >= 0.5)
+
+    # ---------------------------------------------------------------- table
+    def table(self):
+        head = ('#', 'what', 'measured', 'baseline (same run)', 'ratio', 'target', 'result')
+        rows = [head] + [r[:6] + ({True: 'pass', False: 'MISS', None: '-'}[r[6]],)
+                         for r in self.rows]
+        widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+        lines = []
+        for k, r in enumerate(rows):
+            lines.append('  '.join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+            if k == 0:
+                lines.append('  '.join('-' * w for w in widths))
+        return '\n'.join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description='Zephon benchmarks B1-B6 (issue 7)')
+    ap.add_argument('--build', default=str(ROOT / 'build-bench'))
+    ap.add_argument('--work', default=os.environ.get('ZEPHON_BENCH_DIR', '/tmp/zephon-bench'))
+    ap.add_argument('--seconds', type=float, default=3.0, help='per throughput measurement')
+    ap.add_argument('--jsonl-mb', type=float, default=100.0)
+    ap.add_argument('--only', default='B1,B2,B3,B4,B5,B6')
+    ap.add_argument('--fresh', action='store_true', help='delete cached inputs and datasets')
+    a = ap.parse_args()
+    if a.fresh:
+        shutil.rmtree(a.work, ignore_errors=True)
+    b = Bench(a)
+    only = set(a.only.upper().split(','))
+    steps = [('B1', b.b1_b4), ('B2', b.b2), ('B3', b.b3), ('B5', b.b5), ('B6', b.b6)]
+    for bid, fn in steps:
+        if bid not in only and not (bid == 'B1' and 'B4' in only):
+            continue
+        print('== %s' % bid, file=sys.stderr, flush=True)
+        try:
+            fn()
+        except NotBuilt as e:
+            b.na(bid, '', '', e)
+    print(b.table())
+    (pathlib.Path(a.work) / 'results.json').write_text(json.dumps(
+        {'rows': b.rows, 'raw': b.raw}, indent=1, default=str))
+
+
+if __name__ == '__main__':
+    main()
