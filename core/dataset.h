@@ -7,7 +7,8 @@
  *   DIR/shard-NNNNN.zst     sample payloads back to back; with compress=zstd each one an
  *                           independent zstd frame (content size and content checksum
  *                           on, compressed with the dataset's dictionary if any); with
- *                           compress=none the raw bytes
+ *                           compress=none the file is shard-NNNNN.raw and holds the raw
+ *                           bytes (the catalog's shards table names every file)
  *   DIR/shard-NNNNN.idx     struct shard_index_header, then `count` struct shard_index_entry,
  *                           all little-endian, mmap-able
  * Sample ids [first_sample, first_sample + count) of a shard are consecutive; shards
@@ -79,6 +80,7 @@ struct dataset_info {
 
 struct dataset;
 struct sample_reader;
+struct catalog;
 
 /* Open DIR read-only: read the catalog, mmap every shard index and check each header
  * against the catalog. On failure returns -errno and writes a one-line reason into err:
@@ -90,6 +92,8 @@ void dataset_close(struct dataset *ds);
 
 const struct dataset_info *dataset_info(const struct dataset *ds);
 const char *dataset_dir(const struct dataset *ds);
+/* The whole catalog as loaded (meta, sources, shards; see catalog.h), owned by ds. */
+const struct catalog *dataset_catalog(const struct dataset *ds);
 
 /* Decoded size of sample id from the index, without reading the shard.
  * 0, or -ERANGE (id >= N). */
@@ -113,5 +117,35 @@ void sample_reader_free(struct sample_reader *r);
  * corrupt frame, read error, size differs from the index: out is left as it was),
  * -ENOMEM. Never returns wrong bytes. */
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out);
+/* Why the last sample_reader_read() of r failed, one line naming the sample id and shard
+ * file ("sample 17 (shard-00000.zst): content checksum mismatch"); "" after a success.
+ * Owned by r, valid until the next read. */
+const char *sample_reader_last_error(const struct sample_reader *r);
+
+/* The metadata text that closes a dataset's fingerprint (pack.h states the whole rule):
+ * "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\nseq_len=L\nsamples=N\n",
+ * with E, D empty and L 0 where they do not apply. Writes at most len bytes (NUL
+ * included); returns the text's length. */
+size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len);
+
+struct dataset_verify_report {
+	uint64_t samples_ok;
+	uint64_t samples_bad;
+	uint64_t problems;        /* every problem reported, samples or not */
+	uint64_t raw_bytes;       /* recomputed from the decoded samples */
+	char fingerprint[33];     /* recomputed; compare with dataset_info()->fingerprint */
+};
+
+/* Decode every sample and check everything that can be checked: each frame, content
+ * checksum and index checksum (sample_reader_read), that each shard's payloads lie back
+ * to back and fill the file, that file groups parse, and that the recomputed
+ * fingerprint, raw and stored byte totals match the catalog. Calls bad(ctx, id, msg)
+ * once per problem (id = UINT64_MAX for a problem that is not one sample's) and
+ * progress(ctx, done, N) now and then; either may be NULL. O(N) time, O(1) memory.
+ * 0 when clean, -EBADMSG when any problem was found, -ENOMEM. */
+int dataset_verify(const struct dataset *ds,
+		   void (*bad)(void *ctx, uint64_t id, const char *msg),
+		   void (*progress)(void *ctx, uint64_t done, uint64_t total),
+		   void *ctx, struct dataset_verify_report *rep);
 
 #endif

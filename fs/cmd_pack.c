@@ -1,10 +1,333 @@
-#include "cmd.h"
+/* cmd_pack.c: `zephon pack INPUT... -o DATASET`: the command line around core/pack.h. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-/* Placeholder until the issue that builds `zephon pack` lands. */
+#include "cmd.h"
+#include "pack.h"
+
+#define NOTICES_SHOWN 20
+
+struct pack_ui {
+	int bar;                 /* draw a progress bar (stderr is a terminal) */
+	int drawn;
+	double start, last;
+	uint64_t notices;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "12.3 MB" (decimal units, as progress bars and throughput figures use). */
+static const char *human(double v, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "kB", "MB", "GB", "TB", "PB" };
+	unsigned u = 0;
+
+	while (v >= 1000 && u < 5) {
+		v /= 1000;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+	return buf;
+}
+
+static void progress(void *ctx, const struct pack_progress *p)
+{
+	struct pack_ui *ui = ctx;
+	double t = now(), el = t - ui->start, frac, rate;
+	char a[24], b[24], r[24], eta[24] = "";
+	char bar[31];
+	int fill;
+
+	if (!ui->bar)
+		return;
+	if (p->done) {
+		if (ui->drawn)
+			fputs("\r\033[K", stderr);
+		return;
+	}
+	if (t - ui->last < 0.2)
+		return;
+	ui->last = t;
+	frac = p->input_bytes_total ? (double)p->input_bytes / (double)p->input_bytes_total : 0;
+	if (frac > 1)
+		frac = 1;
+	fill = (int)(frac * 30);
+	memset(bar, '#', (size_t)fill);
+	memset(bar + fill, '.', (size_t)(30 - fill));
+	bar[30] = 0;
+	rate = el > 0 ? (double)p->input_bytes / el : 0;
+	if (rate > 0 && p->input_bytes_total > p->input_bytes) {
+		unsigned s = (unsigned)((double)(p->input_bytes_total - p->input_bytes) / rate);
+
+		snprintf(eta, sizeof(eta), "  ETA %u:%02u:%02u", s / 3600, s / 60 % 60, s % 60);
+	}
+	fprintf(stderr, "\r\033[K%3.0f%% [%s] %s/%s  %" PRIu64 " samples  %.0f samples/s  %s/s%s",
+		frac * 100, bar, human((double)p->input_bytes, a, sizeof(a)),
+		human((double)p->input_bytes_total, b, sizeof(b)), p->samples,
+		el > 0 ? (double)p->samples / el : 0.0, human(rate, r, sizeof(r)), eta);
+	ui->drawn = 1;
+}
+
+static void notice(void *ctx, const char *msg)
+{
+	struct pack_ui *ui = ctx;
+
+	if (ui->notices++ >= NOTICES_SHOWN)
+		return;
+	if (ui->drawn) {
+		fputs("\r\033[K", stderr);
+		ui->drawn = 0;
+	}
+	fprintf(stderr, "zephon: pack: warning: %s\n", msg);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: zephon pack INPUT... -o DATASET [options]\n"
+		"\n"
+		"Pack inputs, in the order given, into a new dataset directory whose sample ids\n"
+		"run 0..N-1. Formats by name: *.jsonl[.zst] (one JSON value per line, validated),\n"
+		"*.txt (one sample per non-empty line), a directory (one sample per file, sorted\n"
+		"by path), *.tar[.gz|.xz|.zst] (WebDataset: members sharing a key form a sample),\n"
+		"*.bin, *.npy and Megatron-LM *.idx/*.bin (tokens, cut into --seq-len windows).\n"
+		"zstd-compressed text is detected by its magic bytes.\n"
+		"\n"
+		"options:\n"
+		"  -o, --output DIR      the dataset directory to create (must not exist)\n"
+		"  --format F            auto (default), jsonl, lines, files, tar, tokens, bin, npy,\n"
+		"                        megatron: read every input as F\n"
+		"  --seq-len L           tokens per sample (required for token inputs)\n"
+		"  --dtype D             dtype of raw .bin tokens: uint8, uint16, uint32, int32\n"
+		"  --compress zstd|none  per-sample zstd frames (default) or raw samples\n"
+		"  --level N             zstd level (default %d)\n"
+		"  --no-dict             do not train a zstd dictionary\n"
+		"  --dict-size BYTES     dictionary capacity (default %u)\n"
+		"  --shard-size BYTES    start a new shard file past this size (default 1G;\n"
+		"                        K, M, G suffixes)\n"
+		"  --skip-bad            skip and count bad records instead of failing\n"
+		"  --force               replace DIR if it is an existing dataset\n"
+		"  -q, --quiet           no progress bar and no summary\n"
+		"\n"
+		"Bad input stops the pack with an error naming the file and position; nothing is\n"
+		"left behind. A progress bar is drawn when stderr is a terminal.\n",
+		PACK_LEVEL_DEFAULT, PACK_DICT_SIZE_DEFAULT);
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+	if (*end || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
+       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE };
+
 int cmd_pack(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	die_msg("pack: not built yet");
-	return 1;
+	static const struct option longopts[] = {
+		{ "output", required_argument, NULL, 'o' },
+		{ "format", required_argument, NULL, OPT_FORMAT },
+		{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
+		{ "dtype", required_argument, NULL, OPT_DTYPE },
+		{ "compress", required_argument, NULL, OPT_COMPRESS },
+		{ "level", required_argument, NULL, OPT_LEVEL },
+		{ "no-dict", no_argument, NULL, OPT_NO_DICT },
+		{ "dict-size", required_argument, NULL, OPT_DICT_SIZE },
+		{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
+		{ "skip-bad", no_argument, NULL, OPT_SKIP_BAD },
+		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct pack_opts o;
+	struct pack_result res;
+	struct pack_ui ui = { 0 };
+	struct sigaction sa, old_int, old_term;
+	char err[1024], a[24], b[24], c[24];
+	uint64_t v;
+	int quiet = 0, opt, rc;
+	double el;
+
+	pack_opts_init(&o);
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'o':
+			o.out = optarg;
+			break;
+		case OPT_FORMAT:
+			if (source_format_parse(optarg, &o.format)) {
+				die_msg("pack: unknown --format '%s'; use auto, jsonl, lines, files, tar, "
+					"tokens, bin, npy or megatron", optarg);
+				return 2;
+			}
+			break;
+		case OPT_SEQ_LEN:
+			if (parse_size(optarg, &o.seq_len) || o.seq_len == 0) {
+				die_msg("pack: --seq-len '%s' is not a positive number", optarg);
+				return 2;
+			}
+			break;
+		case OPT_DTYPE:
+			if (dataset_dtype_parse(optarg, &o.dtype)) {
+				die_msg("pack: unknown --dtype '%s'; use uint8, uint16, uint32 or int32",
+					optarg);
+				return 2;
+			}
+			o.have_dtype = 1;
+			break;
+		case OPT_COMPRESS:
+			if (strcmp(optarg, "zstd") && strcmp(optarg, "none")) {
+				die_msg("pack: --compress takes zstd or none, not '%s'", optarg);
+				return 2;
+			}
+			o.compress = !strcmp(optarg, "zstd");
+			break;
+		case OPT_LEVEL: {
+			char *end;
+			long l = strtol(optarg, &end, 10);
+
+			if (*end || end == optarg || l < -131072 || l > 22) {
+				die_msg("pack: --level '%s' is not a zstd level", optarg);
+				return 2;
+			}
+			o.level = (int)l;
+			break;
+		}
+		case OPT_NO_DICT:
+			o.no_dict = 1;
+			break;
+		case OPT_DICT_SIZE:
+			if (parse_size(optarg, &v) || v > (1u << 30)) {
+				die_msg("pack: --dict-size '%s' is not a size up to 1G", optarg);
+				return 2;
+			}
+			o.dict_size = (size_t)v;
+			break;
+		case OPT_SHARD_SIZE:
+			if (parse_size(optarg, &o.shard_bytes) || o.shard_bytes == 0) {
+				die_msg("pack: --shard-size '%s' is not a positive size", optarg);
+				return 2;
+			}
+			break;
+		case OPT_SKIP_BAD:
+			o.skip_bad = 1;
+			break;
+		case OPT_FORCE:
+			o.force = 1;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			if (optopt && optopt < 256)
+				die_msg("pack: unknown or incomplete option '-%c'; see zephon pack --help",
+					optopt);
+			else
+				die_msg("pack: unknown or incomplete option '%s'; see zephon pack --help",
+					argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		die_msg("pack: no inputs; usage: zephon pack INPUT... -o DATASET (see --help)");
+		return 2;
+	}
+	if (!o.out) {
+		die_msg("pack: no output; pass -o DATASET (a directory that does not exist yet)");
+		return 2;
+	}
+	o.inputs = (const char *const *)(argv + optind);
+	o.ninputs = (size_t)(argc - optind);
+	ui.bar = !quiet && isatty(STDERR_FILENO);
+	ui.start = ui.last = now();
+	o.progress = progress;
+	o.notice = notice;
+	o.ctx = &ui;
+	o.cancel = &interrupted;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	rc = pack_run(&o, &res, err, sizeof(err));
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	if (ui.drawn)
+		fputs("\r\033[K", stderr);
+	if (ui.notices > NOTICES_SHOWN)
+		fprintf(stderr, "zephon: pack: %" PRIu64 " more warnings not shown\n",
+			ui.notices - NOTICES_SHOWN);
+	if (rc) {
+		die_msg("pack: %s", err[0] ? err : strerror(-rc));
+		return 1;
+	}
+	el = now() - ui.start;
+	if (!quiet) {
+		printf("packed %" PRIu64 " samples (%s) from %zu input%s into %s\n", res.samples,
+		       dataset_kind_name(res.kind), o.ninputs, o.ninputs == 1 ? "" : "s", o.out);
+		printf("  %s raw, %s stored (%.2fx), %" PRIu64 " shard%s, dictionary %zu bytes\n",
+		       human((double)res.raw_bytes, a, sizeof(a)),
+		       human((double)res.stored_bytes, b, sizeof(b)),
+		       res.stored_bytes ? (double)res.raw_bytes / (double)res.stored_bytes : 0.0,
+		       res.shards, res.shards == 1 ? "" : "s", res.dict_bytes);
+		printf("  %s of input in %.2f s (%s/s)\n", human((double)res.input_bytes, c, sizeof(c)),
+		       el, human(el > 0 ? (double)res.input_bytes / el : 0, a, sizeof(a)));
+		if (res.skipped)
+			printf("  skipped %" PRIu64 " bad records or files (--skip-bad)\n", res.skipped);
+		if (res.kind == DATASET_TOKENS && res.remainder_tokens)
+			printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
+			       res.remainder_tokens);
+		printf("  fingerprint %s\n", res.fingerprint);
+	}
+	return 0;
 }

@@ -1,0 +1,524 @@
+#include "catalog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "dataset.h"
+
+/* schema/catalog.sql, embedded by schema/embed.py. */
+extern const char schema_catalog_sql[];
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* The one place SQLite codes become -errno. */
+static int sqlite_errno(int rc)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_CANTOPEN:
+		return -ENOENT;
+	case SQLITE_NOTADB:
+	case SQLITE_CORRUPT:
+	case SQLITE_SCHEMA:
+	case SQLITE_ERROR:
+	case SQLITE_MISMATCH:
+	case SQLITE_CONSTRAINT:
+		return -EBADMSG;
+	case SQLITE_PERM:
+	case SQLITE_AUTH:
+	case SQLITE_READONLY:
+		return -EACCES;
+	default:
+		return -EIO;
+	}
+}
+
+static char *dup_text(sqlite3_stmt *st, int col)
+{
+	const unsigned char *t = sqlite3_column_text(st, col);
+
+	return strdup(t ? (const char *)t : "");
+}
+
+static int col_u64(sqlite3_stmt *st, int col, uint64_t *out)
+{
+	sqlite3_int64 v;
+
+	if (sqlite3_column_type(st, col) != SQLITE_INTEGER)
+		return -EBADMSG;
+	v = sqlite3_column_int64(st, col);
+	if (v < 0)
+		return -EBADMSG;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+static int grow(void **arr, size_t n, size_t size)
+{
+	/* Arrays grow one element at a time; catalogs hold few rows (inputs, shards). */
+	void *p = realloc(*arr, (n + 1) * size);
+
+	if (!p)
+		return -ENOMEM;
+	*arr = p;
+	return 0;
+}
+
+static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	/* meta */
+	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta ORDER BY key", -1, &st, NULL);
+	if (rc)
+		goto sql_fail;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (sqlite3_column_type(st, 0) != SQLITE_TEXT ||
+		    sqlite3_column_type(st, 1) != SQLITE_TEXT) {
+			set_err(err, errlen, "meta row is not text");
+			rc = SQLITE_MISMATCH;
+			goto fail;
+		}
+		if (catalog_meta_set(c, (const char *)sqlite3_column_text(st, 0),
+				     (const char *)sqlite3_column_text(st, 1))) {
+			rc = SQLITE_NOMEM;
+			goto fail;
+		}
+	}
+	if (rc != SQLITE_DONE)
+		goto sql_fail;
+	sqlite3_finalize(st);
+
+	/* dict */
+	rc = sqlite3_prepare_v2(db, "SELECT bytes FROM dict WHERE id = 1", -1, &st, NULL);
+	if (rc)
+		goto sql_fail;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		const void *p = sqlite3_column_blob(st, 0);
+		int n = sqlite3_column_bytes(st, 0);
+
+		if (sqlite3_column_type(st, 0) != SQLITE_BLOB || n <= 0) {
+			set_err(err, errlen, "dictionary row is not a blob");
+			rc = SQLITE_MISMATCH;
+			goto fail;
+		}
+		if (catalog_set_dict(c, p, (size_t)n)) {
+			rc = SQLITE_NOMEM;
+			goto fail;
+		}
+	} else if (rc != SQLITE_DONE) {
+		goto sql_fail;
+	}
+	sqlite3_finalize(st);
+
+	/* sources */
+	rc = sqlite3_prepare_v2(db, "SELECT path, format, size, checksum, first_sample, samples "
+				"FROM sources ORDER BY idx", -1, &st, NULL);
+	if (rc)
+		goto sql_fail;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct catalog_source *s;
+		const unsigned char *sum;
+
+		if (grow((void **)&c->sources, c->nsources, sizeof(*s))) {
+			rc = SQLITE_NOMEM;
+			goto fail;
+		}
+		s = &c->sources[c->nsources];
+		memset(s, 0, sizeof(*s));
+		s->path = dup_text(st, 0);
+		s->format = dup_text(st, 1);
+		c->nsources++;
+		if (!s->path || !s->format) {
+			rc = SQLITE_NOMEM;
+			goto fail;
+		}
+		sum = sqlite3_column_text(st, 3);
+		snprintf(s->checksum, sizeof(s->checksum), "%s", sum ? (const char *)sum : "");
+		if (col_u64(st, 2, &s->size) || col_u64(st, 4, &s->first_sample) ||
+		    col_u64(st, 5, &s->samples)) {
+			set_err(err, errlen, "source %zu has a non-integer or negative field",
+				c->nsources - 1);
+			rc = SQLITE_MISMATCH;
+			goto fail;
+		}
+	}
+	if (rc != SQLITE_DONE)
+		goto sql_fail;
+	sqlite3_finalize(st);
+
+	/* shards */
+	rc = sqlite3_prepare_v2(db, "SELECT file, index_file, first_sample, samples, bytes "
+				"FROM shards ORDER BY idx", -1, &st, NULL);
+	if (rc)
+		goto sql_fail;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct catalog_shard *sh;
+
+		if (grow((void **)&c->shards, c->nshards, sizeof(*sh))) {
+			rc = SQLITE_NOMEM;
+			goto fail;
+		}
+		sh = &c->shards[c->nshards];
+		memset(sh, 0, sizeof(*sh));
+		sh->file = dup_text(st, 0);
+		sh->index_file = dup_text(st, 1);
+		c->nshards++;
+		if (!sh->file || !sh->index_file) {
+			rc = SQLITE_NOMEM;
+			goto fail;
+		}
+		if (col_u64(st, 2, &sh->first_sample) || col_u64(st, 3, &sh->samples) ||
+		    col_u64(st, 4, &sh->bytes)) {
+			set_err(err, errlen, "shard %zu has a non-integer or negative field",
+				c->nshards - 1);
+			rc = SQLITE_MISMATCH;
+			goto fail;
+		}
+	}
+	if (rc != SQLITE_DONE)
+		goto sql_fail;
+	sqlite3_finalize(st);
+	return 0;
+
+sql_fail:
+	set_err(err, errlen, "%s", sqlite3_errmsg(db));
+fail:
+	sqlite3_finalize(st);
+	return sqlite_errno(rc) ? sqlite_errno(rc) : -EBADMSG;
+}
+
+int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen)
+{
+	struct catalog c = CATALOG_INIT;
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	struct stat sb;
+	int rc;
+
+	if (stat(path, &sb) != 0) {
+		rc = -errno;
+		set_err(err, errlen, "%s: %s", path, strerror(errno));
+		return rc;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		set_err(err, errlen, "%s: not a regular file", path);
+		return -EBADMSG;
+	}
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+	if (rc != SQLITE_OK) {
+		set_err(err, errlen, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
+		rc = sqlite_errno(rc);
+		goto out;
+	}
+	rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+	if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		c.user_version = sqlite3_column_int(st, 0);
+	else {
+		set_err(err, errlen, "%s: %s", path, sqlite3_errmsg(db));
+		rc = sqlite_errno(rc ? rc : sqlite3_errcode(db));
+		if (!rc)
+			rc = -EBADMSG;
+		goto out;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	rc = load_rows(db, &c, err, errlen);
+	if (rc) {
+		/* prefix the file name to the reason */
+		char why[256];
+
+		snprintf(why, sizeof(why), "%s", err ? err : "");
+		set_err(err, errlen, "%s: %s", path, why);
+		goto out;
+	}
+	*out = c;
+	memset(&c, 0, sizeof(c));
+out:
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	catalog_release(&c);
+	return rc;
+}
+
+static int exec_bind_meta(sqlite3_stmt *st, const struct catalog_meta *m)
+{
+	int rc;
+
+	sqlite3_reset(st);
+	sqlite3_bind_text(st, 1, m->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, m->value, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int catalog_save(const char *path, const struct catalog *c, char *err, size_t errlen)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	int rc, fd;
+
+	if (access(path, F_OK) == 0) {
+		set_err(err, errlen, "%s already exists", path);
+		return -EEXIST;
+	}
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+	if (rc != SQLITE_OK)
+		goto fail;
+	rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+	if (rc)
+		goto fail;
+	rc = sqlite3_exec(db, schema_catalog_sql, NULL, NULL, NULL);
+	if (rc)
+		goto fail;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1, &st, NULL);
+	if (rc)
+		goto fail;
+	for (size_t i = 0; i < c->nmeta; i++)
+		if ((rc = exec_bind_meta(st, &c->meta[i])))
+			goto fail;
+	sqlite3_finalize(st);
+	st = NULL;
+
+	if (c->dict) {
+		rc = sqlite3_prepare_v2(db, "INSERT INTO dict (id, bytes) VALUES (1, ?1)", -1, &st,
+					NULL);
+		if (rc)
+			goto fail;
+		sqlite3_bind_blob64(st, 1, c->dict, c->dict_len, SQLITE_STATIC);
+		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+			goto fail;
+		sqlite3_finalize(st);
+		st = NULL;
+	}
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO sources (idx, path, format, size, checksum, "
+				"first_sample, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+				-1, &st, NULL);
+	if (rc)
+		goto fail;
+	for (size_t i = 0; i < c->nsources; i++) {
+		const struct catalog_source *s = &c->sources[i];
+
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)i);
+		sqlite3_bind_text(st, 2, s->path, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 3, s->format, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)s->size);
+		sqlite3_bind_text(st, 5, s->checksum, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 6, (sqlite3_int64)s->first_sample);
+		sqlite3_bind_int64(st, 7, (sqlite3_int64)s->samples);
+		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+			goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO shards (idx, file, index_file, first_sample, "
+				"samples, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", -1, &st, NULL);
+	if (rc)
+		goto fail;
+	for (size_t i = 0; i < c->nshards; i++) {
+		const struct catalog_shard *sh = &c->shards[i];
+
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, (sqlite3_int64)i);
+		sqlite3_bind_text(st, 2, sh->file, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, 3, sh->index_file, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 4, (sqlite3_int64)sh->first_sample);
+		sqlite3_bind_int64(st, 5, (sqlite3_int64)sh->samples);
+		sqlite3_bind_int64(st, 6, (sqlite3_int64)sh->bytes);
+		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+			goto fail;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+
+	rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+	if (rc)
+		goto fail;
+	rc = sqlite3_close(db);
+	db = NULL;
+	if (rc)
+		goto fail;
+	/* The rollback journal is gone after COMMIT; make the file itself durable. */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) != 0) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		set_err(err, errlen, "%s: %s", path, strerror(-rc));
+		unlink(path);
+		return rc;
+	}
+	close(fd);
+	return 0;
+
+fail:
+	set_err(err, errlen, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot create");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	unlink(path);
+	rc = sqlite_errno(rc);
+	return rc == -EBADMSG || rc == 0 ? -EIO : rc;
+}
+
+const char *catalog_meta_get(const struct catalog *c, const char *key)
+{
+	for (size_t i = 0; i < c->nmeta; i++)
+		if (!strcmp(c->meta[i].key, key))
+			return c->meta[i].value;
+	return NULL;
+}
+
+int catalog_meta_u64(const struct catalog *c, const char *key, uint64_t *out)
+{
+	const char *v = catalog_meta_get(c, key);
+	char *end;
+	unsigned long long x;
+
+	if (!v)
+		return -ENOENT;
+	if (*v < '0' || *v > '9')
+		return -EBADMSG;
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || *end)
+		return -EBADMSG;
+	*out = x;
+	return 0;
+}
+
+int catalog_meta_set(struct catalog *c, const char *key, const char *value)
+{
+	char *v = strdup(value), *k;
+
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nmeta; i++) {
+		if (!strcmp(c->meta[i].key, key)) {
+			free(c->meta[i].value);
+			c->meta[i].value = v;
+			return 0;
+		}
+	}
+	k = strdup(key);
+	if (!k || grow((void **)&c->meta, c->nmeta, sizeof(*c->meta))) {
+		free(k);
+		free(v);
+		return -ENOMEM;
+	}
+	c->meta[c->nmeta].key = k;
+	c->meta[c->nmeta].value = v;
+	c->nmeta++;
+	return 0;
+}
+
+int catalog_meta_set_u64(struct catalog *c, const char *key, uint64_t value)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%" PRIu64, value);
+	return catalog_meta_set(c, key, s);
+}
+
+int catalog_set_dict(struct catalog *c, const void *dict, size_t dict_len)
+{
+	uint8_t *p = malloc(dict_len ? dict_len : 1);
+
+	if (!p)
+		return -ENOMEM;
+	memcpy(p, dict, dict_len);
+	free(c->dict);
+	c->dict = p;
+	c->dict_len = dict_len;
+	return 0;
+}
+
+int catalog_add_source(struct catalog *c, const struct catalog_source *s)
+{
+	struct catalog_source *d;
+
+	if (grow((void **)&c->sources, c->nsources, sizeof(*d)))
+		return -ENOMEM;
+	d = &c->sources[c->nsources];
+	*d = *s;
+	d->path = strdup(s->path);
+	d->format = strdup(s->format);
+	if (!d->path || !d->format) {
+		free(d->path);
+		free(d->format);
+		return -ENOMEM;
+	}
+	c->nsources++;
+	return 0;
+}
+
+int catalog_add_shard(struct catalog *c, const struct catalog_shard *sh)
+{
+	struct catalog_shard *d;
+
+	if (grow((void **)&c->shards, c->nshards, sizeof(*d)))
+		return -ENOMEM;
+	d = &c->shards[c->nshards];
+	*d = *sh;
+	d->file = strdup(sh->file);
+	d->index_file = strdup(sh->index_file);
+	if (!d->file || !d->index_file) {
+		free(d->file);
+		free(d->index_file);
+		return -ENOMEM;
+	}
+	c->nshards++;
+	return 0;
+}
+
+void catalog_release(struct catalog *c)
+{
+	for (size_t i = 0; i < c->nmeta; i++) {
+		free(c->meta[i].key);
+		free(c->meta[i].value);
+	}
+	for (size_t i = 0; i < c->nsources; i++) {
+		free(c->sources[i].path);
+		free(c->sources[i].format);
+	}
+	for (size_t i = 0; i < c->nshards; i++) {
+		free(c->shards[i].file);
+		free(c->shards[i].index_file);
+	}
+	free(c->meta);
+	free(c->dict);
+	free(c->sources);
+	free(c->shards);
+	memset(c, 0, sizeof(*c));
+}

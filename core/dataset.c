@@ -1,0 +1,651 @@
+#include "dataset.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+#include <xxhash.h>
+
+#include "catalog.h"
+#include "filegroup.h"
+#include "shard_index.h"
+
+struct ds_shard {
+	const char *file;        /* points into ds->cat */
+	int fd;
+	const uint8_t *index;    /* mmapped .idx */
+	size_t index_len;
+	uint64_t first_sample;
+	uint64_t count;
+	uint64_t bytes;          /* payload file size */
+};
+
+struct dataset {
+	char *dir;
+	struct dataset_info info;
+	struct catalog cat;
+	ZSTD_DDict *ddict;       /* NULL without a dictionary */
+	struct ds_shard *shards;
+	size_t nshards;
+};
+
+struct sample_reader {
+	const struct dataset *ds;
+	ZSTD_DCtx *dctx;
+	struct buf scratch;      /* compressed payload */
+	char err[320];
+};
+
+static const char *const kind_names[] = { "records", "tokens" };
+static const char *const content_names[] = { "text", "files", "tokens" };
+static const char *const dtype_names[] = { "uint8", "uint16", "uint32", "int32" };
+static const unsigned dtype_sizes[] = { 1, 2, 4, 4 };
+
+const char *dataset_kind_name(enum dataset_kind k)
+{
+	return (unsigned)k < 2 ? kind_names[k] : "?";
+}
+
+const char *dataset_content_name(enum dataset_content c)
+{
+	return (unsigned)c < 3 ? content_names[c] : "?";
+}
+
+const char *dataset_dtype_name(enum token_dtype d)
+{
+	return (unsigned)d < 4 ? dtype_names[d] : "?";
+}
+
+int dataset_dtype_parse(const char *s, enum token_dtype *out)
+{
+	for (unsigned i = 0; i < 4; i++) {
+		if (!strcmp(s, dtype_names[i])) {
+			*out = (enum token_dtype)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int name_index(const char *s, const char *const *names, unsigned n)
+{
+	for (unsigned i = 0; s && i < n; i++)
+		if (!strcmp(s, names[i]))
+			return (int)i;
+	return -1;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* A file name from the (untrusted) catalog must stay inside the dataset directory. */
+static int plain_name(const char *s)
+{
+	return s[0] && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
+}
+
+/* Fill ds->info from the catalog's meta table. */
+static int read_meta(struct dataset *ds, char *err, size_t errlen)
+{
+	const struct catalog *c = &ds->cat;
+	struct dataset_info *in = &ds->info;
+	const char *v;
+	uint64_t u;
+	int i;
+
+	if (c->user_version != CATALOG_FORMAT_VERSION ||
+	    catalog_meta_u64(c, "format_version", &u) || u != CATALOG_FORMAT_VERSION) {
+		v = catalog_meta_get(c, "format_version");
+		set_err(err, errlen, "catalog format version %s is not supported (this zephon "
+			"reads version %d); repack the inputs with this zephon",
+			v ? v : "(missing)", CATALOG_FORMAT_VERSION);
+		return -EPROTO;
+	}
+#define BAD(...) do { set_err(err, errlen, __VA_ARGS__); return -EBADMSG; } while (0)
+	if ((i = name_index(catalog_meta_get(c, "kind"), kind_names, 2)) < 0)
+		BAD("catalog meta 'kind' is missing or unknown");
+	in->kind = (enum dataset_kind)i;
+	if ((i = name_index(catalog_meta_get(c, "content"), content_names, 3)) < 0)
+		BAD("catalog meta 'content' is missing or unknown");
+	in->content = (enum dataset_content)i;
+	if ((in->kind == DATASET_TOKENS) != (in->content == CONTENT_TOKENS))
+		BAD("catalog kind '%s' does not fit content '%s'", dataset_kind_name(in->kind),
+		    dataset_content_name(in->content));
+	if (catalog_meta_u64(c, "samples", &in->samples) || in->samples == 0)
+		BAD("catalog meta 'samples' is missing or zero");
+	if (in->kind == DATASET_TOKENS) {
+		if ((i = name_index(catalog_meta_get(c, "dtype"), dtype_names, 4)) < 0)
+			BAD("catalog meta 'dtype' is missing or unknown");
+		in->dtype = (enum token_dtype)i;
+		in->itemsize = dtype_sizes[i];
+		if (catalog_meta_u64(c, "seq_len", &in->seq_len) || in->seq_len == 0 ||
+		    in->seq_len * in->itemsize > SAMPLE_MAX_BYTES)
+			BAD("catalog meta 'seq_len' is missing, zero or too large");
+	}
+	v = catalog_meta_get(c, "compress");
+	if (!v || (strcmp(v, "zstd") && strcmp(v, "none")))
+		BAD("catalog meta 'compress' is missing or unknown");
+	in->compressed = !strcmp(v, "zstd");
+	if (catalog_meta_u64(c, "raw_bytes", &in->raw_bytes) ||
+	    catalog_meta_u64(c, "stored_bytes", &in->stored_bytes))
+		BAD("catalog meta 'raw_bytes' or 'stored_bytes' is missing");
+	v = catalog_meta_get(c, "fingerprint");
+	if (!v || strlen(v) != 32 || strspn(v, "0123456789abcdef") != 32)
+		BAD("catalog meta 'fingerprint' is missing or not 32 hex digits");
+	memcpy(in->fingerprint, v, 33);
+	v = catalog_meta_get(c, "record_ext");
+	if (in->content == CONTENT_TEXT) {
+		if (!v || !*v || strlen(v) >= sizeof(in->record_ext) || strchr(v, '/'))
+			BAD("catalog meta 'record_ext' is missing or invalid");
+		memcpy(in->record_ext, v, strlen(v) + 1);
+	}
+	in->shards = c->nshards;
+	return 0;
+#undef BAD
+}
+
+static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
+{
+	uint64_t next = 0;
+	char why[256];
+
+	ds->shards = calloc(ds->cat.nshards ? ds->cat.nshards : 1, sizeof(*ds->shards));
+	if (!ds->shards)
+		return -ENOMEM;
+	for (size_t k = 0; k < ds->cat.nshards; k++) {
+		const struct catalog_shard *cs = &ds->cat.shards[k];
+		struct ds_shard *s = &ds->shards[ds->nshards];
+		struct shard_index_header h;
+		struct stat sb;
+		int ifd;
+		void *map;
+
+		s->fd = -1;
+		ds->nshards++;
+		s->file = cs->file;
+		s->first_sample = cs->first_sample;
+		s->count = cs->samples;
+		s->bytes = cs->bytes;
+		if (!plain_name(cs->file) || !plain_name(cs->index_file)) {
+			set_err(err, errlen, "catalog names shard file '%s' outside the dataset",
+				cs->file);
+			return -EBADMSG;
+		}
+		if (cs->first_sample != next || cs->samples == 0) {
+			set_err(err, errlen, "catalog shard %zu (%s) starts at sample %" PRIu64
+				" with %" PRIu64 " samples; expected a non-empty shard at %" PRIu64,
+				k, cs->file, cs->first_sample, cs->samples, next);
+			return -EBADMSG;
+		}
+		next += cs->samples;
+		if (next > ds->info.samples) {
+			set_err(err, errlen, "catalog shards hold more samples than its %" PRIu64,
+				ds->info.samples);
+			return -EBADMSG;
+		}
+
+		s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
+			set_err(err, errlen, "shard %s: %s", cs->file, strerror(errno));
+			return -EBADMSG;
+		}
+		if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != cs->bytes) {
+			set_err(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
+				" (truncated or replaced)", cs->file, (intmax_t)sb.st_size, cs->bytes);
+			return -EBADMSG;
+		}
+
+		ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+			set_err(err, errlen, "index %s: %s", cs->index_file,
+				ifd < 0 ? strerror(errno) : "not a regular file");
+			if (ifd >= 0)
+				close(ifd);
+			return -EBADMSG;
+		}
+		if (sb.st_size < (off_t)sizeof(h)) {
+			close(ifd);
+			set_err(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
+				(intmax_t)sb.st_size);
+			return -EBADMSG;
+		}
+		map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
+		close(ifd);
+		if (map == MAP_FAILED) {
+			set_err(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
+			return -EIO;
+		}
+		s->index = map;
+		s->index_len = (size_t)sb.st_size;
+		if (shard_index_parse_header(map, s->index_len, &h, why, sizeof(why))) {
+			set_err(err, errlen, "index %s: %s", cs->index_file, why);
+			return -EBADMSG;
+		}
+		if (h.count != cs->samples || h.first_sample != cs->first_sample) {
+			set_err(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
+				"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
+				h.first_sample, h.count, cs->first_sample, cs->samples);
+			return -EBADMSG;
+		}
+	}
+	if (next != ds->info.samples) {
+		set_err(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
+			next, ds->info.samples);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen)
+{
+	struct dataset *ds;
+	char *path = NULL;
+	char why[512];
+	int dirfd = -1, rc;
+
+	ds = calloc(1, sizeof(*ds));
+	if (!ds)
+		return -ENOMEM;
+	ds->dir = strdup(dir);
+	if (!ds->dir || asprintf(&path, "%s/%s", dir, CATALOG_FILE) < 0) {
+		path = NULL;
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0) {
+		rc = -errno;
+		set_err(err, errlen, "%s: %s", dir, strerror(errno));
+		if (rc == -ENOTDIR)
+			rc = -ENOENT;
+		goto err_free;
+	}
+	rc = catalog_load(path, &ds->cat, why, sizeof(why));
+	if (rc) {
+		if (rc == -ENOENT)
+			set_err(err, errlen, "%s is not a zephon dataset (no %s); make one with "
+				"zephon pack", dir, CATALOG_FILE);
+		else
+			set_err(err, errlen, "%s", why);
+		goto err_free;
+	}
+	rc = read_meta(ds, why, sizeof(why));
+	if (rc == 0)
+		rc = open_shards(ds, dirfd, why, sizeof(why));
+	if (rc) {
+		set_err(err, errlen, "%s: %s", dir, why);
+		goto err_free;
+	}
+	if (ds->info.compressed && ds->cat.dict) {
+		ds->ddict = ZSTD_createDDict(ds->cat.dict, ds->cat.dict_len);
+		if (!ds->ddict) {
+			rc = -EBADMSG;
+			set_err(err, errlen, "%s: the catalog's zstd dictionary is unusable", dir);
+			goto err_free;
+		}
+	}
+	close(dirfd);
+	free(path);
+	*out = ds;
+	return 0;
+
+err_free:
+	if (dirfd >= 0)
+		close(dirfd);
+	free(path);
+	dataset_close(ds);
+	return rc;
+}
+
+void dataset_close(struct dataset *ds)
+{
+	if (!ds)
+		return;
+	for (size_t k = 0; k < ds->nshards; k++) {
+		if (ds->shards[k].fd >= 0)
+			close(ds->shards[k].fd);
+		if (ds->shards[k].index)
+			munmap((void *)ds->shards[k].index, ds->shards[k].index_len);
+	}
+	free(ds->shards);
+	ZSTD_freeDDict(ds->ddict);
+	catalog_release(&ds->cat);
+	free(ds->dir);
+	free(ds);
+}
+
+const struct dataset_info *dataset_info(const struct dataset *ds)
+{
+	return &ds->info;
+}
+
+const char *dataset_dir(const struct dataset *ds)
+{
+	return ds->dir;
+}
+
+const struct catalog *dataset_catalog(const struct dataset *ds)
+{
+	return &ds->cat;
+}
+
+/* The shard holding id (< N): binary search over first_sample. */
+static const struct ds_shard *find_shard(const struct dataset *ds, uint64_t id)
+{
+	size_t lo = 0, hi = ds->nshards;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ds->shards[mid].first_sample <= id)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &ds->shards[lo];
+}
+
+int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
+{
+	const struct ds_shard *s;
+	struct shard_index_entry e;
+
+	if (id >= ds->info.samples)
+		return -ERANGE;
+	s = find_shard(ds, id);
+	shard_index_entry_get(s->index, id - s->first_sample, &e);
+	*raw_len = e.raw_len;
+	return 0;
+}
+
+const char *dataset_shard_name(const struct dataset *ds, uint64_t id)
+{
+	if (id >= ds->info.samples)
+		return NULL;
+	return find_shard(ds, id)->file;
+}
+
+struct sample_reader *sample_reader_new(const struct dataset *ds)
+{
+	struct sample_reader *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->ds = ds;
+	if (ds->info.compressed) {
+		r->dctx = ZSTD_createDCtx();
+		if (!r->dctx) {
+			free(r);
+			return NULL;
+		}
+	}
+	return r;
+}
+
+void sample_reader_free(struct sample_reader *r)
+{
+	if (!r)
+		return;
+	ZSTD_freeDCtx(r->dctx);
+	buf_release(&r->scratch);
+	free(r);
+}
+
+const char *sample_reader_last_error(const struct sample_reader *r)
+{
+	return r->err;
+}
+
+static int pread_full(int fd, void *dst, size_t len, uint64_t off)
+{
+	uint8_t *p = dst;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ENODATA; /* the file shrank under us */
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+#define READ_FAIL(...) do { \
+	snprintf(r->err, sizeof(r->err), "sample %" PRIu64 " (%s): ", id, s->file); \
+	snprintf(r->err + strlen(r->err), sizeof(r->err) - strlen(r->err), __VA_ARGS__); \
+	return -EIO; \
+} while (0)
+
+int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
+{
+	const struct dataset *ds = r->ds;
+	const struct ds_shard *s;
+	struct shard_index_entry e;
+	char why[200];
+	uint8_t *dst;
+	int rc;
+
+	r->err[0] = 0;
+	if (id >= ds->info.samples) {
+		snprintf(r->err, sizeof(r->err), "sample %" PRIu64 " is out of range (the dataset "
+			 "has %" PRIu64 ")", id, ds->info.samples);
+		return -ERANGE;
+	}
+	s = find_shard(ds, id);
+	shard_index_entry_get(s->index, id - s->first_sample, &e);
+	if (shard_index_entry_check(&e, s->bytes, ds->info.compressed, why, sizeof(why)))
+		READ_FAIL("bad index entry: %s", why);
+	if (ds->info.kind == DATASET_TOKENS && e.raw_len != ds->info.seq_len * ds->info.itemsize)
+		READ_FAIL("index says %" PRIu32 " bytes, a window of %" PRIu64 " tokens is %" PRIu64,
+			  e.raw_len, ds->info.seq_len, ds->info.seq_len * ds->info.itemsize);
+	rc = buf_reserve(out, e.raw_len);
+	if (rc)
+		return rc;
+	dst = out->data + out->len;
+
+	if (!ds->info.compressed) {
+		rc = pread_full(s->fd, dst, e.raw_len, e.offset);
+		if (rc)
+			READ_FAIL("read failed: %s", strerror(-rc));
+	} else {
+		unsigned long long fcs;
+		size_t n;
+
+		r->scratch.len = 0;
+		rc = buf_reserve(&r->scratch, e.stored_len);
+		if (rc)
+			return rc;
+		rc = pread_full(s->fd, r->scratch.data, e.stored_len, e.offset);
+		if (rc)
+			READ_FAIL("read failed: %s", strerror(-rc));
+		/* Bytes from disk are untrusted: the frame must fill its slot exactly and
+		 * declare the size the index promises before we decode into out. */
+		n = ZSTD_findFrameCompressedSize(r->scratch.data, e.stored_len);
+		if (ZSTD_isError(n) || n != e.stored_len)
+			READ_FAIL("corrupt zstd frame (%s)", ZSTD_isError(n) ? ZSTD_getErrorName(n) :
+				  "frame size differs from the index");
+		fcs = ZSTD_getFrameContentSize(r->scratch.data, e.stored_len);
+		if (fcs != e.raw_len)
+			READ_FAIL("zstd frame declares %s bytes, the index says %" PRIu32,
+				  fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "unknown" :
+				  fcs == ZSTD_CONTENTSIZE_ERROR ? "invalid" : "other", e.raw_len);
+		if (ds->ddict)
+			n = ZSTD_decompress_usingDDict(r->dctx, dst, e.raw_len, r->scratch.data,
+						       e.stored_len, ds->ddict);
+		else
+			n = ZSTD_decompressDCtx(r->dctx, dst, e.raw_len, r->scratch.data,
+						e.stored_len);
+		if (ZSTD_isError(n))
+			READ_FAIL("zstd: %s", ZSTD_getErrorName(n));
+		if (n != e.raw_len)
+			READ_FAIL("decoded %zu bytes, the index says %" PRIu32, n, e.raw_len);
+	}
+	if (XXH32(dst, e.raw_len, 0) != e.checksum)
+		READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
+	out->len += e.raw_len;
+	out->data[out->len] = 0;
+	return 0;
+}
+
+size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len)
+{
+	int tokens = info->kind == DATASET_TOKENS;
+	int n = snprintf(out, len,
+			 "zephon-dataset-v1\nkind=%s\ncontent=%s\nrecord_ext=%s\ndtype=%s\n"
+			 "seq_len=%" PRIu64 "\nsamples=%" PRIu64 "\n",
+			 dataset_kind_name(info->kind), dataset_content_name(info->content),
+			 info->content == CONTENT_TEXT ? info->record_ext : "",
+			 tokens ? dataset_dtype_name(info->dtype) : "",
+			 tokens ? info->seq_len : 0, info->samples);
+
+	return n < 0 ? 0 : (size_t)n;
+}
+
+static void verify_bad(void (*bad)(void *, uint64_t, const char *), void *ctx,
+		       struct dataset_verify_report *rep, uint64_t id, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static void verify_bad(void (*bad)(void *, uint64_t, const char *), void *ctx,
+		       struct dataset_verify_report *rep, uint64_t id, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	rep->problems++;
+	if (!bad)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	bad(ctx, id, msg);
+}
+
+int dataset_verify(const struct dataset *ds,
+		   void (*bad)(void *ctx, uint64_t id, const char *msg),
+		   void (*progress)(void *ctx, uint64_t done, uint64_t total),
+		   void *ctx, struct dataset_verify_report *rep)
+{
+	const struct dataset_info *in = &ds->info;
+	struct sample_reader *r;
+	struct buf b = BUF_INIT;
+	XXH3_state_t *fp;
+	uint64_t stored = 0;
+	char text[256], why[256];
+	size_t tlen;
+
+	memset(rep, 0, sizeof(*rep));
+	r = sample_reader_new(ds);
+	fp = XXH3_createState();
+	if (!r || !fp) {
+		sample_reader_free(r);
+		XXH3_freeState(fp);
+		return -ENOMEM;
+	}
+	XXH3_128bits_reset(fp);
+	for (size_t k = 0; k < ds->nshards; k++) {
+		const struct ds_shard *s = &ds->shards[k];
+		uint64_t e;
+
+		stored += s->bytes;
+		if (shard_index_check_all(s->index, s->index_len, s->bytes, in->compressed, &e,
+					  why, sizeof(why)))
+			verify_bad(bad, ctx, rep, e < s->count ? s->first_sample + e : UINT64_MAX,
+				   "%s: index entry %" PRIu64 ": %s", s->file, e, why);
+	}
+	for (uint64_t id = 0; id < in->samples; id++) {
+		uint64_t le;
+		int rc;
+
+		if (progress && (id & 4095) == 0)
+			progress(ctx, id, in->samples);
+		b.len = 0;
+		rc = sample_reader_read(r, id, &b);
+		if (rc == -ENOMEM) {
+			buf_release(&b);
+			sample_reader_free(r);
+			XXH3_freeState(fp);
+			return rc;
+		}
+		if (rc) {
+			rep->samples_bad++;
+			verify_bad(bad, ctx, rep, id, "%s", sample_reader_last_error(r));
+			/* keep the fingerprint comparable: a bad sample poisons it anyway */
+			XXH3_128bits_update(fp, "\xff", 1);
+			continue;
+		}
+		if (in->content == CONTENT_FILES) {
+			struct filegroup_iter it;
+			struct filegroup_file f;
+			int n = 0, fr;
+
+			fr = filegroup_iter_init(&it, b.data, b.len);
+			while (!fr && (fr = filegroup_next(&it, &f)) == 1)
+				n++;
+			if (fr < 0 || n == 0) {
+				rep->samples_bad++;
+				verify_bad(bad, ctx, rep, id, "sample %" PRIu64 " (%s): malformed file "
+					   "group payload", id, dataset_shard_name(ds, id));
+				continue;
+			}
+		}
+		rep->samples_ok++;
+		rep->raw_bytes += b.len;
+		le = htole64((uint64_t)b.len);
+		XXH3_128bits_update(fp, &le, 8);
+		XXH3_128bits_update(fp, b.data, b.len);
+	}
+	if (progress)
+		progress(ctx, in->samples, in->samples);
+	tlen = dataset_fingerprint_text(in, text, sizeof(text));
+	XXH3_128bits_update(fp, text, tlen);
+	{
+		XXH128_hash_t h = XXH3_128bits_digest(fp);
+
+		snprintf(rep->fingerprint, sizeof(rep->fingerprint), "%016" PRIx64 "%016" PRIx64,
+			 (uint64_t)h.high64, (uint64_t)h.low64);
+	}
+	if (rep->samples_bad == 0) {
+		if (strcmp(rep->fingerprint, in->fingerprint))
+			verify_bad(bad, ctx, rep, UINT64_MAX, "fingerprint mismatch: the catalog "
+				   "says %s, the samples hash to %s (catalog and shards disagree)",
+				   in->fingerprint, rep->fingerprint);
+		if (rep->raw_bytes != in->raw_bytes)
+			verify_bad(bad, ctx, rep, UINT64_MAX, "raw_bytes mismatch: the catalog says "
+				   "%" PRIu64 ", the samples hold %" PRIu64, in->raw_bytes,
+				   rep->raw_bytes);
+	}
+	if (stored != in->stored_bytes)
+		verify_bad(bad, ctx, rep, UINT64_MAX, "stored_bytes mismatch: the catalog says "
+			   "%" PRIu64 ", the shards hold %" PRIu64, in->stored_bytes, stored);
+	buf_release(&b);
+	sample_reader_free(r);
+	XXH3_freeState(fp);
+	return rep->problems ? -EBADMSG : 0;
+}

@@ -1,0 +1,276 @@
+#include "instream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#define RAW_CHUNK (256 * 1024)
+
+struct instream {
+	char *path;
+	int fd;
+	int zstd;
+	int eof;                 /* the file is exhausted */
+	int done;                /* no more decoded bytes will come */
+	uint64_t file_size;
+	uint64_t bytes_read;
+	uint64_t lineno;
+	XXH3_state_t *hash;
+	ZSTD_DStream *ds;
+	size_t zret;             /* last ZSTD_decompressStream() hint: 0 at a frame end */
+	uint8_t *raw;            /* compressed bytes read but not yet decoded */
+	ZSTD_inBuffer zin;
+	struct buf data;         /* decoded bytes; [pos, len) not yet returned */
+	size_t pos;
+	size_t scan;             /* bytes after pos already searched for '\n' */
+};
+
+void xxh128_hex(XXH128_hash_t h, char hex[33])
+{
+	snprintf(hex, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
+}
+
+static int is_zstd_magic(const uint8_t *p, size_t n)
+{
+	uint32_t m;
+
+	if (n < 4)
+		return 0;
+	m = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	return m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u;
+}
+
+/* read() up to cap bytes into dst, hashing and counting them. 0 at end of file. */
+static ssize_t read_file(struct instream *in, uint8_t *dst, size_t cap)
+{
+	ssize_t n;
+
+	do
+		n = read(in->fd, dst, cap);
+	while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		if (in->hash)
+			XXH3_128bits_update(in->hash, dst, (size_t)n);
+		in->bytes_read += (uint64_t)n;
+	}
+	return n;
+}
+
+int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, char *err,
+		  size_t errlen)
+{
+	struct instream *in;
+	struct stat sb;
+	ssize_t n;
+	int rc;
+
+	in = calloc(1, sizeof(*in));
+	if (!in)
+		return -ENOMEM;
+	in->fd = -1;
+	in->path = strdup(path);
+	in->hash = hash;
+	in->raw = malloc(RAW_CHUNK);
+	if (!in->path || !in->raw) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	in->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (in->fd < 0 || fstat(in->fd, &sb) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		goto err_free;
+	}
+	if (S_ISDIR(sb.st_mode)) {
+		rc = -EISDIR;
+		snprintf(err, errlen, "%s: is a directory, not a file", path);
+		goto err_free;
+	}
+	in->file_size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+	/* Sniff the first bytes; they are kept in raw and fed to the right decoder. */
+	n = read_file(in, in->raw, RAW_CHUNK);
+	if (n < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: read error at byte 0: %s", path, strerror(errno));
+		goto err_free;
+	}
+	in->eof = n == 0;
+	in->zin.src = in->raw;
+	in->zin.size = (size_t)n;
+	in->zin.pos = 0;
+	in->zstd = is_zstd_magic(in->raw, (size_t)n);
+	if (in->zstd) {
+		in->ds = ZSTD_createDStream();
+		if (!in->ds) {
+			rc = -ENOMEM;
+			goto err_free;
+		}
+	} else if (buf_append(&in->data, in->raw, (size_t)n)) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	*out = in;
+	return 0;
+
+err_free:
+	instream_close(in);
+	return rc;
+}
+
+void instream_close(struct instream *in)
+{
+	if (!in)
+		return;
+	if (in->fd >= 0)
+		close(in->fd);
+	ZSTD_freeDStream(in->ds);
+	buf_release(&in->data);
+	free(in->raw);
+	free(in->path);
+	free(in);
+}
+
+/* Move the unreturned bytes to the front of data so it does not grow without bound. */
+static void compact(struct instream *in)
+{
+	if (in->pos == 0)
+		return;
+	memmove(in->data.data, in->data.data + in->pos, in->data.len - in->pos);
+	in->data.len -= in->pos;
+	in->pos = 0;
+}
+
+/* Append more decoded bytes to data. 0 (progress or done set), or -errno. */
+static int refill(struct instream *in, char *err, size_t errlen)
+{
+	ssize_t n;
+
+	compact(in);
+	if (!in->zstd) {
+		if (buf_reserve(&in->data, RAW_CHUNK))
+			return -ENOMEM;
+		n = read_file(in, in->data.data + in->data.len, RAW_CHUNK);
+		if (n < 0) {
+			snprintf(err, errlen, "%s: read error at byte %" PRIu64 ": %s", in->path,
+				 in->bytes_read, strerror(errno));
+			return -EIO;
+		}
+		in->data.len += (size_t)n;
+		if (n == 0)
+			in->eof = in->done = 1;
+		return 0;
+	}
+	for (;;) {
+		ZSTD_outBuffer zout;
+		size_t before;
+
+		if (in->zin.pos == in->zin.size) {
+			if (in->eof) {
+				if (in->zret != 0) {
+					snprintf(err, errlen, "%s: truncated zstd frame: the input ends "
+						 "at byte %" PRIu64 " inside a frame (after line %" PRIu64
+						 "); re-download or re-compress the file", in->path,
+						 in->bytes_read, in->lineno);
+					return -EBADMSG;
+				}
+				in->done = 1;
+				return 0;
+			}
+			n = read_file(in, in->raw, RAW_CHUNK);
+			if (n < 0) {
+				snprintf(err, errlen, "%s: read error at byte %" PRIu64 ": %s",
+					 in->path, in->bytes_read, strerror(errno));
+				return -EIO;
+			}
+			in->zin.size = (size_t)n;
+			in->zin.pos = 0;
+			in->eof = n == 0;
+			continue;
+		}
+		if (buf_reserve(&in->data, RAW_CHUNK))
+			return -ENOMEM;
+		zout.dst = in->data.data + in->data.len;
+		zout.size = RAW_CHUNK;
+		zout.pos = 0;
+		before = in->zin.pos;
+		in->zret = ZSTD_decompressStream(in->ds, &zout, &in->zin);
+		if (ZSTD_isError(in->zret)) {
+			snprintf(err, errlen, "%s: corrupt zstd data near compressed byte %" PRIu64
+				 " (after line %" PRIu64 "): %s", in->path,
+				 in->bytes_read - (in->zin.size - before), in->lineno,
+				 ZSTD_getErrorName(in->zret));
+			return -EBADMSG;
+		}
+		in->data.len += zout.pos;
+		if (zout.pos)
+			return 0;
+	}
+}
+
+int instream_getline(struct instream *in, size_t max_line, const uint8_t **line,
+		     size_t *len, char *err, size_t errlen)
+{
+	for (;;) {
+		size_t avail = in->data.len - in->pos;
+		const uint8_t *start = in->data.data + in->pos;
+		const uint8_t *nl = avail > in->scan ?
+			memchr(start + in->scan, '\n', avail - in->scan) : NULL;
+		size_t n;
+		int rc;
+
+		if (nl || (in->done && avail)) {
+			n = nl ? (size_t)(nl - start) : avail;
+			in->pos += nl ? n + 1 : n;
+			in->scan = 0;
+			in->lineno++;
+			if (n && start[n - 1] == '\r')
+				n--;
+			if (n > max_line) {
+				snprintf(err, errlen, "%s:%" PRIu64 ": line of %zu bytes exceeds the "
+					 "%zu-byte sample limit", in->path, in->lineno, n, max_line);
+				return -EFBIG;
+			}
+			*line = start;
+			*len = n;
+			return 1;
+		}
+		if (in->done)
+			return 0;
+		in->scan = avail;
+		if (avail > max_line + 2) {
+			snprintf(err, errlen, "%s:%" PRIu64 ": line exceeds the %zu-byte sample "
+				 "limit", in->path, in->lineno + 1, max_line);
+			return -EFBIG;
+		}
+		rc = refill(in, err, errlen);
+		if (rc)
+			return rc;
+	}
+}
+
+uint64_t instream_lineno(const struct instream *in)
+{
+	return in->lineno;
+}
+
+uint64_t instream_bytes_read(const struct instream *in)
+{
+	return in->bytes_read;
+}
+
+uint64_t instream_file_size(const struct instream *in)
+{
+	return in->file_size;
+}
+
+int instream_is_zstd(const struct instream *in)
+{
+	return in->zstd;
+}

@@ -1,0 +1,711 @@
+#include "pack.h"
+
+#include <dirent.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+#include <zdict.h>
+#include <zstd.h>
+
+#include "catalog.h"
+#include "instream.h"
+#include "shard_writer.h"
+#include "zephon_config.h"
+
+struct packer {
+	const struct pack_opts *o;
+	char *err;
+	size_t errlen;
+	struct catalog cat;
+	char *tmpdir;
+	int dirfd;
+	struct shard_writer *w;
+	XXH3_state_t *fp;
+	enum dataset_content content;
+	enum dataset_kind kind;
+	int have_dtype;
+	enum token_dtype dtype;
+	const char *dtype_from;      /* input that fixed the dtype */
+	unsigned itemsize;
+	int all_jsonl;
+	/* dictionary training: samples are held here until enough have come */
+	int training;
+	struct buf stash;            /* whole samples, back to back */
+	size_t *stash_sizes;
+	size_t nstash, stash_cap;
+	struct buf train;            /* the first PACK_DICT_SAMPLE_BYTES of each */
+	size_t *train_sizes;
+	void *dict;
+	size_t dict_len;
+	/* tokens */
+	struct buf window;
+	uint64_t tokens;             /* all tokens read */
+	uint64_t *source_tokens;
+	/* counters */
+	uint64_t samples, raw_bytes, input_done, input_total;
+	struct pack_progress prog;
+	uint64_t skipped;
+};
+
+static const unsigned itemsizes[] = { 1, 2, 4, 4 };
+
+static int fail(struct packer *p, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(struct packer *p, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(p->err, p->errlen, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+void pack_opts_init(struct pack_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->format = SOURCE_AUTO;
+	o->compress = 1;
+	o->level = PACK_LEVEL_DEFAULT;
+	o->dict_size = PACK_DICT_SIZE_DEFAULT;
+	o->shard_bytes = PACK_SHARD_BYTES_DEFAULT;
+}
+
+static enum dataset_content content_of(enum source_format f)
+{
+	switch (f) {
+	case SOURCE_JSONL:
+	case SOURCE_LINES:
+		return CONTENT_TEXT;
+	case SOURCE_DIR:
+	case SOURCE_TAR:
+		return CONTENT_FILES;
+	default:
+		return CONTENT_TOKENS;
+	}
+}
+
+static void report(struct packer *p, int done)
+{
+	if (!p->o->progress)
+		return;
+	p->prog.input_bytes = p->input_done;
+	p->prog.input_bytes_total = p->input_total;
+	p->prog.samples = p->samples;
+	p->prog.raw_bytes = p->raw_bytes;
+	p->prog.stored_bytes = p->w ? shard_writer_stored_bytes(p->w) : 0;
+	p->prog.done = done;
+	p->o->progress(p->o->ctx, &p->prog);
+}
+
+static int open_writer(struct packer *p)
+{
+	struct shard_writer_opts wo = {
+		.compress = p->o->compress,
+		.level = p->o->level,
+		.dict = p->dict,
+		.dict_len = p->dict_len,
+		.shard_bytes = p->o->shard_bytes,
+	};
+	char why[256];
+	int rc = shard_writer_new(p->dirfd, &wo, &p->cat, &p->w, why, sizeof(why));
+
+	if (rc)
+		return fail(p, rc, "%s: %s", p->o->out, why);
+	return 0;
+}
+
+static int write_sample(struct packer *p, const void *data, size_t len)
+{
+	char why[300];
+	int rc = shard_writer_add(p->w, data, len, why, sizeof(why));
+
+	if (rc)
+		return fail(p, rc, "%s: %s", p->o->out, why);
+	return 0;
+}
+
+/* Train the dictionary on what was held back, then write the held samples. */
+static int end_training(struct packer *p)
+{
+	size_t cap = p->o->dict_size, off = 0;
+	int rc;
+
+	p->training = 0;
+	if (p->train.len / 8 < cap)
+		cap = p->train.len / 8;
+	if (cap >= 1024 && p->nstash >= 8) {
+		p->dict = malloc(cap);
+		if (!p->dict)
+			return -ENOMEM;
+		size_t n = ZDICT_trainFromBuffer(p->dict, cap, p->train.data, p->train_sizes,
+						 (unsigned)p->nstash);
+		if (ZDICT_isError(n)) {
+			/* Too little or too uniform data: packed without a dictionary. */
+			free(p->dict);
+			p->dict = NULL;
+		} else {
+			p->dict_len = n;
+		}
+	}
+	rc = open_writer(p);
+	for (size_t i = 0; !rc && i < p->nstash; i++) {
+		rc = write_sample(p, p->stash.data + off, p->stash_sizes[i]);
+		off += p->stash_sizes[i];
+	}
+	buf_release(&p->stash);
+	buf_release(&p->train);
+	free(p->stash_sizes);
+	free(p->train_sizes);
+	p->stash_sizes = p->train_sizes = NULL;
+	p->nstash = 0;
+	return rc;
+}
+
+static int hold(struct packer *p, const void *data, size_t len)
+{
+	size_t t = len < PACK_DICT_SAMPLE_BYTES ? len : PACK_DICT_SAMPLE_BYTES;
+
+	if (p->nstash == p->stash_cap) {
+		size_t cap = p->stash_cap ? p->stash_cap * 2 : 1024;
+		size_t *a = realloc(p->stash_sizes, cap * sizeof(*a));
+		size_t *b = a ? realloc(p->train_sizes, cap * sizeof(*b)) : NULL;
+
+		if (a)
+			p->stash_sizes = a;
+		if (!a || !b)
+			return -ENOMEM;
+		p->train_sizes = b;
+		p->stash_cap = cap;
+	}
+	if (buf_append(&p->stash, data, len) || buf_append(&p->train, data, t))
+		return -ENOMEM;
+	p->stash_sizes[p->nstash] = len;
+	p->train_sizes[p->nstash] = t;
+	p->nstash++;
+	if (p->train.len >= PACK_DICT_TRAIN_BYTES || p->stash.len >= 8 * PACK_DICT_TRAIN_BYTES ||
+	    p->nstash >= (1u << 20))
+		return end_training(p);
+	return 0;
+}
+
+/* One sample of the dataset, in id order. */
+static int emit(struct packer *p, const void *data, size_t len)
+{
+	uint64_t le = htole64(len);
+
+	if (len > SAMPLE_MAX_BYTES)
+		return fail(p, -EFBIG, "sample %" PRIu64 " has %zu bytes, more than the %u-byte "
+			    "limit", p->samples, len, (unsigned)SAMPLE_MAX_BYTES);
+	XXH3_128bits_update(p->fp, &le, 8);
+	XXH3_128bits_update(p->fp, data, len);
+	p->samples++;
+	p->raw_bytes += len;
+	if (p->training)
+		return hold(p, data, len);
+	return write_sample(p, data, len);
+}
+
+/* Cut every whole window out of p->window. */
+static int cut_windows(struct packer *p)
+{
+	size_t wlen = (size_t)(p->o->seq_len * p->itemsize), off = 0;
+	int rc = 0;
+
+	while (!rc && p->window.len - off >= wlen) {
+		rc = emit(p, p->window.data + off, wlen);
+		off += wlen;
+	}
+	memmove(p->window.data, p->window.data + off, p->window.len - off);
+	p->window.len -= off;
+	return rc;
+}
+
+static int cancelled(const struct packer *p)
+{
+	return p->o->cancel && *p->o->cancel;
+}
+
+static int pack_input(struct packer *p, size_t i, enum source_format f,
+		      const struct source_opts *so)
+{
+	const char *path = p->o->inputs[i];
+	struct source s;
+	struct buf rec = BUF_INIT;
+	struct catalog_source row;
+	uint64_t first = p->samples, base_done = p->input_done, tokens_before = p->tokens;
+	int rc;
+
+	rc = source_open(&s, source_ops_for(f), path, so);
+	if (rc) {
+		rc = fail(p, rc, "%s", s.err[0] ? s.err : strerror(-rc));
+		goto out;
+	}
+	if (f == SOURCE_DIR || f == SOURCE_MEGATRON)
+		p->input_total += s.bytes_total;
+	if (s.content == CONTENT_TOKENS) {
+		if (!p->have_dtype) {
+			p->have_dtype = 1;
+			p->dtype = s.dtype;
+			p->dtype_from = path;
+			p->itemsize = itemsizes[s.dtype];
+		} else if (s.dtype != p->dtype) {
+			rc = fail(p, -EINVAL, "%s: tokens are %s but the dataset's are %s (from %s); "
+				  "all token inputs must share one dtype", path,
+				  dataset_dtype_name(s.dtype), dataset_dtype_name(p->dtype),
+				  p->dtype_from);
+			goto out;
+		}
+	}
+	for (;;) {
+		if (cancelled(p)) {
+			rc = fail(p, -ECANCELED, "pack interrupted; nothing was written to %s",
+				  p->o->out);
+			goto out;
+		}
+		rec.len = 0;
+		rc = source_next(&s, &rec);
+		p->input_done = base_done + s.bytes_read;
+		if (rc < 0) {
+			rc = fail(p, rc, "%s", s.err[0] ? s.err : strerror(-rc));
+			goto out;
+		}
+		if (rc == 0)
+			break;
+		if (s.content == CONTENT_TOKENS) {
+			p->tokens += rec.len / p->itemsize;
+			rc = buf_append(&p->window, rec.data, rec.len);
+			if (!rc)
+				rc = cut_windows(p);
+		} else {
+			rc = emit(p, rec.data, rec.len);
+		}
+		if (rc) {
+			if (rc == -ENOMEM)
+				fail(p, rc, "out of memory while packing %s", path);
+			goto out;
+		}
+		if ((p->samples & 1023) == 0 || s.content == CONTENT_TOKENS)
+			report(p, 0);
+	}
+	p->skipped += s.skipped;
+	if (s.content == CONTENT_TOKENS ? p->tokens == tokens_before : p->samples == first) {
+		rc = fail(p, -ENODATA, "%s: no %s in this input (empty?); remove it from the "
+			  "inputs", path, s.content == CONTENT_TOKENS ? "tokens" : "samples");
+		goto out;
+	}
+	memset(&row, 0, sizeof(row));
+	row.path = (char *)path;
+	row.format = (char *)s.ops->name;
+	row.size = s.bytes_read;
+	source_checksum(&s, row.checksum);
+	row.first_sample = first;
+	row.samples = p->samples - first;
+	p->source_tokens[i] = p->tokens - tokens_before;
+	rc = catalog_add_source(&p->cat, &row);
+out:
+	buf_release(&rec);
+	source_close(&s);
+	return rc;
+}
+
+/* Remove a directory that holds only files (ours: shards, indexes, catalog, journal). */
+static int remove_flat_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) != 0)
+			rc = -errno;
+	}
+	closedir(d);
+	if (rmdir(path) != 0 && !rc)
+		rc = -errno;
+	return rc;
+}
+
+static int fsync_path(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+/* Token source rows: which windows start inside each input. */
+static void token_rows(struct packer *p)
+{
+	uint64_t before = 0, L = p->o->seq_len;
+
+	for (size_t i = 0; i < p->cat.nsources; i++) {
+		uint64_t n = p->source_tokens[i];
+		uint64_t first = (before + L - 1) / L;
+		uint64_t end = (before + n + L - 1) / L; /* first window starting at/after end */
+
+		if (end > p->samples)
+			end = p->samples;
+		p->cat.sources[i].first_sample = first < end ? first : end;
+		p->cat.sources[i].samples = first < end ? end - first : 0;
+		before += n;
+	}
+}
+
+static int write_meta(struct packer *p, struct pack_result *res)
+{
+	struct catalog *c = &p->cat;
+	char text[256], created[32];
+	const char *ext = p->content == CONTENT_TEXT ? (p->all_jsonl ? "json" : "txt") : "";
+	time_t now = time(NULL);
+	struct tm tm;
+	int rc = 0;
+
+	struct dataset_info info;
+
+	memset(&info, 0, sizeof(info));
+	info.kind = p->kind;
+	info.content = p->content;
+	snprintf(info.record_ext, sizeof(info.record_ext), "%s", ext);
+	info.dtype = p->dtype;
+	info.seq_len = p->o->seq_len;
+	info.samples = p->samples;
+	dataset_fingerprint_text(&info, text, sizeof(text));
+	XXH3_128bits_update(p->fp, text, strlen(text));
+	xxh128_hex(XXH3_128bits_digest(p->fp), res->fingerprint);
+	gmtime_r(&now, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+	rc |= catalog_meta_set_u64(c, "format_version", CATALOG_FORMAT_VERSION);
+	rc |= catalog_meta_set(c, "kind", dataset_kind_name(p->kind));
+	rc |= catalog_meta_set(c, "content", dataset_content_name(p->content));
+	rc |= catalog_meta_set_u64(c, "samples", p->samples);
+	if (p->content == CONTENT_TEXT)
+		rc |= catalog_meta_set(c, "record_ext", ext);
+	if (p->kind == DATASET_TOKENS) {
+		rc |= catalog_meta_set(c, "dtype", dataset_dtype_name(p->dtype));
+		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len);
+		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
+	}
+	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
+	if (p->o->compress)
+		rc |= catalog_meta_set_u64(c, "level", (uint64_t)p->o->level);
+	rc |= catalog_meta_set_u64(c, "dict_bytes", p->dict_len);
+	rc |= catalog_meta_set_u64(c, "raw_bytes", p->raw_bytes);
+	rc |= catalog_meta_set_u64(c, "stored_bytes", shard_writer_stored_bytes(p->w));
+	rc |= catalog_meta_set_u64(c, "skipped", p->skipped);
+	rc |= catalog_meta_set(c, "fingerprint", res->fingerprint);
+	rc |= catalog_meta_set(c, "created", created);
+	rc |= catalog_meta_set(c, "zephon_version", ZEPHON_VERSION);
+	if (p->dict)
+		rc |= catalog_set_dict(c, p->dict, p->dict_len);
+	return rc ? -ENOMEM : 0;
+}
+
+/* Check the inputs and options before any work. */
+static int plan(struct packer *p, enum source_format *formats)
+{
+	const struct pack_opts *o = p->o;
+	char why[600];
+
+	if (o->ninputs == 0)
+		return fail(p, -EINVAL, "no inputs; give one or more files or directories");
+	p->all_jsonl = 1;
+	for (size_t i = 0; i < o->ninputs; i++) {
+		enum dataset_content c;
+		int rc = source_detect(o->inputs[i], o->format, &formats[i], why, sizeof(why));
+
+		if (rc)
+			return fail(p, rc, "%s", why);
+		c = content_of(formats[i]);
+		if (formats[i] != SOURCE_JSONL)
+			p->all_jsonl = 0;
+		if (i == 0) {
+			p->content = c;
+		} else if (c != p->content) {
+			return fail(p, -EINVAL, "%s: holds %s but %s holds %s; one dataset has one "
+				    "kind of sample, pack them separately", o->inputs[i],
+				    dataset_content_name(c), o->inputs[0],
+				    dataset_content_name(p->content));
+		}
+	}
+	p->kind = p->content == CONTENT_TOKENS ? DATASET_TOKENS : DATASET_RECORDS;
+	if (p->kind == DATASET_TOKENS && o->seq_len == 0)
+		return fail(p, -EINVAL, "token inputs need a window length; pass --seq-len L");
+	if (p->kind != DATASET_TOKENS && o->seq_len)
+		return fail(p, -EINVAL, "--seq-len applies to token inputs only (%s holds %s)",
+			    o->inputs[0], dataset_content_name(p->content));
+	if (p->kind == DATASET_TOKENS && o->seq_len > SAMPLE_MAX_BYTES / 4)
+		return fail(p, -EINVAL, "--seq-len %" PRIu64 " is too large", o->seq_len);
+	if (o->compress && (o->level < ZSTD_minCLevel() || o->level > ZSTD_maxCLevel()))
+		return fail(p, -EINVAL, "--level %d is outside zstd's %d..%d", o->level,
+			    ZSTD_minCLevel(), ZSTD_maxCLevel());
+	if (o->shard_bytes == 0)
+		return fail(p, -EINVAL, "--shard-size must be positive");
+	if (o->have_dtype) {
+		p->have_dtype = 1;
+		p->dtype = o->dtype;
+		p->dtype_from = "--dtype";
+		p->itemsize = itemsizes[o->dtype];
+	}
+	for (size_t i = 0; i < o->ninputs; i++) {
+		struct stat sb;
+
+		if (formats[i] != SOURCE_DIR && formats[i] != SOURCE_MEGATRON &&
+		    stat(o->inputs[i], &sb) == 0 && S_ISREG(sb.st_mode))
+			p->input_total += (uint64_t)sb.st_size;
+	}
+	return 0;
+}
+
+/* Make the temporary directory beside out. */
+static int make_tmp(struct packer *p)
+{
+	char *copy1 = strdup(p->o->out), *copy2 = strdup(p->o->out);
+	int rc = 0;
+
+	if (!copy1 || !copy2 ||
+	    asprintf(&p->tmpdir, "%s/.%s.zephon-tmp-XXXXXX", dirname(copy1), basename(copy2)) < 0) {
+		p->tmpdir = NULL;
+		rc = -ENOMEM;
+	} else if (!mkdtemp(p->tmpdir)) {
+		rc = fail(p, -errno, "%s: cannot create a directory beside it: %s", p->o->out,
+			  strerror(errno));
+		free(p->tmpdir);
+		p->tmpdir = NULL;
+	} else if ((p->dirfd = open(p->tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		rc = fail(p, -errno, "%s: %s", p->tmpdir, strerror(errno));
+	} else {
+		/* mkdtemp makes 0700; a dataset is as readable as any new directory */
+		mode_t mask = umask(0);
+
+		umask(mask);
+		fchmod(p->dirfd, 0777 & ~mask);
+	}
+	free(copy1);
+	free(copy2);
+	return rc;
+}
+
+/* Move the finished dataset into place (replacing an old one under --force). */
+static int publish(struct packer *p)
+{
+	const char *out = p->o->out;
+	char *old = NULL, *parent_copy = strdup(out);
+	struct stat sb;
+	int rc = 0;
+
+	if (!parent_copy)
+		return -ENOMEM;
+	if (lstat(out, &sb) == 0) {
+		if (!p->o->force) {
+			rc = fail(p, -EEXIST, "%s already exists; choose another -o or pass --force "
+				  "to replace it", out);
+			goto done;
+		}
+		if (asprintf(&old, "%s.zephon-old-%d", p->tmpdir, (int)getpid()) < 0) {
+			old = NULL;
+			rc = -ENOMEM;
+			goto done;
+		}
+		if (rename(out, old) != 0) {
+			rc = fail(p, -errno, "%s: cannot move the old dataset aside: %s", out,
+				  strerror(errno));
+			goto done;
+		}
+	}
+	if (rename(p->tmpdir, out) != 0) {
+		rc = fail(p, -errno, "%s: cannot rename the new dataset into place: %s", out,
+			  strerror(errno));
+		if (old)
+			rename(old, out);
+		goto done;
+	}
+	free(p->tmpdir);
+	p->tmpdir = NULL;
+	fsync_path(dirname(parent_copy));
+	if (old)
+		remove_flat_dir(old);
+done:
+	free(old);
+	free(parent_copy);
+	return rc;
+}
+
+/* An existing output under --force must be a dataset (or empty): never delete a stranger. */
+static int check_out(struct packer *p)
+{
+	const struct pack_opts *o = p->o;
+	struct stat sb;
+	char *cat = NULL;
+	int ok;
+
+	if (lstat(o->out, &sb) != 0)
+		return 0;
+	if (!o->force)
+		return fail(p, -EEXIST, "%s already exists; choose another -o or pass --force to "
+			    "replace it", o->out);
+	if (!S_ISDIR(sb.st_mode))
+		return fail(p, -EEXIST, "%s exists and is not a directory; refusing to replace it",
+			    o->out);
+	if (asprintf(&cat, "%s/%s", o->out, CATALOG_FILE) < 0)
+		return -ENOMEM;
+	ok = access(cat, F_OK) == 0;
+	free(cat);
+	if (!ok) {
+		/* an empty directory may be replaced too */
+		DIR *d = opendir(o->out);
+		struct dirent *de;
+
+		ok = d != NULL;
+		while (d && (de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+				ok = 0;
+		if (d)
+			closedir(d);
+	}
+	if (!ok)
+		return fail(p, -EEXIST, "%s exists and is not a zephon dataset; refusing to "
+			    "replace it", o->out);
+	return 0;
+}
+
+int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size_t errlen)
+{
+	struct packer p;
+	struct source_opts so;
+	enum source_format *formats = NULL;
+	char why[300];
+	int rc;
+
+	memset(&p, 0, sizeof(p));
+	memset(res, 0, sizeof(*res));
+	p.o = o;
+	p.err = err;
+	p.errlen = errlen;
+	p.dirfd = -1;
+	err[0] = 0;
+	formats = calloc(o->ninputs ? o->ninputs : 1, sizeof(*formats));
+	p.source_tokens = calloc(o->ninputs ? o->ninputs : 1, sizeof(*p.source_tokens));
+	p.fp = XXH3_createState();
+	if (!formats || !p.source_tokens || !p.fp) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	XXH3_128bits_reset(p.fp);
+	rc = plan(&p, formats);
+	if (!rc)
+		rc = check_out(&p);
+	if (!rc)
+		rc = make_tmp(&p);
+	if (rc)
+		goto out;
+	memset(&so, 0, sizeof(so));
+	so.skip_bad = o->skip_bad;
+	so.have_dtype = p.have_dtype;
+	so.dtype = p.dtype;
+	so.notice = o->notice;
+	so.ctx = o->ctx;
+	p.prog.inputs = o->ninputs;
+	p.training = o->compress && !o->no_dict && o->dict_size > 0;
+	if (!p.training && (rc = open_writer(&p)))
+		goto out;
+	for (size_t i = 0; i < o->ninputs; i++) {
+		p.prog.input = i;
+		rc = pack_input(&p, i, formats[i], &so);
+		if (rc)
+			goto out;
+	}
+	if (p.kind == DATASET_TOKENS) {
+		res->remainder_tokens = p.window.len / p.itemsize;
+		if (p.samples == 0) {
+			rc = fail(&p, -ENODATA, "the inputs hold %" PRIu64 " tokens, less than one "
+				  "window of --seq-len %" PRIu64, p.tokens, o->seq_len);
+			goto out;
+		}
+		token_rows(&p);
+	}
+	if (p.training && (rc = end_training(&p)))
+		goto out;
+	rc = shard_writer_finish(p.w, why, sizeof(why));
+	if (rc) {
+		fail(&p, rc, "%s: %s", o->out, why);
+		goto out;
+	}
+	rc = write_meta(&p, res);
+	if (rc)
+		goto out;
+	{
+		char *path = NULL;
+
+		if (asprintf(&path, "%s/%s", p.tmpdir, CATALOG_FILE) < 0) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		rc = catalog_save(path, &p.cat, why, sizeof(why));
+		if (!rc)
+			chmod(path, 0444); /* immutable, like the shards */
+		free(path);
+		if (rc) {
+			fail(&p, rc, "%s", why);
+			goto out;
+		}
+	}
+	if (fsync(p.dirfd) != 0) {
+		rc = fail(&p, -EIO, "%s: fsync: %s", p.tmpdir, strerror(errno));
+		goto out;
+	}
+	rc = publish(&p);
+	if (rc)
+		goto out;
+	res->samples = p.samples;
+	res->raw_bytes = p.raw_bytes;
+	res->stored_bytes = shard_writer_stored_bytes(p.w);
+	res->input_bytes = p.input_done;
+	res->shards = p.cat.nshards;
+	res->skipped = p.skipped;
+	res->dict_bytes = p.dict_len;
+	res->kind = p.kind;
+	report(&p, 1);
+out:
+	if (rc == -ENOMEM && !err[0])
+		fail(&p, rc, "out of memory");
+	shard_writer_free(p.w);
+	if (p.dirfd >= 0)
+		close(p.dirfd);
+	if (p.tmpdir) {
+		remove_flat_dir(p.tmpdir);
+		free(p.tmpdir);
+	}
+	catalog_release(&p.cat);
+	XXH3_freeState(p.fp);
+	buf_release(&p.stash);
+	buf_release(&p.train);
+	buf_release(&p.window);
+	free(p.stash_sizes);
+	free(p.train_sizes);
+	free(p.dict);
+	free(p.source_tokens);
+	free(formats);
+	return rc;
+}

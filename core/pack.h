@@ -1,0 +1,95 @@
+/*
+ * pack.h: `zephon pack`: inputs in the order given become consecutive sample ids of a new,
+ * immutable dataset directory (DESIGN.md section 3; layout in dataset.h).
+ *
+ * The dataset is written into a temporary directory beside the output
+ * (".NAME.zephon-tmp-XXXXXX") and renamed into place only when every shard, index and
+ * the catalog are written and fsync'ed: a failed, refused or cancelled pack leaves nothing
+ * behind (a killed one leaves only the temporary directory, never a dataset).
+ *
+ * Dictionary: with compression and no --no-dict, the first samples (up to
+ * PACK_DICT_TRAIN_BYTES, at most PACK_DICT_SAMPLE_BYTES of each) train one zstd dictionary
+ * (ZDICT_trainFromBuffer, zstd's dictBuilder); a dataset too small to train one is packed
+ * without. Tokens: all token inputs are concatenated and cut into windows of seq_len
+ * tokens; the incomplete window at the end is dropped and counted (remainder_tokens).
+ *
+ * Fingerprint (catalog meta `fingerprint`): XXH3-128 over, in order, every sample as
+ * (u64 little-endian length, bytes) in id order, then the text
+ * "zephon-dataset-v1\n" "kind=K\n" "content=C\n" "record_ext=E\n" "dtype=D\n"
+ * "seq_len=L\n" "samples=N\n". Compression, level, dictionary and shard size are not in
+ * it: they do not change the sample bytes or ids.
+ *
+ * Core rule: never prints. Progress and notices go to the caller's callbacks.
+ * Not thread-safe: one pack at a time per struct pack_opts.
+ */
+#ifndef ZEPHON_PACK_H
+#define ZEPHON_PACK_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+#include "source.h"
+
+#define PACK_DICT_TRAIN_BYTES (8u << 20)
+#define PACK_DICT_SAMPLE_BYTES (64u << 10)
+#define PACK_DICT_SIZE_DEFAULT (112u << 10)
+#define PACK_SHARD_BYTES_DEFAULT (UINT64_C(1) << 30)
+#define PACK_LEVEL_DEFAULT 3
+
+struct pack_progress {
+	uint64_t input_bytes;        /* bytes of input consumed, all inputs so far */
+	uint64_t input_bytes_total;  /* sum of the inputs' sizes (0 when unknown) */
+	uint64_t samples;
+	uint64_t raw_bytes;
+	uint64_t stored_bytes;
+	size_t input;                /* which input is being read */
+	size_t inputs;
+	int done;                    /* the last call */
+};
+
+struct pack_opts {
+	const char *const *inputs;
+	size_t ninputs;
+	const char *out;             /* dataset directory to create */
+	enum source_format format;   /* SOURCE_AUTO or a --format */
+	int have_dtype;
+	enum token_dtype dtype;      /* --dtype */
+	uint64_t seq_len;            /* --seq-len (tokens) */
+	int compress;                /* 1 zstd, 0 none */
+	int level;
+	int no_dict;
+	size_t dict_size;
+	uint64_t shard_bytes;
+	int skip_bad;
+	int force;                   /* replace an existing dataset at out */
+	void (*progress)(void *ctx, const struct pack_progress *p);
+	void (*notice)(void *ctx, const char *msg);
+	void *ctx;
+	volatile sig_atomic_t *cancel; /* set non-zero (from a signal handler) to stop */
+};
+
+/* Defaults for everything but inputs/out. */
+void pack_opts_init(struct pack_opts *o);
+
+struct pack_result {
+	uint64_t samples;
+	uint64_t raw_bytes;
+	uint64_t stored_bytes;
+	uint64_t input_bytes;
+	uint64_t shards;
+	uint64_t skipped;            /* records skipped (--skip-bad) and files not followed */
+	uint64_t remainder_tokens;
+	size_t dict_bytes;           /* 0 when packed without a dictionary */
+	enum dataset_kind kind;
+	char fingerprint[33];
+};
+
+/* Run the pack. 0 on success; on failure -errno with one line in err that names the
+ * input and position, and nothing left at o->out: -EINVAL (bad input or options),
+ * -EBADMSG (corrupt or truncated input), -EEXIST (out exists and !force), -ENODATA (the
+ * inputs hold no sample), -ECANCELED (cancel was set), -EFBIG, -ENOMEM, -EIO. */
+int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * shard_index.h: checks and reads of a shard's offset index (the `.idx` file whose
+ * layout dataset.h pins: struct shard_index_header, then `count` entries, little-endian).
+ *
+ * Index bytes come from disk and are untrusted: every function here bounds-checks what
+ * it reads and never trusts a count or offset before checking it against the file size.
+ * Pure functions over caller-owned memory; thread-safe.
+ */
+#ifndef ZEPHON_SHARD_INDEX_H
+#define ZEPHON_SHARD_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+
+/* Bytes of an index of `count` entries: 32 + 24 * count. */
+static inline uint64_t shard_index_size(uint64_t count)
+{
+	return sizeof(struct shard_index_header) + count * sizeof(struct shard_index_entry);
+}
+
+/* Decode the header of an index file of len bytes at p (O(1)): magic, version, entry
+ * size, and that the file holds exactly `count` entries. 0, or -EBADMSG with a one-line
+ * reason in why (truncated, bad magic, unknown version, wrong size). */
+int shard_index_parse_header(const void *p, size_t len, struct shard_index_header *out,
+			     char *why, size_t why_len);
+
+/* Entry i of an index whose header parsed (i < count; not checked here). */
+void shard_index_entry_get(const void *p, uint64_t i, struct shard_index_entry *out);
+
+/* Check one entry against the payload file size and the largest sample (O(1)):
+ * offset + stored_len <= shard_bytes, raw_len <= SAMPLE_MAX_BYTES, reserved == 0, and
+ * for raw storage stored_len == raw_len. 0 or -EBADMSG with the reason in why. */
+int shard_index_entry_check(const struct shard_index_entry *e, uint64_t shard_bytes,
+			    int compressed, char *why, size_t why_len);
+
+/* Check every entry of a parsed index (O(count)): each passes shard_index_entry_check,
+ * payloads lie back to back from offset 0 and the last one ends at shard_bytes.
+ * 0, or -EBADMSG with *bad_entry set to the first bad entry and the reason in why. */
+int shard_index_check_all(const void *p, size_t len, uint64_t shard_bytes, int compressed,
+			  uint64_t *bad_entry, char *why, size_t why_len);
+
+#endif

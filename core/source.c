@@ -1,0 +1,197 @@
+#include "source.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "instream.h"
+
+static const struct {
+	const char *name;
+	enum source_format f;
+} format_names[] = {
+	{ "auto", SOURCE_AUTO }, { "jsonl", SOURCE_JSONL }, { "lines", SOURCE_LINES },
+	{ "files", SOURCE_FILES }, { "dir", SOURCE_DIR }, { "tar", SOURCE_TAR },
+	{ "tokens", SOURCE_TOKENS }, { "bin", SOURCE_BIN }, { "npy", SOURCE_NPY },
+	{ "megatron", SOURCE_MEGATRON },
+};
+
+int source_format_parse(const char *s, enum source_format *out)
+{
+	for (size_t i = 0; i < sizeof(format_names) / sizeof(format_names[0]); i++) {
+		if (!strcmp(s, format_names[i].name)) {
+			*out = format_names[i].f;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const struct source_ops *source_ops_for(enum source_format f)
+{
+	switch (f) {
+	case SOURCE_JSONL: return &source_jsonl_ops;
+	case SOURCE_LINES: return &source_lines_ops;
+	case SOURCE_DIR: return &source_dir_ops;
+	case SOURCE_TAR: return &source_tar_ops;
+	case SOURCE_BIN: return &source_bin_ops;
+	case SOURCE_NPY: return &source_npy_ops;
+	case SOURCE_MEGATRON: return &source_megatron_ops;
+	default: return NULL;
+	}
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && !strcasecmp(s + n - m, suffix);
+}
+
+static int exists_with(const char *prefix, size_t prefix_len, const char *ext)
+{
+	char path[4096];
+	struct stat sb;
+
+	if (snprintf(path, sizeof(path), "%.*s%s", (int)prefix_len, prefix, ext) >=
+	    (int)sizeof(path))
+		return 0;
+	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The format a name says, or SOURCE_AUTO when it says nothing we know. */
+static enum source_format by_name(const char *path)
+{
+	static const char *const tar_ext[] = { ".tar", ".tgz", ".tar.gz", ".tar.xz", ".txz",
+		".tar.bz2", ".tbz2", ".tar.zst", ".tzst" };
+	size_t n = strlen(path);
+
+	if (ends_with(path, ".jsonl") || ends_with(path, ".jsonl.zst") ||
+	    ends_with(path, ".ndjson") || ends_with(path, ".ndjson.zst") ||
+	    ends_with(path, ".json.zst"))
+		return SOURCE_JSONL;
+	if (ends_with(path, ".txt") || ends_with(path, ".txt.zst"))
+		return SOURCE_LINES;
+	for (size_t i = 0; i < sizeof(tar_ext) / sizeof(tar_ext[0]); i++)
+		if (ends_with(path, tar_ext[i]))
+			return SOURCE_TAR;
+	if (ends_with(path, ".npy"))
+		return SOURCE_NPY;
+	if (ends_with(path, ".idx"))
+		return SOURCE_MEGATRON;
+	if (ends_with(path, ".bin"))
+		return exists_with(path, n - 4, ".idx") ? SOURCE_MEGATRON : SOURCE_BIN;
+	if (exists_with(path, n, ".idx") && exists_with(path, n, ".bin"))
+		return SOURCE_MEGATRON;
+	return SOURCE_AUTO;
+}
+
+int source_detect(const char *path, enum source_format forced, enum source_format *out,
+		  char *why, size_t why_len)
+{
+	struct stat sb;
+	enum source_format f;
+	int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+
+	f = is_dir ? SOURCE_DIR : by_name(path);
+	switch (forced) {
+	case SOURCE_AUTO:
+		if (f == SOURCE_AUTO) {
+			snprintf(why, why_len, "%s: cannot tell the input format from the name; "
+				 "pass --format jsonl|lines|files|tokens", path);
+			return -EINVAL;
+		}
+		break;
+	case SOURCE_JSONL:
+	case SOURCE_LINES:
+		if (is_dir) {
+			snprintf(why, why_len, "%s: is a directory, but --format %s reads files; "
+				 "use --format files", path, forced == SOURCE_JSONL ? "jsonl" : "lines");
+			return -EINVAL;
+		}
+		f = forced;
+		break;
+	case SOURCE_FILES:
+		if (f != SOURCE_DIR)
+			f = SOURCE_TAR;
+		break;
+	case SOURCE_TOKENS:
+		if (f != SOURCE_BIN && f != SOURCE_NPY && f != SOURCE_MEGATRON) {
+			if (is_dir) {
+				snprintf(why, why_len, "%s: is a directory, not a token file "
+					 "(.bin, .npy, Megatron .idx/.bin)", path);
+				return -EINVAL;
+			}
+			f = SOURCE_BIN;
+		}
+		break;
+	default:
+		f = forced;
+		break;
+	}
+	*out = f;
+	return 0;
+}
+
+int source_open(struct source *s, const struct source_ops *ops, const char *path,
+		const struct source_opts *o)
+{
+	memset(s, 0, sizeof(*s));
+	s->ops = ops;
+	s->opts = o;
+	s->path = strdup(path);
+	s->hash = XXH3_createState();
+	if (!s->path || !s->hash) {
+		snprintf(s->err, sizeof(s->err), "out of memory");
+		return -ENOMEM;
+	}
+	XXH3_128bits_reset(s->hash);
+	return ops->open(s);
+}
+
+int source_next(struct source *s, struct buf *out)
+{
+	return s->ops->next(s, out);
+}
+
+void source_checksum(struct source *s, char hex[33])
+{
+	xxh128_hex(XXH3_128bits_digest(s->hash), hex);
+}
+
+void source_close(struct source *s)
+{
+	if (s->ops && s->priv)
+		s->ops->close(s);
+	XXH3_freeState(s->hash);
+	free(s->path);
+	memset(s, 0, sizeof(*s));
+}
+
+void source_notice(struct source *s, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	s->skipped++;
+	if (!s->opts || !s->opts->notice)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	s->opts->notice(s->opts->ctx, msg);
+}
+
+int source_error(struct source *s, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->err, sizeof(s->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}

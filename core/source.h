@@ -1,0 +1,170 @@
+/*
+ * source.h: the inputs of `zephon pack`, each format behind one small vtable
+ * ({open, next, close}, as Redis' rio.h does for its streams).
+ *
+ *   jsonl     one sample per line, each validated as JSON with jansson (RFC 8259; strings
+ *             must be valid UTF-8); blank lines are skipped. zstd detected by magic.
+ *   lines     one sample per non-empty line (the bytes as they are, no validation).
+ *   dir       one sample per regular file under a directory, sorted by relative path
+ *             (bytewise); symlinks and special files are skipped with a notice, never
+ *             followed. The sample is a file group of one file named by its relative path.
+ *   tar       a tar archive read with libarchive (ustar, pax, GNU long names; gzip, xz,
+ *             bzip2 and zstd compression): WebDataset grouping, consecutive members
+ *             sharing a key (path up to the first dot of the base name) form one file
+ *             group; member paths that are absolute or contain ".." are refused.
+ *   bin       a raw little-endian token stream of --dtype.
+ *   npy       a 1-D .npy of an integer dtype (NEP 1, "A Simple File Format for NumPy
+ *             Arrays"), versions 1.0-3.0.
+ *   megatron  a Megatron-LM indexed dataset: PREFIX.idx ("MMIDIDX\0\0", version 1) and
+ *             PREFIX.bin; the tokens of every sequence in index order.
+ * Token sources return chunks of whole tokens; pack concatenates them over all inputs and
+ * cuts windows of seq_len tokens.
+ *
+ * A file group payload is (little-endian) u32 nfiles, then per file u32 name_len, the
+ * name, u64 size, the data: see dataset.h and filegroup.h.
+ *
+ * Errors: every function returns 0/1 or -errno and puts a one-line message into s->err
+ * that names the input and the position (file:line, tar member, byte offset).
+ * Not thread-safe; one struct source per input.
+ */
+#ifndef ZEPHON_SOURCE_H
+#define ZEPHON_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <xxhash.h>
+
+#include "buf.h"
+#include "dataset.h"
+
+enum source_format {
+	SOURCE_AUTO = 0,         /* by name (and magic bytes); see source_detect() */
+	SOURCE_JSONL,
+	SOURCE_LINES,
+	SOURCE_DIR,
+	SOURCE_TAR,
+	SOURCE_BIN,
+	SOURCE_NPY,
+	SOURCE_MEGATRON,
+	SOURCE_TOKENS,           /* forced family: bin, npy or megatron by name */
+	SOURCE_FILES,            /* forced family: dir or tar */
+};
+
+struct source_opts {
+	int skip_bad;            /* skip a bad record (counted, noticed) instead of failing */
+	int have_dtype;          /* dtype of raw .bin input given */
+	enum token_dtype dtype;
+	/* Called with one line for each skipped record or file; may be NULL. */
+	void (*notice)(void *ctx, const char *msg);
+	void *ctx;
+};
+
+struct source;
+
+struct source_ops {
+	const char *name;        /* catalog sources.format */
+	/* Prepare s->path. Sets s->content, s->dtype (tokens), s->bytes_total. */
+	int (*open)(struct source *s);
+	/* Append the next sample (tokens: the next chunk of whole tokens, never empty) to
+	 * out. 1 when one was appended, 0 at the end, -errno on error. */
+	int (*next)(struct source *s, struct buf *out);
+	void (*close)(struct source *s);
+};
+
+struct source {
+	const struct source_ops *ops;
+	char *path;
+	const struct source_opts *opts;
+	enum dataset_content content;
+	enum token_dtype dtype;  /* tokens */
+	uint64_t bytes_total;    /* input bytes, for progress; 0 when unknown */
+	uint64_t bytes_read;     /* input bytes consumed so far */
+	uint64_t skipped;        /* records skipped under skip_bad */
+	XXH3_state_t *hash;      /* checksum of every input byte read (made by source_open) */
+	char err[768];
+	void *priv;
+};
+
+extern const struct source_ops source_jsonl_ops;
+extern const struct source_ops source_lines_ops;
+extern const struct source_ops source_dir_ops;
+extern const struct source_ops source_tar_ops;
+extern const struct source_ops source_bin_ops;
+extern const struct source_ops source_npy_ops;
+extern const struct source_ops source_megatron_ops;
+
+/* The concrete format of path: a directory is dir; otherwise by name: .jsonl/.ndjson
+ * (optionally .zst) jsonl, .txt (optionally .zst) lines, .tar/.tgz/.tar.{gz,xz,bz2,zst}
+ * tar, .npy npy, .idx megatron, .bin megatron when PREFIX.idx exists beside it else bin,
+ * and a PREFIX whose .idx and .bin exist megatron. `forced` (from --format) narrows or
+ * overrides: LINES and JSONL apply to any file, TOKENS picks among bin/npy/megatron,
+ * FILES among dir/tar. 0, or -EINVAL with a reason (what to pass) in why. */
+int source_detect(const char *path, enum source_format forced, enum source_format *out,
+		  char *why, size_t why_len);
+const struct source_ops *source_ops_for(enum source_format f);
+/* Parse a --format name (auto, jsonl, lines, files, dir, tar, tokens, bin, npy,
+ * megatron). 0 or -EINVAL. */
+int source_format_parse(const char *s, enum source_format *out);
+
+/* Open path with ops; on failure s->err says why and s needs only source_close(). */
+int source_open(struct source *s, const struct source_ops *ops, const char *path,
+		const struct source_opts *o);
+int source_next(struct source *s, struct buf *out);
+/* The input's XXH3-128 checksum, valid after next() returned 0. */
+void source_checksum(struct source *s, char hex[33]);
+void source_close(struct source *s);
+
+/* Put a formatted message into s->err; returns rc (for `return source_error(...)`). */
+int source_error(struct source *s, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Report a skipped record: counts it and passes "msg; skipped" to opts->notice. */
+void source_notice(struct source *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Parsers of untrusted bytes, exposed for the fuzz targets and unit tests. */
+
+/* Validate one JSONL line (without its newline) as one JSON value (RFC 8259, UTF-8).
+ * 0, or -EINVAL with "column C: reason" in why. */
+int jsonl_check_line(const uint8_t *line, size_t len, char *why, size_t why_len);
+
+struct npy_header {
+	enum token_dtype dtype;
+	int swap;                /* stored big-endian: swap each token */
+	uint64_t count;          /* elements of the 1-D array */
+	size_t data_offset;      /* where the array data starts in the file */
+};
+/* Parse the header of a .npy file from its first len bytes (NEP 1: magic "\x93NUMPY",
+ * version, header length, a Python dict literal with descr, fortran_order, shape).
+ * 0, or -EINVAL (not a .npy, or a dtype/shape zephon does not take: object, float,
+ * 2-D ...), -EBADMSG (malformed or truncated header), with the reason in why. */
+int npy_header_parse(const uint8_t *p, size_t len, struct npy_header *out,
+		     char *why, size_t why_len);
+
+struct megatron_idx {
+	enum token_dtype dtype;
+	unsigned itemsize;
+	uint64_t sequences;
+	uint64_t documents;
+	const uint8_t *sizes;    /* sequences x int32 token counts, into the caller's bytes */
+	const uint8_t *pointers; /* sequences x int64 byte offsets into .bin */
+	uint64_t tokens;         /* sum of sizes */
+};
+/* Parse a Megatron-LM .idx (megatron/core/datasets/indexed_dataset.py, _INDEX_HEADER
+ * "MMIDIDX\0\0", version 1, dtype code, sequence count, document count, then int32
+ * sizes, int64 pointers, int64 document indices) of len bytes and check every sequence
+ * against a .bin of bin_size bytes. Dtype codes 1 (uint8), 4 (int32) and 8 (uint16) are
+ * taken; others refused. 0, or -EINVAL (unsupported dtype), -EBADMSG (bad magic or
+ * version, truncated, a sequence outside .bin), reason in why. */
+int megatron_idx_parse(const uint8_t *p, size_t len, uint64_t bin_size,
+		       struct megatron_idx *out, char *why, size_t why_len);
+
+/* Tar member path rules (WebDataset grouping): strip a leading "./", refuse absolute
+ * paths and ".." components. On success *key_len is the length of the key (up to the
+ * first '.' of the base name); 0 when the base name has no '.' (no extension).
+ * 0 or -EINVAL with the reason in why. */
+int tar_member_path(const char *path, const char **clean, size_t *key_len,
+		    char *why, size_t why_len);
+
+#endif

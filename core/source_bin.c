@@ -1,0 +1,106 @@
+/* source_bin.c: a raw little-endian token stream of --dtype. */
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BIN_CHUNK (4u << 20)
+
+struct bin_src {
+	int fd;
+	unsigned itemsize;
+};
+
+static const unsigned itemsizes[] = { 1, 2, 4, 4 };
+
+static void bin_close(struct source *s)
+{
+	struct bin_src *b = s->priv;
+
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b);
+	s->priv = NULL;
+}
+
+static int bin_open(struct source *s)
+{
+	struct bin_src *b = calloc(1, sizeof(*b));
+	struct stat sb;
+	int rc;
+
+	if (!b)
+		return -ENOMEM;
+	s->priv = b;
+	s->content = CONTENT_TOKENS;
+	b->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	if (b->fd < 0 || fstat(b->fd, &sb) != 0) {
+		rc = -errno;
+		snprintf(s->err, sizeof(s->err), "%s: cannot open: %s", s->path, strerror(-rc));
+		return rc;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		snprintf(s->err, sizeof(s->err), "%s: not a regular file", s->path);
+		return -EINVAL;
+	}
+	if (!s->opts->have_dtype) {
+		snprintf(s->err, sizeof(s->err), "%s: a raw token file needs its dtype; pass "
+			 "--dtype uint8|uint16|uint32|int32", s->path);
+		return -EINVAL;
+	}
+	s->dtype = s->opts->dtype;
+	b->itemsize = itemsizes[s->dtype];
+	s->bytes_total = (uint64_t)sb.st_size;
+	if (s->bytes_total % b->itemsize) {
+		snprintf(s->err, sizeof(s->err), "%s: %ju bytes are not a whole number of %s "
+			 "tokens (%u bytes each); check --dtype", s->path, (uintmax_t)sb.st_size,
+			 dataset_dtype_name(s->dtype), b->itemsize);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int bin_next(struct source *s, struct buf *out)
+{
+	struct bin_src *b = s->priv;
+	uint64_t left = s->bytes_total - s->bytes_read;
+	size_t want = left < BIN_CHUNK ? (size_t)left : BIN_CHUNK;
+	size_t got = 0;
+	int rc;
+
+	if (want == 0)
+		return 0;
+	rc = buf_reserve(out, want);
+	if (rc)
+		return rc;
+	while (got < want) {
+		ssize_t n = pread(b->fd, out->data + out->len + got, want - got,
+				  (off_t)(s->bytes_read + got));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju: %s", s->path,
+				 (uintmax_t)(s->bytes_read + got),
+				 n < 0 ? strerror(errno) : "the file shrank while being packed");
+			return -EIO;
+		}
+		got += (size_t)n;
+	}
+	XXH3_128bits_update(s->hash, out->data + out->len, want);
+	out->len += want;
+	s->bytes_read += want;
+	return 1;
+}
+
+const struct source_ops source_bin_ops = {
+	.name = "bin",
+	.open = bin_open,
+	.next = bin_next,
+	.close = bin_close,
+};

@@ -1,0 +1,91 @@
+/* source_jsonl.c: JSON Lines (https://jsonlines.org), plain or zstd-compressed. */
+#include "source.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "instream.h"
+
+int jsonl_check_line(const uint8_t *line, size_t len, char *why, size_t why_len)
+{
+	json_error_t e;
+	json_t *v;
+
+	/* JSON_DECODE_ANY: a line may hold any JSON value, as Python's json.loads takes;
+	 * JSON_ALLOW_NUL: "\u0000" is valid JSON (RFC 8259 section 7). */
+	v = json_loadb((const char *)line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+	if (!v) {
+		snprintf(why, why_len, "column %d: %s", e.column > 0 ? e.column : 1, e.text);
+		return -EINVAL;
+	}
+	json_decref(v);
+	return 0;
+}
+
+static int blank(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r')
+			return 0;
+	return 1;
+}
+
+static int jsonl_open(struct source *s)
+{
+	struct instream *in;
+	int rc = instream_open(s->path, s->hash, &in, s->err, sizeof(s->err));
+
+	if (rc)
+		return rc;
+	s->priv = in;
+	s->content = CONTENT_TEXT;
+	s->bytes_total = instream_file_size(in);
+	return 0;
+}
+
+static int jsonl_next(struct source *s, struct buf *out)
+{
+	struct instream *in = s->priv;
+	const uint8_t *line;
+	size_t len;
+	char why[300];
+	int rc;
+
+	for (;;) {
+		rc = instream_getline(in, SAMPLE_MAX_BYTES, &line, &len, s->err, sizeof(s->err));
+		s->bytes_read = instream_bytes_read(in);
+		if (rc <= 0)
+			return rc;
+		if (blank(line, len))
+			continue;
+		if (jsonl_check_line(line, len, why, sizeof(why)) == 0)
+			break;
+		if (!s->opts->skip_bad) {
+			snprintf(s->err, sizeof(s->err), "%s:%" PRIu64 ": invalid JSON at %s; fix the "
+				 "line, or pass --skip-bad to skip bad records", s->path,
+				 instream_lineno(in), why);
+			return -EINVAL;
+		}
+		source_notice(s, "%s:%" PRIu64 ": invalid JSON at %s; skipped", s->path,
+			      instream_lineno(in), why);
+	}
+	rc = buf_append(out, line, len);
+	return rc ? rc : 1;
+}
+
+static void jsonl_close(struct source *s)
+{
+	instream_close(s->priv);
+	s->priv = NULL;
+}
+
+const struct source_ops source_jsonl_ops = {
+	.name = "jsonl",
+	.open = jsonl_open,
+	.next = jsonl_next,
+	.close = jsonl_close,
+};

@@ -1,0 +1,235 @@
+/* source_megatron.c: Megatron-LM indexed datasets (PREFIX.idx + PREFIX.bin). */
+#include "source.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MEG_MAGIC "MMIDIDX\0\0"
+#define MEG_MAGIC_LEN 9
+#define MEG_HEADER_LEN (MEG_MAGIC_LEN + 8 + 1 + 8 + 8)
+#define MEG_CHUNK (4u << 20)
+
+static uint64_t rd64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return le64toh(v);
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+
+int megatron_idx_parse(const uint8_t *p, size_t len, uint64_t bin_size,
+		       struct megatron_idx *out, char *why, size_t why_len)
+{
+	static const char *const names[] = { "?", "uint8", "int8", "int16", "int32", "int64",
+		"float64", "float32", "uint16" };
+	struct megatron_idx m = { 0 };
+	uint64_t version, need;
+	unsigned code;
+
+	if (len < MEG_HEADER_LEN) {
+		snprintf(why, why_len, "truncated .idx: %zu bytes, the header is %d", len,
+			 MEG_HEADER_LEN);
+		return -EBADMSG;
+	}
+	if (memcmp(p, MEG_MAGIC, MEG_MAGIC_LEN)) {
+		snprintf(why, why_len, "bad magic: not a Megatron-LM .idx (expected MMIDIDX\\0\\0)");
+		return -EBADMSG;
+	}
+	version = rd64(p + 9);
+	if (version != 1) {
+		snprintf(why, why_len, "Megatron .idx version %ju is not supported (version 1 is)",
+			 (uintmax_t)version);
+		return -EBADMSG;
+	}
+	code = p[17];
+	switch (code) {
+	case 1: m.dtype = DTYPE_UINT8; m.itemsize = 1; break;
+	case 4: m.dtype = DTYPE_INT32; m.itemsize = 4; break;
+	case 8: m.dtype = DTYPE_UINT16; m.itemsize = 2; break;
+	default:
+		snprintf(why, why_len, "dtype code %u (%s) is not one zephon stores (1 uint8, 4 "
+			 "int32, 8 uint16)", code, code < 9 ? names[code] : "unknown");
+		return -EINVAL;
+	}
+	m.sequences = rd64(p + 18);
+	m.documents = rd64(p + 26);
+	if (m.sequences > (SIZE_MAX - MEG_HEADER_LEN) / 32 || m.documents > SIZE_MAX / 32) {
+		snprintf(why, why_len, "truncated .idx: %ju sequences announced",
+			 (uintmax_t)m.sequences);
+		return -EBADMSG;
+	}
+	need = MEG_HEADER_LEN + m.sequences * 12 + m.documents * 8;
+	if (len < need) {
+		snprintf(why, why_len, "truncated .idx: %zu bytes, %ju sequences and %ju documents "
+			 "need %ju", len, (uintmax_t)m.sequences, (uintmax_t)m.documents,
+			 (uintmax_t)need);
+		return -EBADMSG;
+	}
+	m.sizes = p + MEG_HEADER_LEN;
+	m.pointers = m.sizes + m.sequences * 4;
+	for (uint64_t i = 0; i < m.sequences; i++) {
+		uint32_t n = rd32(m.sizes + i * 4);
+		uint64_t ptr = rd64(m.pointers + i * 8);
+
+		if (n > INT32_MAX || ptr > bin_size || (uint64_t)n * m.itemsize > bin_size - ptr) {
+			snprintf(why, why_len, "sequence %ju (%u tokens at byte %ju) lies outside the "
+				 "%ju-byte .bin", (uintmax_t)i, n, (uintmax_t)ptr,
+				 (uintmax_t)bin_size);
+			return -EBADMSG;
+		}
+		m.tokens += n;
+	}
+	*out = m;
+	return 0;
+}
+
+struct meg_src {
+	int bin;
+	uint8_t *idx;
+	size_t idx_len;
+	char *bin_path;
+	struct megatron_idx m;
+	uint64_t seq;            /* current sequence */
+	uint64_t done;           /* bytes of it emitted */
+};
+
+static void meg_close(struct source *s)
+{
+	struct meg_src *g = s->priv;
+
+	if (g->bin >= 0)
+		close(g->bin);
+	if (g->idx)
+		munmap(g->idx, g->idx_len);
+	free(g->bin_path);
+	free(g);
+	s->priv = NULL;
+}
+
+static int meg_open(struct source *s)
+{
+	struct meg_src *g = calloc(1, sizeof(*g));
+	size_t n = strlen(s->path);
+	char *idx_path = NULL, why[300];
+	struct stat ib, bb;
+	int fd = -1, rc;
+
+	if (!g)
+		return -ENOMEM;
+	g->bin = -1;
+	s->priv = g;
+	s->content = CONTENT_TOKENS;
+	if (n > 4 && (!strcmp(s->path + n - 4, ".idx") || !strcmp(s->path + n - 4, ".bin")))
+		n -= 4;
+	if (asprintf(&idx_path, "%.*s.idx", (int)n, s->path) < 0 ||
+	    asprintf(&g->bin_path, "%.*s.bin", (int)n, s->path) < 0) {
+		free(idx_path);
+		g->bin_path = NULL;
+		return -ENOMEM;
+	}
+	fd = open(idx_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &ib) != 0) {
+		rc = -errno;
+		snprintf(s->err, sizeof(s->err), "%s: cannot open: %s", idx_path, strerror(-rc));
+		goto out;
+	}
+	g->bin = open(g->bin_path, O_RDONLY | O_CLOEXEC);
+	if (g->bin < 0 || fstat(g->bin, &bb) != 0) {
+		rc = -errno;
+		snprintf(s->err, sizeof(s->err), "%s: cannot open: %s (a Megatron .idx needs its "
+			 ".bin beside it)", g->bin_path, strerror(-rc));
+		goto out;
+	}
+	if (!S_ISREG(ib.st_mode) || ib.st_size == 0) {
+		rc = -EBADMSG;
+		snprintf(s->err, sizeof(s->err), "%s: empty or not a regular file", idx_path);
+		goto out;
+	}
+	g->idx_len = (size_t)ib.st_size;
+	g->idx = mmap(NULL, g->idx_len, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (g->idx == MAP_FAILED) {
+		g->idx = NULL;
+		rc = -errno;
+		snprintf(s->err, sizeof(s->err), "%s: mmap: %s", idx_path, strerror(-rc));
+		goto out;
+	}
+	rc = megatron_idx_parse(g->idx, g->idx_len, (uint64_t)bb.st_size, &g->m, why,
+				sizeof(why));
+	if (rc) {
+		snprintf(s->err, sizeof(s->err), "%s: %s", idx_path, why);
+		goto out;
+	}
+	XXH3_128bits_update(s->hash, g->idx, g->idx_len);
+	s->dtype = g->m.dtype;
+	s->bytes_total = g->m.tokens * g->m.itemsize;
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(idx_path);
+	return rc;
+}
+
+static int meg_next(struct source *s, struct buf *out)
+{
+	struct meg_src *g = s->priv;
+	uint64_t size, ptr, want;
+	size_t got = 0;
+	int rc;
+
+	for (;;) {
+		if (g->seq >= g->m.sequences)
+			return 0;
+		size = (uint64_t)rd32(g->m.sizes + g->seq * 4) * g->m.itemsize;
+		if (g->done < size)
+			break;
+		g->seq++;
+		g->done = 0;
+	}
+	ptr = rd64(g->m.pointers + g->seq * 8) + g->done;
+	want = size - g->done < MEG_CHUNK ? size - g->done : MEG_CHUNK;
+	rc = buf_reserve(out, (size_t)want);
+	if (rc)
+		return rc;
+	while (got < want) {
+		ssize_t r = pread(g->bin, out->data + out->len + got, (size_t)want - got,
+				  (off_t)(ptr + got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju (sequence %ju): "
+				 "%s", g->bin_path, (uintmax_t)(ptr + got), (uintmax_t)g->seq,
+				 r < 0 ? strerror(errno) : "the file shrank while being packed");
+			return -EIO;
+		}
+		got += (size_t)r;
+	}
+	XXH3_128bits_update(s->hash, out->data + out->len, (size_t)want);
+	out->len += (size_t)want;
+	g->done += want;
+	s->bytes_read += want;
+	return 1;
+}
+
+const struct source_ops source_megatron_ops = {
+	.name = "megatron",
+	.open = meg_open,
+	.next = meg_next,
+	.close = meg_close,
+};

@@ -1,0 +1,336 @@
+/* source_tar.c: tar archives with WebDataset grouping, read with libarchive. */
+#include "source.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "filegroup.h"
+
+#define TAR_CHUNK (256 * 1024)
+
+struct tar_src {
+	struct archive *a;
+	int fd;
+	uint8_t *chunk;
+	struct source *s;
+	/* The member that ended the previous group: it starts the next one. */
+	struct buf held;         /* a file group of one file, or empty */
+	char *held_key;
+	char *last_name;         /* last member seen, for positions in messages */
+	int at_end;
+};
+
+int tar_member_path(const char *path, const char **clean, size_t *key_len,
+		    char *why, size_t why_len)
+{
+	const char *p = path, *base, *dot, *c;
+
+	while (p[0] == '.' && p[1] == '/')
+		p += 2;
+	if (p[0] == '/') {
+		snprintf(why, why_len, "absolute member path");
+		return -EINVAL;
+	}
+	if (!*p) {
+		snprintf(why, why_len, "empty member path");
+		return -EINVAL;
+	}
+	/* Any ".." component could escape a directory when the batch is extracted. */
+	for (c = p; *c; ) {
+		const char *slash = strchr(c, '/');
+		size_t n = slash ? (size_t)(slash - c) : strlen(c);
+
+		if (n == 2 && c[0] == '.' && c[1] == '.') {
+			snprintf(why, why_len, "member path has a '..' component");
+			return -EINVAL;
+		}
+		c += n;
+		if (*c == '/')
+			c++;
+	}
+	if (strlen(p) > FILEGROUP_NAME_MAX) {
+		snprintf(why, why_len, "member path longer than %d bytes", FILEGROUP_NAME_MAX);
+		return -EINVAL;
+	}
+	base = strrchr(p, '/');
+	base = base ? base + 1 : p;
+	dot = strchr(base, '.');
+	*clean = p;
+	/* A base name that starts with '.' or has no '.' has no key/extension split. */
+	*key_len = dot && dot != base && dot[1] ? (size_t)(dot - p) : 0;
+	return 0;
+}
+
+static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
+{
+	struct tar_src *t = ctx;
+	ssize_t n;
+
+	do
+		n = read(t->fd, t->chunk, TAR_CHUNK);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		archive_set_error(a, errno, "read error: %s", strerror(errno));
+		return -1;
+	}
+	XXH3_128bits_update(t->s->hash, t->chunk, (size_t)n);
+	t->s->bytes_read += (uint64_t)n;
+	*buffer = t->chunk;
+	return n;
+}
+
+static void tar_close(struct source *s)
+{
+	struct tar_src *t = s->priv;
+
+	if (t->a)
+		archive_read_free(t->a);
+	if (t->fd >= 0)
+		close(t->fd);
+	buf_release(&t->held);
+	free(t->held_key);
+	free(t->last_name);
+	free(t->chunk);
+	free(t);
+	s->priv = NULL;
+}
+
+static int tar_open(struct source *s)
+{
+	struct tar_src *t = calloc(1, sizeof(*t));
+	struct stat sb;
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	t->fd = -1;
+	s->priv = t;
+	t->s = s;
+	s->content = CONTENT_FILES;
+	t->chunk = malloc(TAR_CHUNK);
+	if (!t->chunk)
+		return -ENOMEM;
+	t->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	if (t->fd < 0 || fstat(t->fd, &sb) != 0) {
+		rc = -errno;
+		snprintf(s->err, sizeof(s->err), "%s: cannot open: %s", s->path, strerror(-rc));
+		return rc;
+	}
+	if (S_ISDIR(sb.st_mode)) {
+		snprintf(s->err, sizeof(s->err), "%s: is a directory, not a tar file", s->path);
+		return -EISDIR;
+	}
+	s->bytes_total = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+	t->a = archive_read_new();
+	if (!t->a)
+		return -ENOMEM;
+	archive_read_support_filter_all(t->a);
+	archive_read_support_format_tar(t->a);  /* ustar, pax, GNU (long names, sparse) */
+	if (archive_read_open(t->a, t, NULL, tar_read_cb, NULL) != ARCHIVE_OK) {
+		snprintf(s->err, sizeof(s->err), "%s: not a tar archive: %s", s->path,
+			 archive_error_string(t->a));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int set_str(char **dst, const char *src, size_t n)
+{
+	char *p = strndup(src, n);
+
+	if (!p)
+		return -ENOMEM;
+	free(*dst);
+	*dst = p;
+	return 0;
+}
+
+/* Read the data of the current member (size bytes) as one file at the end of group
+ * `start` in out. 0 or -errno with s->err set. */
+static int read_member(struct source *s, struct tar_src *t, struct buf *out, size_t start,
+		       const char *name, int64_t size)
+{
+	uint64_t got = 0;
+	int rc;
+
+	rc = filegroup_add_header(out, start, name, strlen(name), (uint64_t)size);
+	if (!rc)
+		rc = buf_reserve(out, (size_t)size);
+	if (rc) {
+		snprintf(s->err, sizeof(s->err), "%s: member %s: out of memory", s->path, name);
+		return rc;
+	}
+	while (got < (uint64_t)size) {
+		la_ssize_t n = archive_read_data(t->a, out->data + out->len + got,
+						 (size_t)((uint64_t)size - got));
+
+		if (n <= 0) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s: %s at byte %ju of %jd "
+				 "(truncated tar?)", s->path, name,
+				 n < 0 ? archive_error_string(t->a) : "data ends early",
+				 (uintmax_t)got, (intmax_t)size);
+			return -EBADMSG;
+		}
+		got += (uint64_t)n;
+	}
+	out->len += (size_t)size;
+	out->data[out->len] = 0;
+	return 0;
+}
+
+static int tar_next(struct source *s, struct buf *out)
+{
+	struct tar_src *t = s->priv;
+	struct archive_entry *e;
+	size_t start, base = out->len;
+	uint64_t group_bytes = 0;
+	int rc;
+
+	if (t->at_end)
+		return 0;
+	rc = filegroup_begin(out, &start);
+	if (rc)
+		return rc;
+	char *key = NULL;
+	if (t->held.len) {
+		/* held is a one-file group; append its file after our count */
+		struct filegroup_iter it;
+		struct filegroup_file f;
+
+		filegroup_iter_init(&it, t->held.data, t->held.len);
+		filegroup_next(&it, &f);
+		rc = filegroup_add(out, start, f.name, f.name_len, f.data, f.size);
+		if (rc)
+			goto fail;
+		group_bytes = f.size;
+		key = t->held_key;
+		t->held_key = NULL;
+		t->held.len = 0;
+	}
+	for (;;) {
+		const char *path, *clean;
+		size_t key_len;
+		char why[160];
+		int64_t size;
+		mode_t type;
+
+		rc = archive_read_next_header(t->a, &e);
+		if (rc == ARCHIVE_EOF) {
+			t->at_end = 1;
+			break;
+		}
+		if (rc == ARCHIVE_WARN) {
+			/* e.g. an unknown pax keyword: the entry is usable */
+			rc = ARCHIVE_OK;
+		}
+		if (rc != ARCHIVE_OK) {
+			snprintf(s->err, sizeof(s->err), "%s: bad tar header at byte %jd%s%s: %s "
+				 "(truncated or corrupt archive)", s->path,
+				 (intmax_t)archive_read_header_position(t->a),
+				 t->last_name ? ", after member " : "",
+				 t->last_name ? t->last_name : "", archive_error_string(t->a));
+			rc = -EBADMSG;
+			goto fail;
+		}
+		path = archive_entry_pathname(e);
+		if (!path)
+			path = "";
+		if (set_str(&t->last_name, path, strlen(path))) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		type = archive_entry_filetype(e);
+		if (type == AE_IFDIR)
+			continue;
+		if (type != AE_IFREG || archive_entry_hardlink(e)) {
+			source_notice(s, "%s: member %s is not a regular file (link or device); "
+				      "skipped", s->path, path);
+			continue;
+		}
+		if (tar_member_path(path, &clean, &key_len, why, sizeof(why))) {
+			if (!s->opts->skip_bad) {
+				snprintf(s->err, sizeof(s->err), "%s: member %s: %s; refusing the "
+					 "archive (or pass --skip-bad to skip such members)",
+					 s->path, path, why);
+				rc = -EINVAL;
+				goto fail;
+			}
+			source_notice(s, "%s: member %s: %s; skipped", s->path, path, why);
+			continue;
+		}
+		if (key_len == 0) {
+			/* WebDataset drops members without an extension, and so do we. */
+			source_notice(s, "%s: member %s has no extension, so no WebDataset key; "
+				      "skipped", s->path, path);
+			continue;
+		}
+		size = archive_entry_size(e);
+		if (size < 0 || (uint64_t)size + group_bytes > SAMPLE_MAX_BYTES / 2) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s: sample exceeds the size "
+				 "limit", s->path, path);
+			rc = -EFBIG;
+			goto fail;
+		}
+		if (key && (strlen(key) != key_len || memcmp(key, clean, key_len))) {
+			/* A new key: this member starts the next group. */
+			size_t hs;
+
+			rc = filegroup_begin(&t->held, &hs);
+			if (!rc)
+				rc = read_member(s, t, &t->held, hs, clean, size);
+			if (!rc)
+				rc = set_str(&t->held_key, clean, key_len);
+			if (rc)
+				goto fail;
+			break;
+		}
+		if (!key && set_str(&key, clean, key_len)) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		/* Two members of one name in one sample: WebDataset refuses it too. */
+		{
+			struct filegroup_iter it;
+			struct filegroup_file f;
+
+			filegroup_iter_init(&it, out->data + start, out->len - start);
+			while (filegroup_next(&it, &f) == 1) {
+				if (f.name_len == strlen(clean) && !memcmp(f.name, clean, f.name_len)) {
+					snprintf(s->err, sizeof(s->err), "%s: member %s appears twice in "
+						 "sample %s", s->path, clean, key);
+					rc = -EINVAL;
+					goto fail;
+				}
+			}
+		}
+		rc = read_member(s, t, out, start, clean, size);
+		if (rc)
+			goto fail;
+		group_bytes += (uint64_t)size;
+	}
+	free(key);
+	if (filegroup_count(out, start) == 0) {
+		out->len = base;
+		return 0;
+	}
+	return 1;
+fail:
+	free(key);
+	out->len = base;
+	t->at_end = 1;
+	return rc;
+}
+
+const struct source_ops source_tar_ops = {
+	.name = "tar",
+	.open = tar_open,
+	.next = tar_next,
+	.close = tar_close,
+};
