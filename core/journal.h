@@ -3,15 +3,25 @@
  *
  * Owns: the identity it belongs to (dataset fingerprint + seed + shuffle), the layout
  * history (one row per mount: W, B, m, ranks, S0, G0, time, host), the cursor of every
- * served rank, checkpoint marks and rewinds. SQLite result codes are translated to -errno
- * here and nowhere else.
+ * served rank, checkpoint marks and rewinds. The DDL is schema/journal.sql (embedded at
+ * build time), versioned with PRAGMA user_version and migrated step by step. SQLite result
+ * codes are translated to -errno here and nowhere else.
  *
  * Invariant: journal_claim() returns 0 only after the cursor advance is committed
  * (synchronous=NORMAL: survives a killed process; FULL: survives power loss). A claim
- * that cannot be committed returns -EIO and leaves the cursor where it was.
+ * that cannot be committed returns -EIO and leaves the cursor where it was, both in
+ * memory and on disk.
  *
- * Thread-safety: every function may be called from any thread; a mutex serializes them.
- * One writer process per journal file (one file per node on shared storage).
+ * Locking: a writable journal is opened in SQLite's EXCLUSIVE locking mode: the mount
+ * holds the file's lock from journal_open() to journal_close(), so a second mount of the
+ * same journal (another process, or another node on shared storage) is refused with
+ * -EBUSY instead of silently serving the same batches twice; WAL then needs no shared
+ * memory, which is also what lets it work on network file systems. The price: `zephon
+ * journal show` and journal_open_readonly() of a journal that a live mount holds fail
+ * with -EBUSY (read the mount's /status instead).
+ *
+ * Thread-safety: every function taking a struct journal may be called from any thread;
+ * a mutex serializes them. One writer process per journal file (one file per node).
  */
 #ifndef ZEPHON_JOURNAL_H
 #define ZEPHON_JOURNAL_H
@@ -21,7 +31,11 @@
 
 #include "order.h"
 
+/* COMPATIBILITY: the on-disk schema version (PRAGMA user_version). A journal with a
+ * higher version is refused (-EBADMSG); lower versions are migrated on open. */
 #define JOURNAL_SCHEMA_VERSION 1
+/* PRAGMA application_id of every Zephon journal: "ZPHJ". COMPATIBILITY: never change. */
+#define JOURNAL_APPLICATION_ID 0x5a50484a
 
 struct journal;
 
@@ -30,7 +44,7 @@ struct journal_ident {
 	char fingerprint[33];       /* dataset fingerprint, 32 hex digits */
 	uint64_t seed;
 	enum order_shuffle shuffle;
-	uint64_t samples;           /* N, for messages and sanity checks */
+	uint64_t samples;           /* N, for messages and sanity checks (not compared) */
 };
 
 enum journal_sync { JOURNAL_SYNC_NORMAL, JOURNAL_SYNC_FULL };
@@ -41,9 +55,10 @@ struct journal_resume {
 	uint64_t value;             /* G for samples:G, S for step:S */
 };
 
-/* Parse "auto" | "fresh" | "samples:G" | "step:S". 0 or -EINVAL. */
+/* Parse "auto" | "fresh" | "samples:G" | "step:S" (G, S decimal, below 2^62).
+ * 0 or -EINVAL. */
 int journal_resume_parse(const char *s, struct journal_resume *out);
-/* Format a rule back ("samples:1024"). */
+/* Format a rule back ("samples:1024"); out is always NUL-terminated. */
 void journal_resume_format(const struct journal_resume *r, char *out, size_t len);
 
 /* A layout as recorded. */
@@ -53,62 +68,189 @@ struct journal_layout {
 	char ranks[256];            /* rankset_format() of the served ranks, maybe truncated */
 	int64_t time;               /* unix seconds */
 	char host[64];
-	char resume[64];            /* the resume rule that produced S0/G0, as applied */
+	char rule[32];              /* the resume option given: "auto", "samples:384", ... */
+	char resume[160];           /* what it resolved to ("auto: checkpoint mark at step 12
+	                             * -> step 12, samples:384"), maybe truncated */
 };
 
-/* Open or create the journal at path for ident. On failure returns -errno with a
- * one-line reason in err:
+/* One served rank's cursor: the next claim of that rank is (step, micro). */
+struct journal_cursor {
+	uint64_t rank;
+	uint64_t step;
+	uint64_t micro;
+};
+
+/* A checkpoint mark or a rewind as recorded: STEP, its first gsn in the layout it was
+ * given in, and when. */
+struct journal_event {
+	int64_t id;
+	int64_t layout_id;
+	uint64_t step;
+	uint64_t gsn;
+	int64_t time_us;            /* unix microseconds */
+};
+
+/* Open or create the journal at path for ident, for writing. A missing or empty (0-byte)
+ * file is created (the directory must exist). An existing file is validated before
+ * anything is written to it: SQLite header, application_id, schema version, meta,
+ * PRAGMA quick_check, identity. On failure returns -errno with a one-line reason in err
+ * (which names the path):
  *   -ESTALE   the journal belongs to another fingerprint/seed/shuffle (err names both
  *             and says to pass a new journal=PATH for a fresh start);
- *   -EBADMSG  not a Zephon journal, corrupt, or a schema version this build cannot read
- *             (nothing is written to it);
- *   -EACCES / -EROFS / -ENOENT  the path cannot be created or written;
+ *   -EBADMSG  not a Zephon journal (not SQLite, or SQLite of another application),
+ *             corrupt, or a schema version newer than this build (nothing is written);
+ *   -EBUSY    another process (a live mount) holds the journal;
+ *   -EACCES, -EROFS, -ENOENT, -ENOTDIR, -EISDIR  the path cannot be created or written;
  *   -EIO, -ENOMEM.
  * Applies migrations from older schema versions. *out is set only on success. */
 int journal_open(const char *path, const struct journal_ident *ident,
 		 enum journal_sync sync, struct journal **out, char *err, size_t errlen);
+
+/* Open an existing journal read-only (for `zephon journal show`), whatever its identity
+ * (journal_identity() tells it). Validates like journal_open() but never writes, never
+ * migrates (an older schema is read as is). -ENOENT (no such file), -EBADMSG, -EBUSY,
+ * -EACCES, -EIO, -ENOMEM, with err. Every writing function returns -EROFS on it. */
+int journal_open_readonly(const char *path, struct journal **out, char *err, size_t errlen);
+
+/* Close (NULL is a no-op). A clean close checkpoints the WAL into the database. */
 void journal_close(struct journal *j);
 
-/* Start a mount: resolve `rule` against the history (DESIGN.md section 5) into S0/G0 of
- * *l (W, B, m are given by the caller in *l), record the layout row and set every served
- * rank's cursor to (S0, 0), all in one transaction. `applied` receives a description
- * of what was applied ("auto: checkpoint mark step 12 -> samples:384"). 0, or -EINVAL
- * (rule points before 0 or past 2^62, or step:S with no layout to map S), -EIO. */
+/* The identity stored in the journal. */
+void journal_identity(struct journal *j, struct journal_ident *out);
+
+/* The reason of the latest failing call on j, from any thread ("" if none): the SQLite
+ * message for -EIO, the broken rule for -EINVAL. Copied into out (NUL-terminated). */
+void journal_last_error(struct journal *j, char *out, size_t len);
+
+/*
+ * The resume point (what `resume=auto` and `zephon journal resume-point` use), over one
+ * journal or over several (one per node). DESIGN.md section 5, made precise:
+ *
+ *  1. History before the latest `fresh` start is ignored (fresh = an empty journal).
+ *  2. If there is a checkpoint mark (in any of the journals): the trainer tells where the
+ *     model is, and the resume point is the latest *position statement*: a checkpoint
+ *     mark, a rewind, or a layout started by an explicit `samples:G`, `step:S` or `fresh`.
+ *     The point is that statement's (step, gsn). DESIGN says "the latest mark"; rewinds
+ *     and explicit starts count too because they also say where the model is: a launcher
+ *     that falls back to an older checkpoint (samples:G below the latest mark) must not
+ *     resume past it after a second crash. Starts by `auto` restate an earlier point and
+ *     are not statements.
+ *  3. Otherwise, from the cursors of the last layout. The last layout is the most
+ *     recently started one; with several journals, every journal whose last layout has
+ *     the same (S0, G0, W, B) belongs to it (each node records its own row of one job
+ *     layout); for a rank served by several of those rows (ranks moved between nodes at
+ *     a restart from the same point) the most recently started row counts. With c_r =
+ *     cursor.step - S0 the steps rank r completed (a partly claimed step is not complete),
+ *     S = S0 + min_r c_r, G = G0 + min_r c_r * B, the minimum over every rank 0..W-1: a
+ *     rank in none of the rows has unknown progress and counts as c_r = 0 (the point is
+ *     then the layout's start: nothing is skipped), and the point's `warning` says so.
+ *  4. No layout: the point is 0 (-ENOENT from journal_resume_point()).
+ * "Latest" and "most recently" mean record order within one journal and time_us across
+ * journals (node clocks need only be closer than the time between restarts).
+ */
+enum journal_point_basis {
+	JOURNAL_POINT_EMPTY,        /* no layout: samples 0, step 0 */
+	JOURNAL_POINT_STATEMENT,    /* rule 2 */
+	JOURNAL_POINT_CURSORS,      /* rule 3 */
+};
+struct journal_point {
+	uint64_t samples;           /* G */
+	uint64_t step;              /* S */
+	enum journal_point_basis basis;
+	struct layout last;         /* the last layout (rule 3's S0, G0, W, B, m); zero if empty */
+	uint64_t min_completed;     /* rule 3: min_r c_r */
+	char why[192];              /* "checkpoint mark at step 12 (PATH)", "ranks 0-7 of the
+	                             * last layout completed steps below 40" */
+	char warning[192];          /* "" or e.g. "ranks 4-7 of the last layout (world_size 8)
+	                             * are in none of the journals; their progress is unknown" */
+};
+
+/* Start a mount: resolve `rule` against the history into S0/G0 of *l (W, B, m are given
+ * by the caller in *l), record the layout row and set every served rank's cursor to
+ * (S0, 0), all in one transaction. Rules:
+ *   auto        the resume point above (G = S = 0 on an empty journal);
+ *   fresh       S0 = 0, G0 = 0; the history is kept (for `show`) but ignored from now on;
+ *   samples:G   G0 = G; S0 = the step G falls in per the layout history: the latest
+ *               layout with G0_old <= G gives S0_old + (G - G0_old) / B_old (rounded
+ *               down when G is not on a step boundary of it); with none, G / B;
+ *   step:S      S0 = S; G0 = the first gsn of step S per the latest layout with
+ *               S0_old <= S; -EINVAL if there is none (an empty journal).
+ * Steps and samples are not checked against a finite stream's end (the caller's job).
+ * `applied` receives what was done ("auto: checkpoint mark at step 12 -> step 12,
+ * samples:384"); the point's warning, if any, is appended. Returns 0, or -EINVAL
+ * (no ranks, a rank >= W, a layout that fails layout_check, step:S unmappable, G0 or the
+ * gsn of S0 at or past 2^62; reason in journal_last_error), -EROFS (read-only handle),
+ * -EIO. A second journal_start on the same handle starts a new layout (a remount). */
 int journal_start(struct journal *j, const struct journal_resume *rule,
 		  const struct rankset *ranks, struct layout *l,
 		  char *applied, size_t applied_len);
 
-/* The resume point `auto` would use, without starting anything: *samples = G, *step = S.
- * 0, or -ENOENT (no history: G = 0). */
+/* The resume point `auto` would use now, without starting anything: *samples = G,
+ * *step = S. 0, or -ENOENT (no history: G = S = 0), -EIO. `info` may be NULL. */
 int journal_resume_point(struct journal *j, uint64_t *samples, uint64_t *step);
+int journal_resume_point_ex(struct journal *j, struct journal_point *info);
 
-/* Record that rank's cursor moved past (step, micro): the next claim of that rank is
- * (step, micro + 1) or the next step. Committed before returning. 0, or -EIO (disk
- * full, I/O error, busy: nothing recorded), -EINVAL (rank not served / not the cursor). */
+/* Record that rank's claim (step, micro) was handed out: the next claim of that rank is
+ * (step, micro + 1) or (step + 1, 0). (step, micro) must be the rank's cursor: this is a
+ * compare-and-advance, so two threads can never hand out the same micro-batch. Committed
+ * before returning. 0, or -EIO (disk full, I/O error, locked: nothing recorded, cursor
+ * unchanged), -EINVAL (no journal_start yet, rank not served, (step, micro) is not the
+ * cursor), -EROFS (read-only handle). */
 int journal_claim(struct journal *j, uint64_t rank, uint64_t step, uint64_t micro);
 
-/* The current cursor of a served rank. 0 or -EINVAL (not served). */
+/* Claim whatever the rank's cursor is: *step, *micro receive the claimed position.
+ * Errors as journal_claim(). */
+int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *micro);
+
+/* The current cursor of a served rank (the next claim). 0 or -EINVAL (not served, or no
+ * journal_start yet). */
 int journal_cursor(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *micro);
 
-/* `checkpoint STEP`: the model state saved now holds every step below STEP. 0, -EINVAL
- * (STEP < S0 of the current layout or beyond the furthest cursor), -EIO. */
+/* The current layout (the one journal_start recorded on this handle). 0 or -ENOENT. */
+int journal_current(struct journal *j, struct journal_layout *out);
+
+/* `checkpoint STEP`: the model state saved now holds every step below STEP. Valid when
+ * S0 <= STEP <= the furthest cursor step of the served ranks (a step some rank has at
+ * least reached); STEP need not be above earlier marks (after a rewind it is not).
+ * 0, -EINVAL (no journal_start, or STEP out of that range; reason in journal_last_error),
+ * -EROFS, -EIO. */
 int journal_checkpoint(struct journal *j, uint64_t step);
 
-/* `rewind STEP`: every served rank's cursor goes back to (STEP, 0). 0, -EINVAL (STEP <
- * S0 of the current layout or beyond the furthest cursor), -EIO. */
+/* `rewind STEP`: every served rank's cursor goes to (STEP, 0), in one transaction that
+ * also records the cursors it moved from. Same validity range as journal_checkpoint()
+ * (ranks behind STEP move forward: the trainer says its model holds every step below
+ * STEP). 0, -EINVAL, -EROFS, -EIO (nothing changed). */
 int journal_rewind(struct journal *j, uint64_t step);
 
 /* consumed_samples: G0 + (min over served ranks of completed steps) * B for the current
- * layout. */
+ * layout; 0 before journal_start. */
 uint64_t journal_consumed(struct journal *j);
 
-/* The layout history, oldest first. *out is malloc'd (caller frees); 0, -ENOMEM, -EIO. */
+/* The layout history, oldest first. *out is malloc'd (caller frees; NULL when *count is
+ * 0); 0, -ENOMEM, -EIO. */
 int journal_layouts(struct journal *j, struct journal_layout **out, size_t *count);
 
+/* The recorded cursors of one layout (by journal_layout.id), by rank. For the current
+ * layout they equal journal_cursor(). *out malloc'd; 0, -ENOENT (no such layout),
+ * -ENOMEM, -EIO. */
+int journal_cursors(struct journal *j, int64_t layout_id,
+		    struct journal_cursor **out, size_t *count);
+
+/* Checkpoint marks and rewinds, oldest first. *out malloc'd; 0, -ENOMEM, -EIO. */
+int journal_marks(struct journal *j, struct journal_event **out, size_t *count);
+int journal_rewinds(struct journal *j, struct journal_event **out, size_t *count);
+/* The cursors a rewind (journal_event.id) moved from. 0, -ENOENT, -ENOMEM, -EIO. */
+int journal_rewind_cursors(struct journal *j, int64_t rewind_id,
+			   struct journal_cursor **out, size_t *count);
+
 /* Resume point over several journals (one per node), as `zephon journal resume-point`:
- * the latest checkpoint mark in any of them wins, else the minimum over all ranks of the
- * last layout. Opens each read-only. 0, or -errno with err naming the file. */
+ * the rules above. Opens each read-only (no identity given; all must share one identity,
+ * else -ESTALE naming the two files). 0, or -errno of journal_open_readonly() with err
+ * naming the file, -EINVAL (npaths == 0), -ESTALE. A missing history gives 0 with
+ * basis JOURNAL_POINT_EMPTY (not -ENOENT). `info` may be NULL. */
 int journal_resume_point_files(const char *const *paths, size_t npaths,
 			       uint64_t *samples, uint64_t *step, char *err, size_t errlen);
+int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
+				  struct journal_point *info, char *err, size_t errlen);
 
 #endif
