@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "filegroup.h"
+
 int batch_format_parse(const char *s, enum batch_format *out)
 {
 	static const struct {
@@ -283,60 +285,30 @@ static int tar_member(struct archive *a, struct archive_entry *e, const struct t
 	return 0;
 }
 
-static uint32_t get_u32le(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64le(const uint8_t *p)
-{
-	return (uint64_t)get_u32le(p) | (uint64_t)get_u32le(p + 4) << 32;
-}
-
-/* Longest member name accepted from a file group; pax could take more, but no packed
- * name is longer than a path, and a bound keeps a corrupt length from allocating. */
-#define TAR_NAME_MAX 4096
-
-/* Write the members of one file group (dataset.h: u32 nfiles, then per file u32
- * name_len, name, u64 size, data). -EIO when the payload does not parse: the bytes
- * passed their checksum, so a malformed group is a corrupt sample all the same. */
+/* Write the members of one file group (dataset.h; walked by filegroup.h, which bounds-
+ * checks every field). -EIO when the payload does not parse: the bytes passed their
+ * checksum, so a malformed group is a corrupt sample all the same. */
 static int tar_file_group(struct archive *a, struct archive_entry *e,
 			  const struct tar_sink *s, const uint8_t *p, size_t len)
 {
-	char name[TAR_NAME_MAX + 1];
-	uint32_t nfiles, nlen;
-	uint64_t size;
-	size_t pos = 4;
+	char name[FILEGROUP_NAME_MAX + 1];
+	struct filegroup_iter it;
+	struct filegroup_file f;
 	int rc;
 
-	if (len < 4)
+	if (filegroup_iter_init(&it, p, len))
 		return -EIO;
-	nfiles = get_u32le(p);
-	for (uint32_t i = 0; i < nfiles; i++) {
-		if (len - pos < 4)
+	while ((rc = filegroup_next(&it, &f)) == 1) {
+		/* libarchive takes C strings: a NUL inside a name would cut it short */
+		if (memchr(f.name, 0, f.name_len))
 			return -EIO;
-		nlen = get_u32le(p + pos);
-		pos += 4;
-		if (nlen == 0 || nlen > TAR_NAME_MAX || len - pos < nlen)
-			return -EIO;
-		memcpy(name, p + pos, nlen);
-		name[nlen] = 0;
-		if (memchr(name, 0, nlen))
-			return -EIO;
-		pos += nlen;
-		if (len - pos < 8)
-			return -EIO;
-		size = get_u64le(p + pos);
-		pos += 8;
-		if (size > len - pos)
-			return -EIO;
-		rc = tar_member(a, e, s, name, p + pos, size);
+		memcpy(name, f.name, f.name_len);
+		name[f.name_len] = 0;
+		rc = tar_member(a, e, s, name, f.data, f.size);
 		if (rc)
 			return rc;
-		pos += (size_t)size;
 	}
-	return pos == len ? 0 : -EIO;
+	return rc == 0 ? 0 : -EIO;
 }
 
 /*
