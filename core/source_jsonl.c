@@ -19,7 +19,10 @@ int jsonl_check_line(const uint8_t *line, size_t len, char *why, size_t why_len)
 	 * JSON_ALLOW_NUL: "\u0000" is valid JSON (RFC 8259 section 7). */
 	v = json_loadb((const char *)line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
 	if (!v) {
-		snprintf(why, why_len, "column %d: %s", e.column > 0 ? e.column : 1, e.text);
+		/* jansson says "unable to decode byte 0xff"; say what rule that breaks */
+		snprintf(why, why_len, "column %d: %s%s", e.column > 0 ? e.column : 1,
+			 json_error_code(&e) == json_error_invalid_utf8 ? "invalid UTF-8: " : "",
+			 e.text);
 		return -EINVAL;
 	}
 	json_decref(v);

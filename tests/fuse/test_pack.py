@@ -1,0 +1,597 @@
+"""zephon pack / info / verify on the shared real data and on made-up bad inputs.
+
+Every packed dataset is read back with an independent Python reader (zds.py) and compared
+sample by sample with what a Python reader of the input yields.
+"""
+import io
+import json
+import os
+import pathlib
+import signal
+import sqlite3
+import struct
+import subprocess
+import tarfile
+import time
+
+import numpy as np
+import pytest
+import zstandard
+
+import zds
+from conftest import ZEPHON, run
+
+MEGATRON = 'megatron/meg-gpt2-openwebtext_text_document'
+
+
+def pack_ok(tmp_path, name, *args):
+    out = tmp_path / name
+    p = run('pack', *args, '-o', out)
+    assert p.stderr == '' or 'warning' in p.stderr, p.stderr
+    return out
+
+
+def info_json(ds):
+    return json.loads(run('info', '--json', ds).stdout)
+
+
+def leftovers(parent):
+    """Everything in parent that a pack may have left (datasets or temp dirs)."""
+    return sorted(p.name for p in pathlib.Path(parent).iterdir() if 'zephon-tmp' in p.name
+                  or p.name.startswith('out'))
+
+
+# ---------------------------------------------------------------------------
+# The shared real data: every file, compared with an independent reader.
+
+def test_pack_dolma_jsonl(tmp_path, data):
+    src = data / 'jsonl/cc_en_head-0091.jsonl'
+    ds = pack_ok(tmp_path, 'cc', src)
+    want = zds.expect_jsonl(src)
+    assert len(want) == 10
+    assert zds.read_dataset(ds) == want
+    for line in want:
+        assert set(json.loads(line)) >= {'added', 'created', 'id', 'metadata', 'source', 'text'}
+    info = info_json(ds)
+    assert info['kind'] == 'records' and info['samples'] == 10
+    assert info['raw_bytes'] == sum(map(len, want))
+    assert info['dtype'] is None and info['seq_len'] is None
+    assert info['sources'][0]['format'] == 'jsonl'
+    assert info['sources'][0]['size'] == src.stat().st_size
+    assert run('verify', ds).returncode == 0
+
+
+def test_pack_pile_jsonl_zst_without_content_size(tmp_path, data):
+    src = data / 'jsonl/blns.jsonl.zst'
+    raw = src.read_bytes()
+    # The point of this file: one frame, no content size in its header.
+    assert zstandard.get_frame_parameters(raw).content_size == zstandard.CONTENTSIZE_UNKNOWN
+    ds = pack_ok(tmp_path, 'blns', src)
+    want = zds.expect_jsonl(src)
+    assert len(want) == 4
+    assert zds.read_dataset(ds) == want
+    assert info_json(ds)['sources'][0]['size'] == len(raw)
+
+
+def test_pack_webdataset_tar(tmp_path, data):
+    src = data / 'wds/tendata.tar'
+    ds = pack_ok(tmp_path, 'wds', src)
+    got = zds.read_dataset(ds)
+    assert len(got) == 100
+    assert got == zds.expect_tar(src)
+    names = [zds.parse_file_group(s)[0][0] for s in got]
+    assert names == ['%06d.ten' % i for i in range(100)]
+    assert info_json(ds)['kind'] == 'records'
+
+
+def test_pack_tiny_shakespeare_lines(tmp_path, data):
+    src = data / 'text/tinyshakespeare.txt'
+    assert src.stat().st_size == 1115394
+    ds = pack_ok(tmp_path, 'ts', src)
+    want = zds.expect_lines(src)
+    assert len(want) == sum(1 for l in src.read_bytes().split(b'\n') if l)
+    assert zds.read_dataset(ds) == want
+    info = info_json(ds)
+    assert info['record_ext'] == 'txt'
+    # --format lines reads any file name as lines
+    alias = tmp_path / 'shakespeare.data'
+    alias.write_bytes(src.read_bytes())
+    ds2 = pack_ok(tmp_path, 'ts2', '--format', 'lines', alias)
+    assert info_json(ds2)['fingerprint'] == info['fingerprint']
+
+
+@pytest.mark.parametrize('compress', ['zstd', 'none'])
+def test_pack_megatron(tmp_path, data, compress):
+    prefix = data / MEGATRON
+    ds = pack_ok(tmp_path, 'meg', str(prefix) + '.idx', '--seq-len', '1024',
+                 '--compress', compress)
+    tokens = zds.megatron_tokens(prefix)
+    assert len(tokens) == 1361845
+    want = zds.windows(tokens, 1024)
+    assert zds.read_dataset(ds) == want
+    info = info_json(ds)
+    assert (info['kind'], info['dtype'], info['seq_len']) == ('tokens', 'uint16', 1024)
+    assert info['samples'] == 1361845 // 1024
+    assert info['remainder_tokens'] == 1361845 % 1024
+    assert info['compress'] == compress
+    if compress == 'none':
+        assert info['stored_bytes'] == info['raw_bytes']
+        assert all(f.endswith('.raw') or f.endswith('.idx') or f == 'catalog.sqlite'
+                   for f in os.listdir(ds))
+    assert run('verify', ds).returncode == 0
+
+
+def test_same_tokens_same_fingerprint_from_megatron_npy_and_bin(tmp_path, data):
+    """The fingerprint covers sample bytes and ids, not the input format or compression."""
+    prefix = data / MEGATRON
+    tokens = zds.megatron_tokens(prefix)
+    np.save(tmp_path / 't.npy', tokens)
+    tokens.astype('<u2').tofile(tmp_path / 't.bin')
+    big = tmp_path / 'tbe.npy'
+    np.save(big, tokens.astype('>u2'))
+    fps = set()
+    for name, args in [('a', [str(prefix) + '.bin']), ('b', [tmp_path / 't.npy']),
+                       ('c', [tmp_path / 't.bin', '--dtype', 'uint16']),
+                       ('d', [big, '--compress', 'none']),
+                       ('e', [prefix, '--no-dict', '--level', '1'])]:
+        ds = pack_ok(tmp_path, name, *args, '--seq-len', '512')
+        fps.add(info_json(ds)['fingerprint'])
+        if name in 'bd':
+            assert zds.read_dataset(ds) == zds.windows(tokens, 512)
+    assert len(fps) == 1
+
+
+def test_tokens_window_across_inputs(tmp_path):
+    a = np.arange(0, 10, dtype='<u4')
+    b = np.arange(10, 25, dtype='<u4')
+    np.save(tmp_path / 'a.npy', a)
+    b.tofile(tmp_path / 'b.bin')
+    ds = pack_ok(tmp_path, 'w', tmp_path / 'a.npy', tmp_path / 'b.bin', '--dtype', 'uint32',
+                 '--seq-len', '4')
+    got = zds.read_dataset(ds)
+    assert got == zds.windows(np.arange(25, dtype='<u4'), 4)
+    src = info_json(ds)['sources']
+    # windows 0,1,2 start in a (tokens 0, 4, 8); windows 3..5 start in b
+    assert [(s['first_sample'], s['samples']) for s in src] == [(0, 3), (3, 3)]
+    assert info_json(ds)['remainder_tokens'] == 1
+
+
+def test_pack_directory(tmp_path):
+    root = tmp_path / 'tree'
+    (root / 'b' / 'c').mkdir(parents=True)
+    (root / 'a.txt').write_bytes(b'alpha')
+    (root / 'b' / 'c' / 'deep.bin').write_bytes(bytes(range(256)) * 10)
+    (root / 'b.txt').write_bytes(b'')
+    (root / 'b' / 'x.json').write_bytes(b'{"x": 1}')
+    (root / 'link').symlink_to('/etc/passwd')
+    os.mkfifo(root / 'fifo')
+    p = run('pack', root, '-o', tmp_path / 'd')
+    assert 'link: is a symlink, not followed; skipped' in p.stderr
+    assert 'fifo: is not a regular file; skipped' in p.stderr
+    got = zds.read_dataset(tmp_path / 'd')
+    assert got == zds.expect_dir(root)
+    names = [zds.parse_file_group(s)[0][0] for s in got]
+    assert names == ['a.txt', 'b.txt', 'b/c/deep.bin', 'b/x.json']
+    assert not any(b'root:' in s for s in got)
+
+
+def test_several_inputs_are_concatenated_in_order(tmp_path, data):
+    a = tmp_path / 'a.jsonl'
+    a.write_bytes(b'{"a": 1}\n\n{"a": 2}\r\n   \n')
+    b = tmp_path / 'b.jsonl.zst'
+    b.write_bytes(zstandard.ZstdCompressor().compress(b'{"b": 1}\n') +
+                  zstandard.ZstdCompressor(write_content_size=False).compress(b'{"b": 2}'))
+    ds = pack_ok(tmp_path, 'cat', a, b, data / 'jsonl/cc_en_head-0091.jsonl')
+    got = zds.read_dataset(ds)
+    assert got[:4] == [b'{"a": 1}', b'{"a": 2}', b'{"b": 1}', b'{"b": 2}']
+    assert got[4:] == zds.expect_jsonl(data / 'jsonl/cc_en_head-0091.jsonl')
+    src = info_json(ds)['sources']
+    assert [(s['first_sample'], s['samples']) for s in src] == [(0, 2), (2, 2), (4, 10)]
+
+
+def test_tar_grouping_and_compressed_tar(tmp_path):
+    members = [('s1.jpg', b'J1'), ('s1.cls', b'3'), ('s1.meta.json', b'{}'),
+               ('dir/s2.jpg', b'J2'), ('dir/s2.cls', b'4'), ('./s3.txt', b'x'),
+               ('README', b'no extension')]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w:gz', format=tarfile.PAX_FORMAT) as tf:
+        long = 'l' * 150 + '/s4.txt'   # needs a pax / GNU long name
+        for name, body in members + [(long, b'long')]:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(body)
+            tf.addfile(ti, io.BytesIO(body))
+        d = tarfile.TarInfo('emptydir')
+        d.type = tarfile.DIRTYPE
+        tf.addfile(d)
+    (tmp_path / 'x.tgz').write_bytes(buf.getvalue())
+    p = run('pack', tmp_path / 'x.tgz', '-o', tmp_path / 'd')
+    assert 'README has no extension' in p.stderr
+    got = [zds.parse_file_group(s) for s in zds.read_dataset(tmp_path / 'd')]
+    assert got == [[('s1.jpg', b'J1'), ('s1.cls', b'3'), ('s1.meta.json', b'{}')],
+                   [('dir/s2.jpg', b'J2'), ('dir/s2.cls', b'4')],
+                   [('s3.txt', b'x')],
+                   [('l' * 150 + '/s4.txt', b'long')]]
+
+
+def test_info_human_table(tmp_path, data):
+    ds = pack_ok(tmp_path, 'cc', data / 'jsonl/cc_en_head-0091.jsonl')
+    out = run('info', ds).stdout.decode()
+    for word in ('kind', 'samples', 'raw bytes', 'stored bytes', 'ratio', 'shards',
+                 'fingerprint', 'sources', 'cc_en_head-0091.jsonl'):
+        assert word in out
+    assert '10\n' in out
+
+
+def test_many_shards_and_force(tmp_path, data):
+    src = data / 'text/tinyshakespeare.txt'
+    ds = pack_ok(tmp_path, 'ts', src, '--shard-size', '64K')
+    info = info_json(ds)
+    assert info['shards'] > 5
+    assert zds.read_dataset(ds) == zds.expect_lines(src)
+    assert run('verify', ds).returncode == 0
+    p = run('pack', src, '-o', ds, check=False)
+    assert p.returncode != 0 and 'already exists' in p.stderr
+    run('pack', data / 'jsonl/cc_en_head-0091.jsonl', '-o', ds, '--force')
+    assert info_json(ds)['samples'] == 10
+    stranger = tmp_path / 'stranger'
+    stranger.mkdir()
+    (stranger / 'keep').write_text('mine')
+    p = run('pack', src, '-o', stranger, '--force', check=False)
+    assert p.returncode != 0 and 'not a zephon dataset' in p.stderr
+    assert (stranger / 'keep').read_text() == 'mine'
+
+
+def test_dataset_files_are_read_only(tmp_path, data):
+    ds = pack_ok(tmp_path, 'cc', data / 'jsonl/cc_en_head-0091.jsonl')
+    for f in ds.iterdir():
+        assert f.stat().st_mode & 0o222 == 0, f
+
+
+# ---------------------------------------------------------------------------
+# Bad inputs: non-zero exit, a message naming the input and position, nothing left.
+
+def bad_pack(tmp_path, *args):
+    parent = tmp_path / 'outdir'
+    parent.mkdir(exist_ok=True)
+    p = run('pack', *args, '-o', parent / 'out', check=False)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith('zephon: pack: ')
+    assert list(parent.iterdir()) == [], 'pack left %s' % list(parent.iterdir())
+    return p.stderr
+
+
+def test_bad_json_line(tmp_path):
+    f = tmp_path / 'bad.jsonl'
+    f.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": \n{"a": 4}\n')
+    err = bad_pack(tmp_path, f)
+    assert '%s:3: invalid JSON' % f in err
+    assert '--skip-bad' in err
+
+
+def test_invalid_utf8_in_json_string(tmp_path):
+    f = tmp_path / 'bad.jsonl'
+    f.write_bytes(b'{"a": "ok"}\n{"a": "\xff\xfe"}\n')
+    err = bad_pack(tmp_path, f)
+    assert '%s:2: invalid JSON' % f in err
+    assert 'UTF-8' in err
+
+
+def test_truncated_zstd_frame(tmp_path, data):
+    raw = (data / 'jsonl/blns.jsonl.zst').read_bytes()
+    f = tmp_path / 'cut.jsonl.zst'
+    f.write_bytes(raw[:len(raw) // 2])
+    err = bad_pack(tmp_path, f)
+    assert str(f) in err and 'truncated zstd frame' in err
+    assert 'byte %d' % (len(raw) // 2) in err
+
+
+def test_corrupt_zstd_data(tmp_path, data):
+    raw = bytearray((data / 'jsonl/blns.jsonl.zst').read_bytes())
+    raw[len(raw) // 2] ^= 0xff
+    f = tmp_path / 'flip.jsonl.zst'
+    f.write_bytes(bytes(raw))
+    err = bad_pack(tmp_path, f)
+    assert str(f) in err and ('zstd' in err or 'invalid JSON' in err)
+
+
+def test_truncated_tar(tmp_path, data):
+    raw = (data / 'wds/tendata.tar').read_bytes()
+    f = tmp_path / 'cut.tar'
+    f.write_bytes(raw[:len(raw) // 2 + 100])
+    err = bad_pack(tmp_path, f)
+    assert str(f) in err and 'truncated' in err.lower()
+
+
+@pytest.mark.parametrize('name', ['../evil.txt', 'a/../../evil.txt', '/etc/evil.txt'])
+def test_tar_with_escaping_member(tmp_path, name):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w', format=tarfile.GNU_FORMAT) as tf:
+        for n, body in [('ok.txt', b'fine'), (name, b'evil')]:
+            ti = tarfile.TarInfo(n)
+            ti.size = len(body)
+            tf.addfile(ti, io.BytesIO(body))
+    f = tmp_path / 'evil.tar'
+    f.write_bytes(buf.getvalue())
+    err = bad_pack(tmp_path, f)
+    assert str(f) in err and 'member' in err
+    assert "'..'" in err or 'absolute' in err
+
+
+def test_npy_object_dtype(tmp_path):
+    f = tmp_path / 'obj.npy'
+    np.save(f, np.array([1, 'two', None], dtype=object), allow_pickle=True)
+    err = bad_pack(tmp_path, f, '--seq-len', '2')
+    assert str(f) in err and 'object dtype' in err
+
+
+def test_npy_float_and_2d_refused(tmp_path):
+    f = tmp_path / 'f.npy'
+    np.save(f, np.zeros(10, dtype=np.float32))
+    assert 'floating-point' in bad_pack(tmp_path, f, '--seq-len', '2')
+    g = tmp_path / 'g.npy'
+    np.save(g, np.zeros((4, 4), dtype=np.uint16))
+    assert '2 dimensions' in bad_pack(tmp_path, g, '--seq-len', '2')
+
+
+def test_npy_truncated(tmp_path):
+    f = tmp_path / 't.npy'
+    np.save(f, np.arange(100, dtype=np.uint16))
+    f.write_bytes(f.read_bytes()[:-3])
+    assert 'truncated' in bad_pack(tmp_path, f, '--seq-len', '2')
+
+
+def _copy_megatron(data, tmp_path, patch):
+    idx = bytearray((data / (MEGATRON + '.idx')).read_bytes())
+    patch(idx)
+    (tmp_path / 'm.idx').write_bytes(bytes(idx))
+    os.symlink(data / (MEGATRON + '.bin'), tmp_path / 'm.bin')
+    return tmp_path / 'm.idx'
+
+
+def test_idx_bad_magic(tmp_path, data):
+    f = _copy_megatron(data, tmp_path, lambda b: b.__setitem__(0, ord('X')))
+    err = bad_pack(tmp_path, f, '--seq-len', '16')
+    assert str(f) in err and 'bad magic' in err
+
+
+def test_idx_bad_version(tmp_path, data):
+    f = _copy_megatron(data, tmp_path, lambda b: b.__setitem__(9, 2))
+    err = bad_pack(tmp_path, f, '--seq-len', '16')
+    assert str(f) in err and 'version 2' in err
+
+
+def test_idx_sequence_outside_bin(tmp_path, data):
+    def patch(b):
+        n, = struct.unpack_from('<Q', b, 18)
+        struct.pack_into('<q', b, 34 + 4 * n + 8 * (n - 1), 10 ** 9)
+    f = _copy_megatron(data, tmp_path, patch)
+    err = bad_pack(tmp_path, f, '--seq-len', '16')
+    assert 'sequence 999' in err and 'outside' in err
+
+
+def test_empty_inputs(tmp_path):
+    for name in ('empty.jsonl', 'empty.txt', 'empty.tar'):
+        f = tmp_path / name
+        f.write_bytes(b'' if name != 'empty.tar' else b'\0' * 1024)
+        err = bad_pack(tmp_path, f)
+        assert str(f) in err and ('no samples' in err or 'empty' in err), err
+    blank = tmp_path / 'blank.jsonl'
+    blank.write_bytes(b'\n  \n\n')
+    assert 'no samples' in bad_pack(tmp_path, blank)
+    (tmp_path / 'emptydir').mkdir()
+    assert 'no samples' in bad_pack(tmp_path, tmp_path / 'emptydir')
+    np.save(tmp_path / 'few.npy', np.arange(3, dtype=np.uint16))
+    assert 'less than one window' in bad_pack(tmp_path, tmp_path / 'few.npy',
+                                              '--seq-len', '4')
+
+
+def test_missing_and_unreadable_inputs(tmp_path):
+    err = bad_pack(tmp_path, tmp_path / 'nope.jsonl')
+    assert 'nope.jsonl: cannot open: No such file or directory' in err
+    d = tmp_path / 'dir.jsonl'
+    d.mkdir()
+    assert 'dir.jsonl' in bad_pack(tmp_path, d, '--format', 'jsonl')
+    if os.geteuid() != 0:
+        f = tmp_path / 'secret.jsonl'
+        f.write_bytes(b'{"a": 1}\n')
+        f.chmod(0)
+        assert 'Permission denied' in bad_pack(tmp_path, f)
+        return
+    # root reads anything: run this one as nobody, in a directory nobody can reach
+    import shutil
+    import tempfile
+    top = pathlib.Path(tempfile.mkdtemp(prefix='zephon-unreadable-'))
+    try:
+        top.chmod(0o777)
+        f = top / 'secret.jsonl'
+        f.write_bytes(b'{"a": 1}\n')
+        f.chmod(0)
+        parent = top / 'outdir'
+        parent.mkdir()
+        parent.chmod(0o777)
+        p = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+                            ZEPHON, 'pack', str(f), '-o', str(parent / 'out')],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.returncode == 1, p.stderr
+        assert 'secret.jsonl: cannot open: Permission denied' in p.stderr
+        assert list(parent.iterdir()) == []
+    finally:
+        shutil.rmtree(top)
+
+
+def test_usage_errors(tmp_path, data):
+    src = data / 'jsonl/cc_en_head-0091.jsonl'
+    for args in (['pack'], ['pack', src], ['pack', src, '-o', tmp_path / 'x', '--level', 'z'],
+                 ['pack', src, '-o', tmp_path / 'x', '--dtype', 'float32'],
+                 ['pack', src, '-o', tmp_path / 'x', '--bogus']):
+        p = run(*args, check=False)
+        assert p.returncode == 2, args
+        assert p.stderr.startswith('zephon: pack: ')
+    f = tmp_path / 'x.weird'
+    f.write_text('hi\n')
+    assert '--format' in bad_pack(tmp_path, f)
+    assert '--seq-len' in bad_pack(tmp_path, data / (MEGATRON + '.idx'))
+    assert '--dtype' in bad_pack(tmp_path, data / (MEGATRON + '.bin'), '--format', 'bin',
+                                 '--seq-len', '8')
+    assert 'one kind of sample' in bad_pack(tmp_path, src, data / 'wds/tendata.tar')
+
+
+def test_skip_bad_skips_and_counts(tmp_path):
+    f = tmp_path / 'mixed.jsonl'
+    f.write_bytes(b'{"a": 1}\nnot json\n{"a": 3}\n{"a": "\xff"}\n')
+    p = run('pack', '--skip-bad', f, '-o', tmp_path / 'd')
+    assert '%s:2: invalid JSON' % f in p.stderr and 'skipped' in p.stderr
+    assert '%s:4: invalid JSON' % f in p.stderr
+    assert zds.read_dataset(tmp_path / 'd') == [b'{"a": 1}', b'{"a": 3}']
+    assert info_json(tmp_path / 'd')['skipped'] == 2
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path, data):
+    import pty
+    src = data / 'text/tinyshakespeare.txt'
+    p = run('pack', src, '-o', tmp_path / 'a')
+    assert '\r' not in p.stderr and 'ETA' not in p.stderr
+    # On a terminal the bar is drawn (it is throttled to 5 Hz: make the pack take a while).
+    big = tmp_path / 'big.txt'
+    big.write_bytes(src.read_bytes() * 8)
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(ZEPHON, [ZEPHON, 'pack', str(big), '-o', str(tmp_path / 'b'), '--level',
+                          '19', '--no-dict'])
+    out = b''
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, out
+    assert b'samples/s' in out and b'%' in out and b'ETA' in out
+    assert b'packed ' in out
+
+
+def test_interrupted_pack_leaves_nothing(tmp_path, data):
+    src = data / 'text/tinyshakespeare.txt'
+    big = tmp_path / 'big.txt'
+    big.write_bytes(src.read_bytes() * 16)
+    parent = tmp_path / 'outdir'
+    parent.mkdir()
+    proc = subprocess.Popen([ZEPHON, 'pack', str(big), '-o', str(parent / 'out'), '--level',
+                             '19', '--no-dict'], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while not any(parent.iterdir()) and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert 'interrupted' in err
+    assert list(parent.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------
+# Corruption of a packed dataset: verify names it, reads refuse it.
+
+@pytest.fixture
+def packed(tmp_path, data):
+    ds = tmp_path / 'ds'
+    run('pack', data / 'text/tinyshakespeare.txt', '-o', ds, '--shard-size', '256K')
+    for f in ds.iterdir():
+        f.chmod(0o644)
+    return ds
+
+
+def shard_entries(ds, shard):
+    idx = (ds / shard.replace('.zst', '.idx')).read_bytes()
+    _, _, _, n, first = zds.INDEX_HEADER.unpack_from(idx)
+    return first, [zds.INDEX_ENTRY.unpack_from(idx, 32 + 24 * i) for i in range(n)]
+
+
+def verify_fails(ds):
+    p = run('verify', ds, check=False)
+    assert p.returncode == 1, p.stderr
+    return p.stderr
+
+
+@pytest.mark.parametrize('where', [0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 97])
+def test_flipped_byte_in_shard(packed, where):
+    shard = 'shard-00001.zst'
+    data = bytearray((packed / shard).read_bytes())
+    pos = len(data) * where // 100
+    data[pos] ^= 0x5a
+    (packed / shard).write_bytes(bytes(data))
+    first, entries = shard_entries(packed, shard)
+    hit = next(i for i, e in enumerate(entries) if e[0] <= pos < e[0] + e[1])
+    err = verify_fails(packed)
+    assert 'sample %d (%s)' % (first + hit, shard) in err
+    assert 'corrupt' in err
+
+
+def test_truncated_shard(packed):
+    f = packed / 'shard-00002.zst'
+    f.write_bytes(f.read_bytes()[:-10])
+    err = verify_fails(packed)
+    assert 'shard-00002.zst' in err and 'truncated' in err
+    assert run('info', packed, check=False).returncode == 1
+
+
+def test_truncated_index(packed):
+    f = packed / 'shard-00000.idx'
+    f.write_bytes(f.read_bytes()[:-24])
+    err = verify_fails(packed)
+    assert 'shard-00000.idx' in err and 'truncated' in err
+
+
+def test_missing_shard(packed):
+    (packed / 'shard-00001.zst').unlink()
+    assert 'shard-00001.zst' in verify_fails(packed)
+
+
+def test_flipped_byte_in_index(packed):
+    f = packed / 'shard-00000.idx'
+    b = bytearray(f.read_bytes())
+    b[32 + 24 * 7 + 16] ^= 1   # checksum of entry 7
+    f.write_bytes(bytes(b))
+    err = verify_fails(packed)
+    assert 'sample 7 (shard-00000.zst): checksum mismatch' in err
+
+
+def test_swapped_shards(packed):
+    a, b = packed / 'shard-00000.zst', packed / 'shard-00001.zst'
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+    verify_fails(packed)
+
+
+@pytest.mark.parametrize('sql', [
+    "UPDATE meta SET value = '12345' WHERE key = 'samples'",
+    "UPDATE meta SET value = '0123456789abcdef0123456789abcdef' WHERE key = 'fingerprint'",
+    "UPDATE meta SET value = '1' WHERE key = 'raw_bytes'",
+    "UPDATE shards SET samples = samples + 1 WHERE idx = 0",
+    "UPDATE shards SET bytes = bytes - 1 WHERE idx = 1",
+    "UPDATE shards SET file = '../ds/shard-00000.zst' WHERE idx = 1",
+    "DELETE FROM shards WHERE idx = 2",
+    "UPDATE meta SET value = '2' WHERE key = 'format_version'",
+    "DELETE FROM dict",
+])
+def test_catalog_that_does_not_match_its_shards(packed, sql):
+    con = sqlite3.connect(packed / 'catalog.sqlite')
+    con.execute(sql)
+    con.commit()
+    con.close()
+    verify_fails(packed)
+
+
+def test_catalog_not_sqlite(packed):
+    (packed / 'catalog.sqlite').write_bytes(b'garbage' * 100)
+    err = verify_fails(packed)
+    assert 'catalog.sqlite' in err
+
+
+def test_not_a_dataset(tmp_path):
+    p = run('info', tmp_path, check=False)
+    assert p.returncode == 1 and 'not a zephon dataset' in p.stderr
+    assert 'zephon pack' in p.stderr
