@@ -352,6 +352,25 @@ static int dir_writable(const char *path, char *err, size_t errlen)
 	return rc;
 }
 
+/* An existing file SQLite cannot read as a journal: busy, out of memory, or bad. */
+static int bad_file(sqlite3 *db, int src, const char *path, char *err, size_t errlen)
+{
+	int e = sql_errno(src);
+
+	if (e == -EBUSY)
+		return fail(err, errlen, -EBUSY, "journal %s is in use by another process (a "
+			    "running mount?); unmount it first, or give each mount its own "
+			    "journal=PATH", path);
+	if (e == -ENOMEM)
+		return fail(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
+	if ((src & 0xff) == SQLITE_CORRUPT)
+		return fail(err, errlen, -EBADMSG, "journal %s is corrupt (%s); nothing was "
+			    "written to it: keep it for inspection and pass a new journal=PATH "
+			    "(resume=samples:G keeps the position)", path, sqlite3_errmsg(db));
+	return fail(err, errlen, -EBADMSG, "%s is not a valid Zephon journal (%s); nothing "
+		    "was written to it: pass another journal=PATH", path, sqlite3_errmsg(db));
+}
+
 static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 		     char *err, size_t errlen)
 {
@@ -361,8 +380,7 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 	memset(id, 0, sizeof(*id));
 	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &st, NULL);
 	if (rc != SQLITE_OK)
-		return fail(err, errlen, -EBADMSG, "%s is not a valid Zephon journal (%s); "
-			    "nothing was written to it", path, sqlite3_errmsg(db));
+		return bad_file(db, rc, path, err, errlen);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *k = (const char *)sqlite3_column_text(st, 0);
 		const char *v = (const char *)sqlite3_column_text(st, 1);
@@ -380,10 +398,12 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 			have |= 8;
 		}
 	}
+	if (rc != SQLITE_DONE) {
+		rc = bad_file(db, rc, path, err, errlen);
+		sqlite3_finalize(st);
+		return rc;
+	}
 	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE)
-		return fail(err, errlen, sql_errno(rc) == -EBUSY ? -EBUSY : -EBADMSG,
-			    "cannot read journal %s: %s", path, sqlite3_errmsg(db));
 	if (have != 15)
 		return fail(err, errlen, -EBADMSG,
 			    "%s is not a valid Zephon journal (its meta table lacks the "
@@ -492,15 +512,8 @@ static int validate(sqlite3 *db, const char *path, struct journal_ident *id, int
 	rc = query_i64(db, "PRAGMA application_id", &app);
 	if (rc == SQLITE_OK)
 		rc = query_i64(db, "PRAGMA user_version", &ver);
-	if (rc != SQLITE_OK) {
-		if (sql_errno(rc) == -EBUSY)
-			return fail(err, errlen, -EBUSY,
-				    "journal %s is in use by another process (a running mount?); "
-				    "unmount it first, or give each mount its own journal=PATH", path);
-		return fail(err, errlen, sql_errno(rc) == -ENOMEM ? -ENOMEM : -EBADMSG,
-			    "%s is not a valid Zephon journal (%s); nothing was written to it",
-			    path, sqlite3_errmsg(db));
-	}
+	if (rc != SQLITE_OK)
+		return bad_file(db, rc, path, err, errlen);
 	if (app != JOURNAL_APPLICATION_ID)
 		return fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (application_id "
 			    "0x%08" PRIx64 "); nothing was written to it", path, (uint64_t)app);
@@ -527,8 +540,7 @@ static int validate(sqlite3 *db, const char *path, struct journal_ident *id, int
 		sqlite3_finalize(st);
 	}
 	if (rc != SQLITE_OK)
-		return fail(err, errlen, -EBADMSG, "journal %s is corrupt (%s); nothing was "
-			    "written to it", path, sqlite3_errmsg(db));
+		return bad_file(db, rc, path, err, errlen);
 	*version = (int)ver;
 	return read_meta(db, path, id, err, errlen);
 }
@@ -725,14 +737,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 		 * take the read lock (BEGIN + the first read) and keep it too. */
 		src = exec_sql(db, mode == OPEN_WRITE ? "BEGIN IMMEDIATE" : "BEGIN");
 		if (src != SQLITE_OK) {
-			rc = sql_errno(src);
-			if (rc == -EBUSY)
-				rc = fail(err, errlen, -EBUSY, "journal %s is in use by another "
-					  "process (a running mount?); unmount it first, or give each "
-					  "mount its own journal=PATH", path);
-			else
-				rc = fail(err, errlen, -EBADMSG, "%s is not a valid Zephon journal "
-					  "(%s); nothing was written to it", path, sqlite3_errmsg(db));
+			rc = bad_file(db, src, path, err, errlen);
 			goto err_close;
 		}
 		rc = validate(db, path, &have, &version, err, errlen);

@@ -1,0 +1,147 @@
+/*
+ * test_journal_util.h: helpers shared by the journal's C tests (scratch directories,
+ * whole-file reads, starting a layout from text arguments). Header-only, static.
+ */
+#ifndef ZEPHON_TEST_JOURNAL_UTIL_H
+#define ZEPHON_TEST_JOURNAL_UTIL_H
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "journal.h"
+
+#define FP_A "0123456789abcdef0123456789abcdef"
+#define FP_B "fedcba9876543210fedcba9876543210"
+
+static inline struct journal_ident ident_of(const char *fp, uint64_t seed,
+					    enum order_shuffle sh, uint64_t n)
+{
+	struct journal_ident id;
+
+	memset(&id, 0, sizeof(id));
+	snprintf(id.fingerprint, sizeof(id.fingerprint), "%s", fp);
+	id.seed = seed;
+	id.shuffle = sh;
+	id.samples = n;
+	return id;
+}
+
+/* A fresh scratch directory under /tmp (or $TMPDIR); exits on failure. */
+static inline char *scratch_dir(const char *tag)
+{
+	const char *base = getenv("TMPDIR");
+	char *p;
+
+	if (!base || !*base)
+		base = "/tmp";
+	if (asprintf(&p, "%s/zephon-%s-XXXXXX", base, tag) < 0 || !mkdtemp(p)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+	return p;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static inline void rm_rf(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static inline char *path_in(const char *dir, const char *name)
+{
+	char *p;
+
+	if (asprintf(&p, "%s/%s", dir, name) < 0)
+		exit(1);
+	return p;
+}
+
+/* The whole file (malloc'd), or NULL with *len = 0 if it cannot be read. */
+static inline unsigned char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *b = NULL;
+	long n;
+
+	*len = 0;
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+		fclose(f);
+		return NULL;
+	}
+	b = malloc((size_t)n + 1);
+	if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+		free(b);
+		b = NULL;
+	}
+	fclose(f);
+	if (b)
+		*len = (size_t)n;
+	return b;
+}
+
+static inline int spit(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	int ok;
+
+	if (!f)
+		return -1;
+	ok = fwrite(data, 1, len, f) == len;
+	return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static inline int file_equals(const char *path, const unsigned char *data, size_t len)
+{
+	size_t n;
+	unsigned char *b = slurp(path, &n);
+	int same = b && n == len && !memcmp(b, data, len);
+
+	free(b);
+	return same;
+}
+
+static inline int exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* journal_start with the rule and ranks given as text. */
+static inline int start_text(struct journal *j, const char *rule, uint64_t W, uint64_t B,
+			     uint64_t m, const char *ranks, struct layout *out)
+{
+	struct journal_resume r;
+	struct rankset rs;
+	struct layout l = { W, B, m, 0, 0 };
+	char why[160], applied[512];
+	int rc;
+
+	if (journal_resume_parse(rule, &r))
+		return -1000;
+	if (rankset_parse(ranks, W, &rs, why, sizeof(why)))
+		return -1001;
+	rc = journal_start(j, &r, &rs, &l, applied, sizeof(applied));
+	rankset_release(&rs);
+	if (!rc && out)
+		*out = l;
+	return rc;
+}
+
+#endif
