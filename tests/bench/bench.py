@@ -148,7 +148,7 @@ class Bench:
         if out.exists():
             return out, None
         t0 = time.perf_counter()
-        self.run([self.zephon, 'pack', out, *inputs, *opts])
+        self.run([self.zephon, 'pack', *inputs, '-o', out, '-q', *opts])
         return out, time.perf_counter() - t0
 
     # ---------------------------------------------------------------- B1 / B4
@@ -321,7 +321,7 @@ class Bench:
             ds = self.work / 'ds-b6'
             shutil.rmtree(ds, ignore_errors=True)
             t0 = time.perf_counter()
-            self.run([self.zephon, 'pack', ds, src, '--level', '3'])
+            self.run([self.zephon, 'pack', src, '-o', ds, '-q', '--level', '3'])
             secs = time.perf_counter() - t0
             _, info, _ = self.run([self.zephon, 'info', '--json', ds])
             info = json.loads(info)
