@@ -154,7 +154,8 @@ static int dir_open(struct source *s)
 	rc = scan(s, d, fd, "", 0);
 	if (rc)
 		return rc;
-	qsort(d->files, d->n, sizeof(*d->files), cmp_rel);
+	if (d->n)
+		qsort(d->files, d->n, sizeof(*d->files), cmp_rel);
 	return 0;
 }
 

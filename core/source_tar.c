@@ -161,15 +161,22 @@ static int read_member(struct source *s, struct tar_src *t, struct buf *out, siz
 	int rc;
 
 	rc = filegroup_add_header(out, start, name, strlen(name), (uint64_t)size);
-	if (!rc)
-		rc = buf_reserve(out, (size_t)size);
 	if (rc) {
 		snprintf(s->err, sizeof(s->err), "%s: member %s: out of memory", s->path, name);
 		return rc;
 	}
 	while (got < (uint64_t)size) {
-		la_ssize_t n = archive_read_data(t->a, out->data + out->len + got,
-						 (size_t)((uint64_t)size - got));
+		/* Grow with the data actually read, never with what a header claims. */
+		size_t want = (uint64_t)size - got < TAR_CHUNK ? (size_t)((uint64_t)size - got) :
+			TAR_CHUNK;
+		la_ssize_t n;
+
+		if (buf_reserve(out, (size_t)got + want)) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s: out of memory", s->path,
+				 name);
+			return -ENOMEM;
+		}
+		n = archive_read_data(t->a, out->data + out->len + got, want);
 
 		if (n <= 0) {
 			snprintf(s->err, sizeof(s->err), "%s: member %s: %s at byte %ju of %jd "
