@@ -1,10 +1,396 @@
-#include "cmd.h"
+/*
+ * cmd_mount.c: `zephon mount DATASET MOUNTPOINT -o ...` and the bare form mount.fuse3
+ * calls. Everything that can fail for a reason the user can fix (options, dataset,
+ * journal, mountpoint) fails here, with exit 2 for invalid options and 1 otherwise,
+ * before anything is mounted or the process daemonizes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
 
-/* Placeholder until the issue that builds `zephon mount` lands. */
+#include "cmd.h"
+#include "zfs.h"
+#include "zephon_config.h"
+
+static int use_syslog;
+
+void zfs_log(int prio, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (use_syslog) {
+		vsyslog(prio, fmt, ap);
+	} else {
+		fprintf(stderr, "zephon: %s", prio <= LOG_ERR ? "error: " :
+			prio == LOG_WARNING ? "warning: " : "");
+		vfprintf(stderr, fmt, ap);
+		fputc('\n', stderr);
+	}
+	va_end(ap);
+}
+
+static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
+{
+	char line[1024];
+
+	(void)ctx;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	zfs_log(prio, "%s", line);
+}
+
+static void mount_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s]\n"
+		"       zephon DATASET MOUNTPOINT [-o OPTIONS]     (what mount.fuse3 and fstab call)\n"
+		"\n"
+		"Mount a packed dataset: rank r reads /rank/<r>/next, and every open of it hands\n"
+		"out r's next micro-batch. Unmount with fusermount3 -u MOUNTPOINT.\n"
+		"\n"
+		"  -f          stay in the foreground (log to stderr instead of syslog)\n"
+		"  -d          debug: foreground, and print every FUSE request\n"
+		"  -s          single-threaded FUSE loop\n"
+		"  -h, --help  this text;  -V, --version  the version\n"
+		"\n%s", mount_options_help);
+}
+
+/* Is path a mount point in this namespace? Reads /proc/self/mountinfo (field 5). */
+static int is_mounted(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[4096];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char mp[PATH_MAX];
+
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+			continue;
+		/* mountinfo escapes space, tab, newline and backslash as octal */
+		for (char *s = mp, *d = mp;; s++, d++) {
+			if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] && s[3]) {
+				*d = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+				s += 3;
+			} else {
+				*d = *s;
+			}
+			if (!*s)
+				break;
+		}
+		found = !strcmp(mp, path);
+	}
+	fclose(f);
+	return found;
+}
+
+/* Refuse a live mount at mp; clear a stale one (its daemon died: ENOTCONN). 0 or -1. */
+static int check_mountpoint(const char *mp)
+{
+	struct stat st;
+
+	if (stat(mp, &st) == 0) {
+		if (!S_ISDIR(st.st_mode)) {
+			die_msg("mountpoint %s is not a directory", mp);
+			return -1;
+		}
+		if (is_mounted(mp)) {
+			die_msg("%s is already mounted; unmount it first (fusermount3 -u %s)", mp, mp);
+			return -1;
+		}
+		return 0;
+	}
+	if (errno != ENOTCONN) {
+		die_msg("cannot use mountpoint %s: %s", mp, strerror(errno));
+		return -1;
+	}
+	/* A FUSE mount whose daemon is gone: detach it, as `fusermount3 -uz` would. */
+	if (umount2(mp, MNT_DETACH) != 0) {
+		char cmd[PATH_MAX + 64];
+
+		snprintf(cmd, sizeof(cmd), "fusermount3 -uz '%s' 2>/dev/null", mp);
+		if (strchr(mp, '\'') || system(cmd) != 0) {
+			die_msg("%s is a stale mount (its daemon died) and cannot be cleared: run "
+				"fusermount3 -uz %s", mp, mp);
+			return -1;
+		}
+	}
+	fprintf(stderr, "zephon: cleared a stale mount at %s\n", mp);
+	return 0;
+}
+
+/* Open the journal, check it belongs to this dataset and seed, and resolve the resume
+ * rule into the layout's S0/G0 (recording the layout). z->journal stays open for the
+ * mount's life. 0, or an exit status. */
+static int start_journal(struct zfs *z, const struct journal_ident *ident)
+{
+	char err[512];
+	int rc;
+
+	rc = journal_open(z->cfg->journal, ident, z->cfg->sync, &z->journal, err, sizeof(err));
+	if (rc) {
+		die_msg("%s", err);
+		return 1;
+	}
+	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
+			   z->resume_applied, sizeof(z->resume_applied));
+	if (rc) {
+		char rule[64];
+
+		journal_resume_format(&z->cfg->resume, rule, sizeof(rule));
+		journal_last_error(z->journal, err, sizeof(err));
+		die_msg("cannot start at resume=%s with journal %s: %s", rule, z->cfg->journal,
+			*err ? err : strerror(-rc));
+		journal_close(z->journal);
+		z->journal = NULL;
+		return rc == -EINVAL ? 2 : 1;
+	}
+	return 0;
+}
+
+/*
+ * Daemonizing as libfuse's fuse_daemonize() does (fork, setsid, chdir /, stdio to
+ * /dev/null), but in two halves around the mount: the parent waits on a pipe until the
+ * child has opened the dataset and journal and mounted, prints nothing itself (the
+ * child's messages reach the terminal until it detaches) and exits with the child's
+ * status. So `zephon mount` returns only once the mount is live, or fails with its
+ * reason and exit status, and no SQLite connection or thread ever crosses a fork.
+ */
+static int notify_fd = -1;
+
+static int daemon_fork(void)
+{
+	int fds[2];
+	pid_t pid;
+	unsigned char status = 1;
+
+	if (pipe(fds)) {
+		die_msg("cannot daemonize: %s", strerror(errno));
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		die_msg("cannot daemonize: %s", strerror(errno));
+		return -1;
+	}
+	if (pid > 0) {
+		close(fds[1]);
+		if (read(fds[0], &status, 1) != 1)
+			status = 1; /* the child died before it could tell */
+		_exit(status);
+	}
+	close(fds[0]);
+	notify_fd = fds[1];
+	return 0;
+}
+
+/* Tell the waiting parent how the mount went; on success detach from the terminal. */
+static void daemon_ready(int status)
+{
+	unsigned char c = (unsigned char)status;
+	int nul;
+
+	if (notify_fd < 0)
+		return;
+	if (status == 0) {
+		setsid();
+		if (chdir("/")) { /* nothing relies on the cwd after this point */ }
+		nul = open("/dev/null", O_RDWR);
+		if (nul >= 0) {
+			dup2(nul, 0);
+			dup2(nul, 1);
+			dup2(nul, 2);
+			if (nul > 2)
+				close(nul);
+		}
+		openlog("zephon", LOG_PID, LOG_DAEMON);
+		use_syslog = 1;
+	}
+	if (write(notify_fd, &c, 1) != 1) { /* the parent is gone: nothing to tell */ }
+	close(notify_fd);
+	notify_fd = -1;
+}
+
+static int add_fuse_defaults(struct fuse_args *args, const struct mount_options *o,
+			     const char *dataset)
+{
+	char opt[PATH_MAX + 32];
+
+	if (o->allow_other) {
+		/* allow_other always comes with default_permissions: other users may read
+		 * batches (0444) but never write control (0200). */
+		if (fuse_opt_add_arg(args, "-oallow_other,default_permissions"))
+			return -1;
+	} else if (o->default_permissions && fuse_opt_add_arg(args, "-odefault_permissions")) {
+		return -1;
+	}
+	if (!strchr(dataset, ',') && !strchr(dataset, '\\')) {
+		snprintf(opt, sizeof(opt), "-ofsname=zephon:%s,subtype=zephon", dataset);
+		if (fuse_opt_add_arg(args, opt))
+			return -1;
+	}
+	return 0;
+}
+
+static int serve(struct zfs *z, struct fuse_session *se, const struct mount_options *o)
+{
+	struct serve_config sc = {
+		.layout = z->cfg->layout,
+		.ranks = &z->cfg->ranks,
+		.epochs = z->cfg->epochs,
+		.format = z->cfg->format,
+		.prefetch = z->cfg->prefetch,
+		.workers = z->cfg->workers,
+		.log = server_log,
+	};
+	struct buf readme = BUF_INIT;
+	int rc;
+
+	order_init(&sc.order, z->info->samples, z->cfg->seed, z->cfg->shuffle);
+	rc = server_new(z->ds, &sc, z->journal, &z->srv);
+	if (rc) {
+		zfs_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
+		return 1;
+	}
+	if (render_readme(z, &readme) == 0) {
+		z->readme_len = readme.len;
+		z->readme = (char *)buf_detach(&readme, NULL);
+	}
+	zfs_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
+		" micro_batch=%" PRIu64 ", %s", z->dataset_path, sc.layout.world_size,
+		sc.layout.global_batch, sc.layout.micro_batch, z->resume_applied);
+	if (o->singlethread) {
+		rc = fuse_session_loop(se);
+	} else {
+		struct fuse_loop_config *lc = fuse_loop_cfg_create();
+
+		fuse_loop_cfg_set_clone_fd(lc, 0);
+		fuse_loop_cfg_set_idle_threads(lc, 16);
+		fuse_loop_cfg_set_max_threads(lc, 64);
+		rc = fuse_session_loop_mt(se, lc);
+		fuse_loop_cfg_destroy(lc);
+	}
+	server_free(z->srv);
+	z->srv = NULL;
+	free(z->readme);
+	return rc < 0 ? 1 : 0;
+}
+
 int cmd_mount(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	die_msg("mount: not built yet");
-	return 1;
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct mount_options o = { 0 };
+	struct mount_config cfg;
+	struct journal_ident ident = { 0 };
+	struct dataset *ds = NULL;
+	struct fuse_session *se;
+	struct zfs z = { 0 };
+	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
+	int status = 2;
+
+	if (mount_options_parse(&args, &o)) {
+		if (o.bad_option)
+			die_msg("unknown mount option '%s'; see zephon mount --help", o.bad_option);
+		goto out_opts;
+	}
+	if (o.show_help) {
+		mount_usage(stdout);
+		status = 0;
+		goto out_opts;
+	}
+	if (o.show_version) {
+		printf("zephon %s (libfuse %d)\n", ZEPHON_VERSION, fuse_version());
+		status = 0;
+		goto out_opts;
+	}
+	if (!o.dataset || !o.mountpoint || o.extra_nonopt) {
+		mount_usage(stderr);
+		goto out_opts;
+	}
+	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
+		die_msg("invalid mount options: %s", why);
+		goto out_opts;
+	}
+	if (!o.foreground && daemon_fork()) {
+		status = 1;
+		goto out_cfg;
+	}
+	status = 1;
+	if (!realpath(o.dataset, dataset)) {
+		die_msg("cannot open dataset %s: %s", o.dataset, strerror(errno));
+		goto out_cfg;
+	}
+	if (!realpath(o.mountpoint, mp) && !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX &&
+					      strcpy(mp, o.mountpoint))) {
+		die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(errno));
+		goto out_cfg;
+	}
+	if (dataset_open(dataset, &ds, why, sizeof(why))) {
+		die_msg("cannot open dataset %s: %s", dataset, why);
+		goto out_cfg;
+	}
+	if (mount_config_check_dataset(&cfg, ds, why, sizeof(why))) {
+		die_msg("invalid mount options: %s", why);
+		status = 2;
+		goto out_ds;
+	}
+	z.ds = ds;
+	z.info = dataset_info(ds);
+	z.cfg = &cfg;
+	z.dataset_path = dataset;
+	z.uid = getuid();
+	z.gid = getgid();
+	clock_gettime(CLOCK_REALTIME, &z.mounted_at);
+	pthread_mutex_init(&z.lock, NULL);
+	memcpy(ident.fingerprint, z.info->fingerprint, sizeof(ident.fingerprint));
+	ident.seed = cfg.seed;
+	ident.shuffle = cfg.shuffle;
+	ident.samples = z.info->samples;
+	if (check_mountpoint(mp))
+		goto out_ds;
+	status = start_journal(&z, &ident);
+	if (status)
+		goto out_ds;
+	status = 1;
+	if (add_fuse_defaults(&args, &o, dataset))
+		goto out_journal;
+	se = fuse_session_new(&args, &zfs_ops, sizeof(zfs_ops), &z);
+	if (!se)
+		goto out_journal;
+	if (fuse_set_signal_handlers(se))
+		goto out_session;
+	if (fuse_session_mount(se, mp)) {
+		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
+		goto out_handlers;
+	}
+	daemon_ready(0);
+	status = serve(&z, se, &o);
+	fuse_session_unmount(se);
+out_handlers:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out_journal:
+	journal_close(z.journal);
+out_ds:
+	dataset_close(ds);
+out_cfg:
+	mount_config_release(&cfg);
+	daemon_ready(status);
+out_opts:
+	mount_options_release(&o);
+	fuse_opt_free_args(&args);
+	return status;
 }

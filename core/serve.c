@@ -1,0 +1,776 @@
+#include "serve.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+
+const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1] = {
+	25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000,
+};
+
+void batch_free(struct batch *b)
+{
+	if (!b)
+		return;
+	buf_release(&b->data);
+	free(b->ids);
+	free(b);
+}
+
+int serve_build(struct sample_reader *r, const struct dataset_info *info,
+		const struct order *o, const struct layout *l, enum batch_format f,
+		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
+		struct batch **out, uint64_t *bad_id)
+{
+	struct batch *b;
+	uint64_t gsn, count;
+	int rc;
+
+	if (micros == 0 || micro >= layout_micros(l) || micros > layout_micros(l) - micro)
+		return -EINVAL;
+	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
+	if (rc)
+		return rc;
+	count = micros * l->micro_batch; /* <= B/W < 2^62 */
+	if (count > SIZE_MAX / sizeof(uint64_t))
+		return -ENOMEM;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->ids = malloc(count * sizeof(*b->ids));
+	if (!b->ids) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->rank = rank;
+	b->step = step;
+	b->micro = micro;
+	b->micros = micros;
+	b->gsn = gsn;
+	b->count = count;
+	b->epoch = gsn / o->n;
+	rc = order_fill(o, gsn, count, b->ids);
+	if (!rc)
+		rc = batch_encode(r, info, f, b->ids, count, &b->data, bad_id);
+	if (rc) {
+		batch_free(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+/* A prefetch slot holds the batch of one claim index ci = (step - S0) * A + micro. */
+enum slot_state { SLOT_EMPTY, SLOT_DECODING, SLOT_READY, SLOT_FAILED };
+
+struct slot {
+	enum slot_state state;
+	uint64_t ci;
+	struct batch *batch;    /* SLOT_READY */
+	int err;                /* SLOT_FAILED */
+	uint64_t bad_id;
+};
+
+struct rank_state {
+	uint64_t rank;
+	pthread_mutex_t lock;
+	pthread_cond_t decoded;  /* a slot of this rank left SLOT_DECODING */
+	uint64_t ci;             /* claim index of the cursor: the next claim */
+	uint64_t generation;     /* bumped by a rewind: in-flight decodes are dropped */
+	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
+	struct claim_info last;
+};
+
+struct job {
+	struct rank_state *rs;
+	uint64_t ci, generation;
+};
+
+/* Free sample readers for threads that decode outside the workers (claims that miss
+ * the prefetch ring, peek, step, samples). */
+struct reader_pool {
+	pthread_mutex_t lock;
+	struct sample_reader **free;
+	size_t count, cap;
+};
+
+struct server {
+	const struct dataset *ds;
+	const struct dataset_info *info;
+	struct serve_config cfg;
+	struct rankset ranks;
+	struct journal *journal;
+	uint64_t limit;          /* first gsn past the end of the stream */
+
+	struct rank_state *rs;   /* one per served rank, in rank order */
+	size_t nranks;
+
+	pthread_mutex_t qlock;   /* guards the job queue, stopping, stats */
+	pthread_cond_t qcond;
+	struct job *queue;       /* ring buffer */
+	size_t qhead, qlen, qcap;
+	int stopping;
+	pthread_t *threads;
+	unsigned nthreads;
+
+	struct reader_pool readers;
+	struct serve_stats stats;
+};
+
+static void slog(struct server *s, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void slog(struct server *s, int prio, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!s->cfg.log)
+		return;
+	va_start(ap, fmt);
+	s->cfg.log(s->cfg.log_ctx, prio, fmt, ap);
+	va_end(ap);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static struct sample_reader *reader_get(struct server *s)
+{
+	struct sample_reader *r = NULL;
+
+	pthread_mutex_lock(&s->readers.lock);
+	if (s->readers.count)
+		r = s->readers.free[--s->readers.count];
+	pthread_mutex_unlock(&s->readers.lock);
+	return r ? r : sample_reader_new(s->ds);
+}
+
+static void reader_put(struct server *s, struct sample_reader *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&s->readers.lock);
+	if (s->readers.count == s->readers.cap) {
+		size_t ncap = s->readers.cap ? s->readers.cap * 2 : 8;
+		struct sample_reader **n = realloc(s->readers.free, ncap * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&s->readers.lock);
+			sample_reader_free(r);
+			return;
+		}
+		s->readers.free = n;
+		s->readers.cap = ncap;
+	}
+	s->readers.free[s->readers.count++] = r;
+	pthread_mutex_unlock(&s->readers.lock);
+}
+
+static void ci_to_cursor(const struct server *s, uint64_t ci, uint64_t *step, uint64_t *micro)
+{
+	uint64_t a = layout_micros(&s->cfg.layout);
+
+	*step = s->cfg.layout.start_step + ci / a;
+	*micro = ci % a;
+}
+
+/* Does claim index ci lie past the end of the stream? The stream stops after the last
+ * full step within epochs * N samples. */
+static int past_end(const struct server *s, uint64_t ci)
+{
+	uint64_t step, micro, g;
+
+	ci_to_cursor(s, ci, &step, &micro);
+	if (layout_step_gsn(&s->cfg.layout, step, &g))
+		return 1;
+	return g > s->limit || s->cfg.layout.global_batch > s->limit - g;
+}
+
+static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, uint64_t ci,
+		    struct batch **out, uint64_t *bad_id)
+{
+	uint64_t step, micro;
+
+	if (!r)
+		return -ENOMEM;
+	ci_to_cursor(s, ci, &step, &micro);
+	return serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
+			   rank, step, micro, 1, out, bad_id);
+}
+
+static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
+{
+	pthread_mutex_lock(&s->qlock);
+	if (s->qlen == s->qcap) { /* grow the ring, unrolling it */
+		size_t ncap = s->qcap ? s->qcap * 2 : 64;
+		struct job *n = malloc(ncap * sizeof(*n));
+
+		if (!n) { /* a dropped job only costs a synchronous decode at claim time */
+			pthread_mutex_unlock(&s->qlock);
+			return;
+		}
+		for (size_t i = 0; i < s->qlen; i++)
+			n[i] = s->queue[(s->qhead + i) % s->qcap];
+		free(s->queue);
+		s->queue = n;
+		s->qhead = 0;
+		s->qcap = ncap;
+	}
+	s->queue[(s->qhead + s->qlen) % s->qcap] = (struct job){ rs, ci, gen };
+	s->qlen++;
+	pthread_cond_signal(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+}
+
+static void slot_clear(struct slot *sl)
+{
+	batch_free(sl->batch);
+	memset(sl, 0, sizeof(*sl));
+}
+
+/* Worker: decode the claim index a job names into its slot, unless the cursor moved on. */
+static void run_job(struct server *s, struct sample_reader *r, const struct job *jb)
+{
+	struct rank_state *rs = jb->rs;
+	unsigned k = s->cfg.prefetch;
+	struct slot *sl = &rs->slots[jb->ci % k];
+	struct batch *b = NULL;
+	uint64_t bad = 0;
+	int rc;
+
+	pthread_mutex_lock(&rs->lock);
+	if (jb->generation != rs->generation || jb->ci < rs->ci || jb->ci >= rs->ci + k ||
+	    sl->state != SLOT_EMPTY || past_end(s, jb->ci)) {
+		pthread_mutex_unlock(&rs->lock);
+		return;
+	}
+	sl->state = SLOT_DECODING;
+	sl->ci = jb->ci;
+	pthread_mutex_unlock(&rs->lock);
+
+	rc = build_ci(s, r, rs->rank, jb->ci, &b, &bad);
+
+	pthread_mutex_lock(&rs->lock);
+	if (jb->generation != rs->generation || sl->state != SLOT_DECODING || sl->ci != jb->ci) {
+		batch_free(b); /* a rewind dropped the slot meanwhile */
+	} else if (rc) {
+		sl->state = SLOT_FAILED;
+		sl->err = rc;
+		sl->bad_id = bad;
+	} else {
+		sl->state = SLOT_READY;
+		sl->batch = b;
+	}
+	pthread_cond_broadcast(&rs->decoded);
+	pthread_mutex_unlock(&rs->lock);
+}
+
+static void *worker_main(void *arg)
+{
+	struct server *s = arg;
+	struct sample_reader *r = sample_reader_new(s->ds);
+
+	for (;;) {
+		struct job jb;
+
+		pthread_mutex_lock(&s->qlock);
+		while (!s->qlen && !s->stopping)
+			pthread_cond_wait(&s->qcond, &s->qlock);
+		if (s->stopping) {
+			pthread_mutex_unlock(&s->qlock);
+			break;
+		}
+		jb = s->queue[s->qhead];
+		s->qhead = (s->qhead + 1) % s->qcap;
+		s->qlen--;
+		pthread_mutex_unlock(&s->qlock);
+		run_job(s, r, &jb);
+	}
+	sample_reader_free(r);
+	return NULL;
+}
+
+static struct rank_state *find_rank(struct server *s, uint64_t rank)
+{
+	size_t lo = 0, hi = s->nranks;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->rs[mid].rank == rank)
+			return &s->rs[mid];
+		if (s->rs[mid].rank < rank)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static void fill_ring(struct server *s, struct rank_state *rs)
+{
+	for (unsigned i = 0; i < s->cfg.prefetch; i++)
+		enqueue(s, rs, rs->ci + i, rs->generation);
+}
+
+int server_new(const struct dataset *ds, const struct serve_config *cfg,
+	       struct journal *j, struct server **out)
+{
+	struct server *s;
+	char why[256];
+	int rc = -ENOMEM;
+
+	if (layout_check(&cfg->layout, why, sizeof(why)) || !cfg->ranks || !cfg->ranks->count ||
+	    cfg->prefetch > 64 || cfg->workers < 1 || cfg->workers > 64 ||
+	    cfg->order.n != dataset_info(ds)->samples)
+		return -EINVAL;
+	for (size_t i = 0; i < cfg->ranks->count; i++)
+		if (cfg->ranks->ranks[i] >= cfg->layout.world_size)
+			return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->ds = ds;
+	s->info = dataset_info(ds);
+	s->cfg = *cfg;
+	s->journal = j;
+	s->limit = order_limit(&cfg->order, cfg->epochs);
+	pthread_mutex_init(&s->qlock, NULL);
+	pthread_cond_init(&s->qcond, NULL);
+	pthread_mutex_init(&s->readers.lock, NULL);
+	s->ranks.ranks = malloc(cfg->ranks->count * sizeof(uint64_t));
+	s->rs = calloc(cfg->ranks->count, sizeof(*s->rs));
+	if (!s->ranks.ranks || !s->rs)
+		goto err_free;
+	memcpy(s->ranks.ranks, cfg->ranks->ranks, cfg->ranks->count * sizeof(uint64_t));
+	s->ranks.count = cfg->ranks->count;
+	s->cfg.ranks = &s->ranks;
+	for (size_t i = 0; i < s->ranks.count; i++) {
+		struct rank_state *rs = &s->rs[i];
+
+		rs->rank = s->ranks.ranks[i];
+		pthread_mutex_init(&rs->lock, NULL);
+		pthread_cond_init(&rs->decoded, NULL);
+		if (cfg->prefetch) {
+			rs->slots = calloc(cfg->prefetch, sizeof(*rs->slots));
+			if (!rs->slots)
+				goto err_free;
+		}
+		s->nranks++;
+		if (j) { /* the journal knows where each rank stands (normally at S0) */
+			uint64_t step, micro;
+
+			if (journal_cursor(j, rs->rank, &step, &micro) == 0 &&
+			    step >= cfg->layout.start_step)
+				rs->ci = (step - cfg->layout.start_step) * layout_micros(&cfg->layout) + micro;
+		}
+	}
+	s->threads = calloc(cfg->workers, sizeof(*s->threads));
+	if (!s->threads)
+		goto err_free;
+	for (unsigned i = 0; i < cfg->workers; i++) {
+		rc = -pthread_create(&s->threads[i], NULL, worker_main, s);
+		if (rc)
+			goto err_free;
+		s->nthreads++;
+	}
+	for (size_t i = 0; i < s->nranks; i++)
+		fill_ring(s, &s->rs[i]);
+	*out = s;
+	return 0;
+
+err_free:
+	server_free(s);
+	return rc;
+}
+
+void server_free(struct server *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->qlock);
+	s->stopping = 1;
+	pthread_cond_broadcast(&s->qcond);
+	pthread_mutex_unlock(&s->qlock);
+	for (unsigned i = 0; i < s->nthreads; i++)
+		pthread_join(s->threads[i], NULL);
+	free(s->threads);
+	for (size_t i = 0; i < s->nranks; i++) {
+		struct rank_state *rs = &s->rs[i];
+
+		for (unsigned k = 0; k < s->cfg.prefetch; k++)
+			slot_clear(&rs->slots[k]);
+		free(rs->slots);
+		free(rs->last.ids);
+		pthread_mutex_destroy(&rs->lock);
+		pthread_cond_destroy(&rs->decoded);
+	}
+	free(s->rs);
+	free(s->queue);
+	for (size_t i = 0; i < s->readers.count; i++)
+		sample_reader_free(s->readers.free[i]);
+	free(s->readers.free);
+	pthread_mutex_destroy(&s->readers.lock);
+	pthread_mutex_destroy(&s->qlock);
+	pthread_cond_destroy(&s->qcond);
+	rankset_release(&s->ranks);
+	free(s);
+}
+
+static void log_decode_error(struct server *s, uint64_t rank, int err, uint64_t bad)
+{
+	if (err == -EIO)
+		slog(s, LOG_ERR, "rank %" PRIu64 ": sample %" PRIu64 " in %s failed its checksum; "
+		     "the claim was refused (run zephon verify on the dataset)",
+		     rank, bad, dataset_shard_name(s->ds, bad) ? dataset_shard_name(s->ds, bad) : "?");
+	else
+		slog(s, LOG_ERR, "rank %" PRIu64 ": cannot build a batch: %s", rank, strerror(-err));
+}
+
+/*
+ * The batch at rank's cursor, with rs->lock held: from the prefetch ring when ready
+ * (waiting for an in-flight decode of it), else decoded here. The slot is left empty;
+ * the caller owns the batch.
+ */
+static int take_cursor_batch(struct server *s, struct rank_state *rs, struct batch **out,
+			     int *hit)
+{
+	struct slot *sl = s->cfg.prefetch ? &rs->slots[rs->ci % s->cfg.prefetch] : NULL;
+	uint64_t bad = 0;
+	int rc;
+
+	while (sl && sl->state == SLOT_DECODING && sl->ci == rs->ci)
+		pthread_cond_wait(&rs->decoded, &rs->lock);
+	*hit = 0;
+	if (sl && sl->ci == rs->ci && sl->state == SLOT_READY) {
+		*out = sl->batch;
+		sl->batch = NULL;
+		sl->state = SLOT_EMPTY;
+		*hit = 1;
+		return 0;
+	}
+	if (sl && sl->ci == rs->ci && sl->state == SLOT_FAILED) {
+		rc = sl->err;
+		bad = sl->bad_id;
+		slot_clear(sl); /* a later open retries the decode */
+	} else {
+		struct sample_reader *r = reader_get(s);
+
+		rc = build_ci(s, r, rs->rank, rs->ci, out, &bad);
+		reader_put(s, r);
+	}
+	if (rc) {
+		log_decode_error(s, rs->rank, rc, bad);
+		pthread_mutex_lock(&s->qlock);
+		s->stats.decode_errors += rc == -EIO;
+		pthread_mutex_unlock(&s->qlock);
+	}
+	return rc;
+}
+
+/* Put a batch back into the cursor's slot (a claim that could not be journaled). */
+static void return_cursor_batch(struct server *s, struct rank_state *rs, struct batch *b)
+{
+	struct slot *sl = s->cfg.prefetch ? &rs->slots[rs->ci % s->cfg.prefetch] : NULL;
+
+	if (!sl || sl->state != SLOT_EMPTY) {
+		batch_free(b);
+		return;
+	}
+	sl->state = SLOT_READY;
+	sl->ci = rs->ci;
+	sl->batch = b;
+}
+
+static void record_last(struct rank_state *rs, const struct batch *b)
+{
+	uint64_t *ids = malloc(b->count * sizeof(*ids));
+
+	free(rs->last.ids);
+	rs->last = (struct claim_info){ 1, b->step, b->micro, b->gsn, b->count, b->epoch, ids };
+	if (ids)
+		memcpy(ids, b->ids, b->count * sizeof(*ids));
+	else
+		rs->last.count = 0;
+}
+
+static void count_claim(struct server *s, int rc, double t0, double journal_s,
+			const struct batch *b, int hit)
+{
+	double us = (now_s() - t0) * 1e6;
+	unsigned k = 0;
+
+	while (k < SERVE_LATENCY_BUCKETS - 1 && us > serve_latency_bounds_us[k])
+		k++;
+	pthread_mutex_lock(&s->qlock);
+	if (rc == 0) {
+		s->stats.claims++;
+		s->stats.batch_bytes += b->data.len;
+		s->stats.claim_latency[k]++;
+		s->stats.claim_latency_sum_s += us * 1e-6;
+		if (hit)
+			s->stats.prefetch_hits++;
+		else
+			s->stats.prefetch_misses++;
+	} else if (rc == -ENODATA) {
+		s->stats.end_of_stream++;
+	} else {
+		s->stats.claim_errors++;
+	}
+	if (journal_s >= 0) {
+		s->stats.journal_commits++;
+		s->stats.journal_commit_sum_s += journal_s;
+	}
+	pthread_mutex_unlock(&s->qlock);
+}
+
+int server_claim(struct server *s, uint64_t rank, struct batch **out)
+{
+	struct rank_state *rs = find_rank(s, rank);
+	struct batch *b = NULL;
+	double t0 = now_s(), journal_s = -1;
+	int rc, hit = 0;
+
+	if (!rs)
+		return -ENOENT;
+	pthread_mutex_lock(&rs->lock);
+	if (past_end(s, rs->ci)) {
+		rc = -ENODATA;
+		goto out;
+	}
+	rc = take_cursor_batch(s, rs, &b, &hit);
+	if (rc)
+		goto out;
+	if (s->journal) {
+		double tj = now_s();
+
+		rc = journal_claim(s->journal, rank, b->step, b->micro);
+		journal_s = now_s() - tj;
+		if (rc) {
+			slog(s, LOG_ERR, "rank %" PRIu64 ": the journal could not record the claim of "
+			     "step %" PRIu64 " micro %" PRIu64 " (%s); nothing was handed out",
+			     rank, b->step, b->micro, strerror(-rc));
+			pthread_mutex_lock(&s->qlock);
+			s->stats.journal_errors++;
+			pthread_mutex_unlock(&s->qlock);
+			return_cursor_batch(s, rs, b);
+			b = NULL;
+			rc = -EIO;
+			goto out;
+		}
+	}
+	record_last(rs, b);
+	rs->ci++;
+	if (s->cfg.prefetch)
+		enqueue(s, rs, rs->ci + s->cfg.prefetch - 1, rs->generation);
+	*out = b;
+out:
+	pthread_mutex_unlock(&rs->lock);
+	count_claim(s, rc, t0, journal_s, b, hit);
+	return rc;
+}
+
+static struct batch *batch_copy(const struct batch *b)
+{
+	struct batch *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	*c = *b;
+	c->data = (struct buf)BUF_INIT;
+	c->ids = malloc(b->count * sizeof(*c->ids));
+	if (!c->ids || buf_append(&c->data, b->data.data, b->data.len)) {
+		batch_free(c);
+		return NULL;
+	}
+	memcpy(c->ids, b->ids, b->count * sizeof(*c->ids));
+	return c;
+}
+
+int server_peek(struct server *s, uint64_t rank, struct batch **out)
+{
+	struct rank_state *rs = find_rank(s, rank);
+	struct batch *b = NULL;
+	int rc, hit;
+
+	if (!rs)
+		return -ENOENT;
+	pthread_mutex_lock(&rs->lock);
+	if (past_end(s, rs->ci)) {
+		rc = -ENODATA;
+	} else {
+		rc = take_cursor_batch(s, rs, &b, &hit);
+		if (!rc) {
+			*out = batch_copy(b);
+			rc = *out ? 0 : -ENOMEM;
+			return_cursor_batch(s, rs, b); /* peek leaves the ring as it was */
+		}
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return rc;
+}
+
+int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out)
+{
+	struct sample_reader *r;
+	uint64_t bad = 0;
+	int rc;
+
+	if (!find_rank(s, rank))
+		return -ENOENT;
+	if (step < s->cfg.layout.start_step)
+		return -EINVAL;
+	r = reader_get(s);
+	if (!r)
+		return -ENOMEM;
+	rc = serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
+			 0, layout_micros(&s->cfg.layout), out, &bad);
+	reader_put(s, r);
+	if (rc == -EIO)
+		log_decode_error(s, rank, rc, bad);
+	return rc;
+}
+
+int server_sample(struct server *s, uint64_t id, struct batch **out)
+{
+	struct sample_reader *r;
+	struct batch *b;
+	uint64_t bad = 0;
+	int rc;
+
+	if (id >= s->info->samples)
+		return -ERANGE;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->ids = malloc(sizeof(*b->ids));
+	r = reader_get(s);
+	if (!b->ids || !r) {
+		reader_put(s, r);
+		batch_free(b);
+		return -ENOMEM;
+	}
+	b->ids[0] = id;
+	b->count = 1;
+	rc = batch_encode(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
+	reader_put(s, r);
+	if (rc) {
+		if (rc == -EIO)
+			log_decode_error(s, UINT64_MAX, rc, bad);
+		batch_free(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
+		      uint64_t *cursor_micro, struct claim_info *last)
+{
+	struct rank_state *rs = find_rank(s, rank);
+
+	if (!rs)
+		return -ENOENT;
+	pthread_mutex_lock(&rs->lock);
+	ci_to_cursor(s, rs->ci, cursor_step, cursor_micro);
+	*last = rs->last;
+	last->ids = NULL;
+	if (rs->last.valid && rs->last.count) {
+		last->ids = malloc(rs->last.count * sizeof(uint64_t));
+		if (last->ids)
+			memcpy(last->ids, rs->last.ids, rs->last.count * sizeof(uint64_t));
+		else
+			last->count = 0;
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return 0;
+}
+
+int server_checkpoint(struct server *s, uint64_t step)
+{
+	int rc;
+
+	if (!s->journal)
+		return -ENOSYS;
+	rc = journal_checkpoint(s->journal, step);
+	if (rc == -EINVAL)
+		slog(s, LOG_WARNING, "checkpoint %" PRIu64 " refused: the step must lie between the "
+		     "layout's start step %" PRIu64 " and the furthest rank cursor",
+		     step, s->cfg.layout.start_step);
+	else if (rc)
+		slog(s, LOG_ERR, "checkpoint %" PRIu64 " could not be journaled: %s", step, strerror(-rc));
+	return rc;
+}
+
+int server_rewind(struct server *s, uint64_t step)
+{
+	uint64_t a = layout_micros(&s->cfg.layout);
+	int rc;
+
+	if (!s->journal)
+		return -ENOSYS;
+	/* Every rank lock is held across the journal write so no claim slips between the
+	 * journal's rewind and the in-memory one. Locks are taken in rank order. */
+	for (size_t i = 0; i < s->nranks; i++)
+		pthread_mutex_lock(&s->rs[i].lock);
+	rc = journal_rewind(s->journal, step);
+	if (!rc) {
+		for (size_t i = 0; i < s->nranks; i++) {
+			struct rank_state *rs = &s->rs[i];
+
+			rs->ci = (step - s->cfg.layout.start_step) * a;
+			rs->generation++;
+			for (unsigned k = 0; k < s->cfg.prefetch; k++)
+				if (rs->slots[k].state != SLOT_DECODING)
+					slot_clear(&rs->slots[k]);
+				else
+					rs->slots[k].state = SLOT_EMPTY; /* the worker drops its result */
+		}
+	}
+	for (size_t i = s->nranks; i-- > 0;)
+		pthread_mutex_unlock(&s->rs[i].lock);
+	if (!rc)
+		for (size_t i = 0; i < s->nranks; i++)
+			fill_ring(s, &s->rs[i]);
+	else if (rc == -EINVAL)
+		slog(s, LOG_WARNING, "rewind %" PRIu64 " refused: the step must lie between the "
+		     "layout's start step %" PRIu64 " and the furthest rank cursor",
+		     step, s->cfg.layout.start_step);
+	else
+		slog(s, LOG_ERR, "rewind %" PRIu64 " could not be journaled: %s", step, strerror(-rc));
+	return rc;
+}
+
+uint64_t server_consumed(struct server *s)
+{
+	uint64_t a = layout_micros(&s->cfg.layout), min_steps = UINT64_MAX;
+
+	for (size_t i = 0; i < s->nranks; i++) {
+		pthread_mutex_lock(&s->rs[i].lock);
+		if (s->rs[i].ci / a < min_steps)
+			min_steps = s->rs[i].ci / a;
+		pthread_mutex_unlock(&s->rs[i].lock);
+	}
+	return s->cfg.layout.start_samples + min_steps * s->cfg.layout.global_batch;
+}
+
+void server_stats(struct server *s, struct serve_stats *out)
+{
+	pthread_mutex_lock(&s->qlock);
+	*out = s->stats;
+	pthread_mutex_unlock(&s->qlock);
+}
+
+const struct serve_config *server_config(const struct server *s)
+{
+	return &s->cfg;
+}

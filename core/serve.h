@@ -1,0 +1,140 @@
+/*
+ * serve.h: turning claims into batches (DESIGN.md sections 1, 4 and 7). No FUSE here:
+ * the mount (fs/) and `zephon batch` both come through this module, so the bytes of a
+ * claim are the same whichever way they are asked for.
+ *
+ * Two parts:
+ *  - serve_build(): pure. The batch of (rank, step, micro-batches [first, first+count))
+ *    of a layout: sample ids from the order, bytes from the encoder.
+ *  - struct server: the per-mount state. For each served rank a cursor (step, micro) and
+ *    a ring of `prefetch` decoded micro-batches that worker threads keep filled
+ *    (prefetch never claims). server_claim() hands over the batch at the cursor after
+ *    journal_claim() committed it, then advances the cursor.
+ *
+ * Invariants: a rank's cursor advances only after the journal committed the claim; two
+ * concurrent claims of one rank get consecutive, distinct micro-batches (a per-rank
+ * mutex orders them); a batch that failed to decode or to be journaled is never handed
+ * out and leaves the cursor where it was.
+ * Thread-safety: every server_* function may be called from any thread.
+ */
+#ifndef ZEPHON_SERVE_H
+#define ZEPHON_SERVE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "dataset.h"
+#include "encode.h"
+#include "journal.h"
+#include "order.h"
+
+/* One encoded micro-batch (or several, for a whole step share) and where it came from. */
+struct batch {
+	struct buf data;        /* the encoded bytes the reader gets */
+	uint64_t rank, step, micro;
+	uint64_t micros;        /* micro-batches covered: 1 for a claim, A for a step share */
+	uint64_t gsn;           /* first gsn */
+	uint64_t count;         /* samples, gsn .. gsn + count - 1 */
+	uint64_t epoch;         /* epoch of the first sample */
+	uint64_t *ids;          /* count sample ids, owned by the batch */
+};
+
+void batch_free(struct batch *b);
+
+/* The batch of micro-batches [micro, micro + micros) of rank at step under layout l.
+ * *out is malloc'd (free with batch_free). 0, or -EINVAL (rank/step/micro outside the
+ * layout), -EOVERFLOW, -ENOMEM, -EIO (a sample failed its checksum: *bad_id names it). */
+int serve_build(struct sample_reader *r, const struct dataset_info *info,
+		const struct order *o, const struct layout *l, enum batch_format f,
+		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
+		struct batch **out, uint64_t *bad_id);
+
+/* Log sink for what the server notices (decode errors, journal failures); syslog or
+ * stderr in fs/. prio is a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO). */
+typedef void (*serve_log_fn)(void *ctx, int prio, const char *fmt, va_list ap);
+
+struct serve_config {
+	struct layout layout;       /* with S0/G0 as journal_start() resolved them */
+	const struct rankset *ranks;/* served ranks (copied) */
+	struct order order;
+	uint64_t epochs;            /* 0 = endless */
+	enum batch_format format;
+	unsigned prefetch;          /* decoded micro-batches kept ready per rank (0..64) */
+	unsigned workers;           /* decode threads (1..64) */
+	serve_log_fn log;           /* may be NULL */
+	void *log_ctx;
+};
+
+/* Last claim of a rank, for /rank/<r>/state. */
+struct claim_info {
+	int valid;
+	uint64_t step, micro, gsn, count, epoch;
+	uint64_t *ids;              /* count ids; owned by the server, see server_rank_state */
+};
+
+/* Counters for /metrics (monotonic since mount). */
+#define SERVE_LATENCY_BUCKETS 12
+struct serve_stats {
+	uint64_t claims, claim_errors, decode_errors, journal_errors, end_of_stream;
+	uint64_t prefetch_hits, prefetch_misses;
+	uint64_t batch_bytes;                 /* bytes of claimed batches */
+	/* claim latency (open of next), cumulative histogram in microseconds with the bucket
+	 * bounds serve_latency_bounds_us[]; the last bucket is +Inf. */
+	uint64_t claim_latency[SERVE_LATENCY_BUCKETS];
+	double claim_latency_sum_s;
+	uint64_t journal_commits;
+	double journal_commit_sum_s;
+};
+extern const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1];
+
+struct server;
+
+/* Start serving: starts cfg->workers threads that fill every rank's prefetch ring.
+ * The journal (may be NULL for tests: claims are then not recorded) stays owned by the
+ * caller and must outlive the server. 0, -EINVAL (bad config), -ENOMEM, or a
+ * pthread_create error. */
+int server_new(const struct dataset *ds, const struct serve_config *cfg,
+	       struct journal *j, struct server **out);
+/* Stop the workers and free everything (batches handed out stay the caller's). */
+void server_free(struct server *s);
+
+/* Claim rank's next micro-batch: journal it, advance the cursor, hand the batch over
+ * (*out is the caller's; free with batch_free). 0, or
+ *   -ENOENT  rank not served;
+ *   -ENODATA the stream ended (epochs=E);
+ *   -EIO     a sample failed its checksum (logged with sample id and shard) or the journal
+ *            could not record the claim (logged); nothing handed out, cursor unchanged;
+ *   -ENOMEM. */
+int server_claim(struct server *s, uint64_t rank, struct batch **out);
+
+/* What the next claim of rank would get, claiming nothing (a copy). Errors as above. */
+int server_peek(struct server *s, uint64_t rank, struct batch **out);
+
+/* The step share of rank at step (all A micro-batches in one encoding); pure. -EINVAL
+ * for a step before S0 of the layout; other errors as serve_build. */
+int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
+
+/* One sample in the mount's encoding (a batch of one); pure. -ERANGE (id >= N). */
+int server_sample(struct server *s, uint64_t id, struct batch **out);
+
+/* Cursor and last claim of a rank: copies into *cursor_step/micro and *last (last->ids
+ * malloc'd, caller frees; NULL when no claim yet). 0 or -ENOENT. */
+int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
+		      uint64_t *cursor_micro, struct claim_info *last);
+
+/* `checkpoint STEP` and `rewind STEP` through the journal; a rewind also moves the
+ * in-memory cursors and drops prefetched batches. 0, -EINVAL (refused: the reason is
+ * logged), -EIO. Without a journal: -ENOSYS. */
+int server_checkpoint(struct server *s, uint64_t step);
+int server_rewind(struct server *s, uint64_t step);
+
+/* consumed_samples: every gsn below it was handed out (min over served ranks of the
+ * completed steps). */
+uint64_t server_consumed(struct server *s);
+
+void server_stats(struct server *s, struct serve_stats *out);
+const struct serve_config *server_config(const struct server *s);
+
+#endif

@@ -1,0 +1,657 @@
+/*
+ * ops.c: the FUSE low-level handlers of the mount, one per operation (libfuse's
+ * hello_ll.c shape): decode the inode, call core (serve.h) or a renderer, reply.
+ * The tree is DESIGN.md section 4; inode numbers are fs/inode.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "inode.h"
+#include "zfs.h"
+
+/* Names and inode numbers are fixed for the life of the mount: cache entries long.
+ * Attributes of generated files change with every claim: never cache those. */
+#define ENTRY_TIMEOUT 3600.0
+#define STATIC_ATTR_TIMEOUT 3600.0
+#define BLKSIZE (1u << 20)
+
+/* What an open file handle holds: a claimed or built batch, or generated text. */
+struct open_file {
+	struct batch *batch;    /* next, peek, step, sample */
+	struct buf text;        /* status, metrics, state; control's pending input */
+};
+
+static struct zfs *zfs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static const struct buf *file_bytes(const struct open_file *f)
+{
+	return f->batch ? &f->batch->data : &f->text;
+}
+
+static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!*name || (name[0] == '0' && name[1])) /* one spelling per number: no leading 0s */
+		return -ENOENT;
+	for (const char *p = name; *p; p++) {
+		if (*p < '0' || *p > '9' || v > (max - (uint64_t)(*p - '0')) / 10)
+			return -ENOENT;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* Does the stream still have step t? (epochs=E ends it.) */
+static int step_exists(struct zfs *z, uint64_t step)
+{
+	const struct mount_config *c = z->cfg;
+	const struct layout *l = &server_config(z->srv)->layout;
+	uint64_t g, limit = order_limit(&server_config(z->srv)->order, c->epochs);
+
+	if (step < l->start_step || step > INODE_MAX_STEP || layout_step_gsn(l, step, &g))
+		return 0;
+	return g <= limit && l->global_batch <= limit - g;
+}
+
+static size_t pid_claim_size(struct zfs *z, uint32_t pid, uint64_t rank, int *found)
+{
+	size_t size = 0;
+
+	*found = 0;
+	pthread_mutex_lock(&z->lock);
+	for (unsigned i = 0; i < ZFS_PID_SLOTS; i++)
+		if (z->pids[i].pid == pid && z->pids[i].rank == rank && pid) {
+			size = z->pids[i].size;
+			*found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&z->lock);
+	return size;
+}
+
+static void pid_claim_record(struct zfs *z, uint32_t pid, uint64_t rank, uint64_t size)
+{
+	unsigned slot;
+
+	pthread_mutex_lock(&z->lock);
+	for (slot = 0; slot < ZFS_PID_SLOTS; slot++)
+		if (z->pids[slot].pid == pid && z->pids[slot].rank == rank)
+			break;
+	if (slot == ZFS_PID_SLOTS)
+		slot = z->pid_next++ % ZFS_PID_SLOTS;
+	z->pids[slot] = (struct pid_claim){ pid, rank, size };
+	z->opens_next++;
+	pthread_mutex_unlock(&z->lock);
+}
+
+/* Size a GETATTR without a file handle reports: content that is pure is built (and
+ * freed); next answers the caller's latest claim, else the rank's latest claim. */
+static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid)
+{
+	struct buf text = BUF_INIT;
+	struct batch *b = NULL;
+	uint64_t size = 0;
+	int found;
+
+	switch (inode_type(ino)) {
+	case NODE_README:
+		return z->readme_len;
+	case NODE_STATUS:
+		render_status(z, &text);
+		break;
+	case NODE_METRICS:
+		render_metrics(z, &text);
+		break;
+	case NODE_STATE:
+		render_state(z, inode_rank(ino), &text);
+		break;
+	case NODE_NEXT:
+		size = pid_claim_size(z, pid, inode_rank(ino), &found);
+		/* npy and bin batches all have one size: the peeked batch tells it */
+		if (!found && (z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN) &&
+		    server_peek(z->srv, inode_rank(ino), &b) == 0)
+			size = b->data.len;
+		break;
+	case NODE_PEEK:
+		if (server_peek(z->srv, inode_rank(ino), &b) == 0)
+			size = b->data.len;
+		break;
+	case NODE_STEP:
+		if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0)
+			size = b->data.len;
+		break;
+	case NODE_SAMPLE:
+		if (server_sample(z->srv, inode_id(ino), &b) == 0)
+			size = b->data.len;
+		break;
+	default:
+		break;
+	}
+	if (text.len)
+		size = text.len;
+	buf_release(&text);
+	batch_free(b);
+	return size;
+}
+
+/* Fill st for ino. 0 or -ENOENT (a name that does not exist, e.g. an unserved rank). */
+static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct open_file *f,
+		     struct stat *st, double *timeout)
+{
+	enum node type = inode_type(ino);
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = z->uid;
+	st->st_gid = z->gid;
+	st->st_blksize = BLKSIZE;
+	st->st_atim = st->st_mtim = st->st_ctim = z->mounted_at;
+	*timeout = 0;
+	switch (type) {
+	case NODE_ROOT: case NODE_RANKDIR: case NODE_SAMPLESDIR: case NODE_RANK: case NODE_STEPDIR:
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		*timeout = STATIC_ATTR_TIMEOUT;
+		break;
+	case NODE_CONTROL:
+		st->st_mode = S_IFREG | 0200;
+		st->st_nlink = 1;
+		break;
+	case NODE_README:
+		*timeout = STATIC_ATTR_TIMEOUT;
+		/* fall through */
+	default:
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		break;
+	}
+	if (type >= NODE_COUNT)
+		return -ENOENT;
+	if ((type == NODE_RANK || type == NODE_NEXT || type == NODE_PEEK || type == NODE_STATE ||
+	     type == NODE_STEPDIR || type == NODE_STEP) &&
+	    !rankset_has(&z->cfg->ranks, inode_rank(ino)))
+		return -ENOENT;
+	if (type == NODE_STEP && !step_exists(z, inode_step(ino)))
+		return -ENOENT;
+	if (type == NODE_SAMPLE && inode_id(ino) >= z->info->samples)
+		return -ENOENT;
+	if (S_ISREG(st->st_mode))
+		st->st_size = (off_t)(f ? file_bytes(f)->len : node_size(z, ino, pid));
+	st->st_blocks = (st->st_size + 511) / 512;
+	return 0;
+}
+
+static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
+{
+	uint64_t v;
+
+	switch (inode_type(parent)) {
+	case NODE_ROOT:
+		if (!strcmp(name, "README")) return inode_make(NODE_README, 0, 0);
+		if (!strcmp(name, "status")) return inode_make(NODE_STATUS, 0, 0);
+		if (!strcmp(name, "metrics")) return inode_make(NODE_METRICS, 0, 0);
+		if (!strcmp(name, "control")) return inode_make(NODE_CONTROL, 0, 0);
+		if (!strcmp(name, "rank")) return inode_make(NODE_RANKDIR, 0, 0);
+		if (!strcmp(name, "samples")) return inode_make(NODE_SAMPLESDIR, 0, 0);
+		return 0;
+	case NODE_RANKDIR:
+		if (parse_decimal(name, INODE_MAX_RANK, &v) || !rankset_has(&z->cfg->ranks, v))
+			return 0;
+		return inode_make(NODE_RANK, v, 0);
+	case NODE_RANK:
+		v = inode_rank(parent);
+		if (!strcmp(name, "next")) return inode_make(NODE_NEXT, v, 0);
+		if (!strcmp(name, "peek")) return inode_make(NODE_PEEK, v, 0);
+		if (!strcmp(name, "state")) return inode_make(NODE_STATE, v, 0);
+		if (!strcmp(name, "step")) return inode_make(NODE_STEPDIR, v, 0);
+		return 0;
+	case NODE_STEPDIR:
+		if (parse_decimal(name, INODE_MAX_STEP, &v) || !step_exists(z, v))
+			return 0;
+		return inode_make(NODE_STEP, inode_rank(parent), v);
+	case NODE_SAMPLESDIR:
+		if (parse_decimal(name, INODE_MAX_ID, &v) || v >= z->info->samples)
+			return 0;
+		return inode_sample(v);
+	default:
+		return 0;
+	}
+}
+
+/* Replies: entry, ENOENT, ENOTDIR. */
+static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct zfs *z = zfs_of(req);
+	struct fuse_entry_param e;
+	uint64_t ino;
+	double attr_timeout;
+	enum node pt = inode_type(parent);
+
+	if (pt != NODE_ROOT && pt != NODE_RANKDIR && pt != NODE_RANK && pt != NODE_STEPDIR &&
+	    pt != NODE_SAMPLESDIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	ino = child_of(z, parent, name);
+	memset(&e, 0, sizeof(e));
+	if (!ino || node_attr(z, ino, fuse_req_ctx(req)->pid, NULL, &e.attr, &attr_timeout)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	e.ino = ino;
+	e.attr_timeout = attr_timeout;
+	e.entry_timeout = ENTRY_TIMEOUT;
+	fuse_reply_entry(req, &e);
+}
+
+/* Replies: attr, ENOENT. With a file handle (fstat on an open next, lseek SEEK_END),
+ * the size is that handle's batch. */
+static void zfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	const struct open_file *f = fi && fi->fh ? (const struct open_file *)fi->fh : NULL;
+	enum node type = inode_type(ino);
+	struct stat st;
+	double timeout;
+
+	if (type == NODE_CONTROL)
+		f = NULL; /* its handle holds pending input, not content */
+	if (node_attr(z, ino, fuse_req_ctx(req)->pid, f, &st, &timeout)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fuse_reply_attr(req, &st, timeout);
+}
+
+/* Replies: attr (truncating control, which `echo >` does), EROFS (everything else). */
+static void zfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+			struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	struct stat st;
+	double timeout;
+
+	if (inode_type(ino) == NODE_CONTROL && (to_set & ~(FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MTIME |
+	    FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME | FUSE_SET_ATTR_ATIME |
+	    FUSE_SET_ATTR_ATIME_NOW)) == 0 && (!(to_set & FUSE_SET_ATTR_SIZE) || attr->st_size == 0)) {
+		node_attr(z, ino, 0, NULL, &st, &timeout);
+		fuse_reply_attr(req, &st, timeout);
+		return;
+	}
+	(void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+struct dirbuf {
+	char *p;
+	size_t size, cap;
+	off_t off;       /* entries already sent */
+	off_t index;     /* entries seen so far */
+	int full;
+};
+
+static void dir_add(fuse_req_t req, struct dirbuf *d, const char *name, uint64_t ino, mode_t mode)
+{
+	struct stat st = { .st_ino = ino, .st_mode = mode };
+	size_t need;
+
+	if (d->full || d->index++ < d->off)
+		return;
+	need = fuse_add_direntry(req, NULL, 0, name, NULL, 0);
+	if (d->size + need > d->cap) {
+		d->full = 1;
+		return;
+	}
+	fuse_add_direntry(req, d->p + d->size, d->cap - d->size, name, &st, d->index);
+	d->size += need;
+}
+
+/* Replies: buf (entries from off), ENOTDIR, ENOMEM. step/ and samples/ list nothing:
+ * they are unbounded, and ls -R / find / du must stay instant. */
+static void zfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	struct dirbuf d = { .off = off, .cap = size };
+	enum node type = inode_type(ino);
+
+	(void)fi;
+	if (type != NODE_ROOT && type != NODE_RANKDIR && type != NODE_RANK &&
+	    type != NODE_STEPDIR && type != NODE_SAMPLESDIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	d.p = malloc(size ? size : 1);
+	if (!d.p) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	dir_add(req, &d, ".", ino, S_IFDIR);
+	dir_add(req, &d, "..", 1, S_IFDIR);
+	if (type == NODE_ROOT) {
+		dir_add(req, &d, "README", inode_make(NODE_README, 0, 0), S_IFREG);
+		dir_add(req, &d, "status", inode_make(NODE_STATUS, 0, 0), S_IFREG);
+		dir_add(req, &d, "metrics", inode_make(NODE_METRICS, 0, 0), S_IFREG);
+		dir_add(req, &d, "control", inode_make(NODE_CONTROL, 0, 0), S_IFREG);
+		dir_add(req, &d, "rank", inode_make(NODE_RANKDIR, 0, 0), S_IFDIR);
+		dir_add(req, &d, "samples", inode_make(NODE_SAMPLESDIR, 0, 0), S_IFDIR);
+	} else if (type == NODE_RANKDIR) {
+		for (size_t i = 0; i < z->cfg->ranks.count && !d.full; i++) {
+			char name[24];
+
+			snprintf(name, sizeof(name), "%" PRIu64, z->cfg->ranks.ranks[i]);
+			dir_add(req, &d, name, inode_make(NODE_RANK, z->cfg->ranks.ranks[i], 0), S_IFDIR);
+		}
+	} else if (type == NODE_RANK) {
+		uint64_t r = inode_rank(ino);
+
+		dir_add(req, &d, "next", inode_make(NODE_NEXT, r, 0), S_IFREG);
+		dir_add(req, &d, "peek", inode_make(NODE_PEEK, r, 0), S_IFREG);
+		dir_add(req, &d, "state", inode_make(NODE_STATE, r, 0), S_IFREG);
+		dir_add(req, &d, "step", inode_make(NODE_STEPDIR, r, 0), S_IFDIR);
+	}
+	fuse_reply_buf(req, d.p, d.size);
+	free(d.p);
+}
+
+static int claim_errno(struct zfs *z, int rc)
+{
+	(void)z;
+	switch (rc) {
+	case -ENODATA: case -EIO: case -ENOENT: case -ENOMEM: case -EINVAL:
+		return -rc;
+	default:
+		return EIO;
+	}
+}
+
+/* Replies: open, EACCES (write access to a read-only file, read access to control),
+ * ENOENT (rank not served), ENODATA (end of a finite stream, on next and peek), EIO (a
+ * sample failed its checksum, or the journal could not record the claim), ENOMEM.
+ * Opening next claims the rank's next micro-batch; nothing else claims. */
+static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	enum node type = inode_type(ino);
+	int acc = fi->flags & O_ACCMODE, rc = 0;
+	struct open_file *f;
+
+	if (type == NODE_CONTROL ? acc != O_WRONLY : acc != O_RDONLY) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	switch (type) {
+	case NODE_NEXT:
+		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
+		if (!rc)
+			pid_claim_record(z, fuse_req_ctx(req)->pid, inode_rank(ino), f->batch->data.len);
+		break;
+	case NODE_PEEK:
+		rc = server_peek(z->srv, inode_rank(ino), &f->batch);
+		break;
+	case NODE_STEP:
+		rc = server_step(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
+		break;
+	case NODE_SAMPLE:
+		rc = server_sample(z->srv, inode_id(ino), &f->batch);
+		break;
+	case NODE_STATUS:
+		rc = render_status(z, &f->text);
+		break;
+	case NODE_METRICS:
+		rc = render_metrics(z, &f->text);
+		break;
+	case NODE_STATE:
+		rc = render_state(z, inode_rank(ino), &f->text);
+		break;
+	case NODE_README:
+		rc = buf_append(&f->text, z->readme, z->readme_len);
+		fi->keep_cache = 1;
+		break;
+	case NODE_CONTROL:
+		fi->direct_io = 1;
+		break;
+	default:
+		rc = -EISDIR;
+		break;
+	}
+	if (rc) {
+		free(f);
+		fuse_reply_err(req, claim_errno(z, rc));
+		return;
+	}
+	if (type != NODE_README)
+		fi->direct_io = 1;  /* every open may differ: no page cache */
+	fi->fh = (uint64_t)(uintptr_t)f;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		/* The opener was interrupted before it got the handle: the kernel will not
+		 * release it. A claim already journaled stays journaled (never forgotten). */
+		batch_free(f->batch);
+		buf_release(&f->text);
+		free(f);
+	}
+}
+
+/* Replies: buf (the bytes at [off, off + size) of the handle's content; short or empty
+ * at its end). Any offset is honoured. */
+static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	const struct open_file *f = (const struct open_file *)fi->fh;
+	const struct buf *b = file_bytes(f);
+	size_t n = 0;
+
+	(void)ino;
+	if (off >= 0 && (uint64_t)off < b->len)
+		n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
+	pthread_mutex_lock(&z->lock);
+	z->bytes_read += n;
+	pthread_mutex_unlock(&z->lock);
+	fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
+}
+
+/* One control command: "checkpoint STEP" or "rewind STEP". 0, -EINVAL (malformed or
+ * refused; logged), -EIO, -ENOSYS. */
+static int control_line(struct zfs *z, const char *line)
+{
+	char cmd[16], arg[32], extra[2];
+	uint64_t step;
+
+	if (sscanf(line, "%15s %31s %1s", cmd, arg, extra) != 2 ||
+	    parse_decimal(arg, UINT64_MAX, &step)) {
+		zfs_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint STEP\" or \"rewind STEP\"", line);
+		return -EINVAL;
+	}
+	if (!strcmp(cmd, "checkpoint"))
+		return server_checkpoint(z->srv, step);
+	if (!strcmp(cmd, "rewind"))
+		return server_rewind(z->srv, step);
+	zfs_log(LOG_WARNING, "control: unknown command \"%s\" (checkpoint STEP | rewind STEP)", cmd);
+	return -EINVAL;
+}
+
+/* Replies: write (all bytes taken), EACCES (not control), EINVAL (a malformed or refused
+ * command; the reason is logged), EIO (the journal failed), E2BIG (a line over 4 KiB). */
+static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
+		      off_t off, struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	struct open_file *f = (struct open_file *)fi->fh;
+	int rc = 0;
+	char *nl;
+
+	(void)off;
+	if (inode_type(ino) != NODE_CONTROL) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	if (f->text.len + size > 4096) {
+		fuse_reply_err(req, E2BIG);
+		return;
+	}
+	if (buf_append(&f->text, data, size)) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	/* Each complete line is one command; a line without '\n' waits for flush. */
+	while (!rc && (nl = memchr(f->text.data, '\n', f->text.len))) {
+		size_t len = (size_t)(nl - (char *)f->text.data);
+
+		*nl = 0;
+		if (len && nl[-1] == '\r')
+			nl[-1] = 0;
+		if (f->text.data[0])
+			rc = control_line(z, (char *)f->text.data);
+		memmove(f->text.data, nl + 1, f->text.len - len - 1);
+		f->text.len -= len + 1;
+	}
+	pthread_mutex_lock(&z->lock);
+	z->control_writes++;
+	z->control_errors += rc != 0;
+	pthread_mutex_unlock(&z->lock);
+	if (rc)
+		fuse_reply_err(req, rc == -ENOSYS ? ENOSYS : rc == -EINVAL ? EINVAL : EIO);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* Replies: err 0, or EINVAL/EIO for a last control line without '\n' that fails. */
+static void zfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	struct open_file *f = (struct open_file *)fi->fh;
+	int rc = 0;
+
+	if (inode_type(ino) == NODE_CONTROL && f->text.len) {
+		if (buf_append(&f->text, "", 0) == 0 && f->text.data[0])
+			rc = control_line(z, (char *)f->text.data);
+		f->text.len = 0;
+	}
+	fuse_reply_err(req, rc == -EINVAL ? EINVAL : rc ? EIO : 0);
+}
+
+/* Replies: err 0. Frees the handle's batch. */
+static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct open_file *f = (struct open_file *)fi->fh;
+
+	(void)ino;
+	if (f) {
+		batch_free(f->batch);
+		buf_release(&f->text);
+		free(f);
+	}
+	fuse_reply_err(req, 0);
+}
+
+/* Replies: EROFS. The tree is fixed; only control takes writes. */
+static void zfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	(void)parent; (void)name; (void)mode; (void)rdev;
+	fuse_reply_err(req, EROFS);
+}
+
+static void zfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)parent; (void)name; (void)mode;
+	fuse_reply_err(req, EROFS);
+}
+
+static void zfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent; (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void zfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	(void)parent; (void)name; (void)newparent; (void)newname; (void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static void zfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	(void)link; (void)parent; (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void zfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	(void)ino; (void)newparent; (void)newname;
+	fuse_reply_err(req, EROFS);
+}
+
+static void zfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		       struct fuse_file_info *fi)
+{
+	(void)parent; (void)name; (void)mode; (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+/* Replies: statfs: the dataset's stored size in 4 KiB blocks, its samples as files. */
+static void zfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct zfs *z = zfs_of(req);
+	struct statvfs sv;
+
+	(void)ino;
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = (z->info->stored_bytes + 4095) / 4096;
+	sv.f_files = z->info->samples;
+	sv.f_namemax = 255;
+	sv.f_flag = ST_NOSUID | ST_NODEV;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void zfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/* Batches are read whole and once: no readahead into the page cache. */
+	conn->max_readahead = 0;
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+}
+
+const struct fuse_lowlevel_ops zfs_ops = {
+	.init = zfs_init,
+	.lookup = zfs_lookup,
+	.getattr = zfs_getattr,
+	.setattr = zfs_setattr,
+	.readdir = zfs_readdir,
+	.open = zfs_open,
+	.read = zfs_read,
+	.write = zfs_write,
+	.flush = zfs_flush,
+	.release = zfs_release,
+	.mknod = zfs_mknod,
+	.mkdir = zfs_mkdir,
+	.unlink = zfs_unlink,
+	.rmdir = zfs_unlink,
+	.rename = zfs_rename,
+	.symlink = zfs_symlink,
+	.link = zfs_link,
+	.create = zfs_create,
+	.statfs = zfs_statfs,
+};

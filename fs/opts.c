@@ -1,0 +1,271 @@
+#include "opts.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum {
+	KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION,
+	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS,
+};
+
+#define OPT(t, field) { t, offsetof(struct mount_options, field), 0 }
+static const struct fuse_opt option_table[] = {
+	OPT("world_size=%s", world_size),
+	OPT("global_batch=%s", global_batch),
+	OPT("micro_batch=%s", micro_batch),
+	OPT("ranks=%s", ranks),
+	OPT("seed=%s", seed),
+	OPT("shuffle=%s", shuffle),
+	OPT("epochs=%s", epochs),
+	OPT("format=%s", format),
+	OPT("journal=%s", journal),
+	OPT("resume=%s", resume),
+	OPT("prefetch=%s", prefetch),
+	OPT("sync=%s", sync),
+	OPT("workers=%s", workers),
+	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
+	FUSE_OPT_KEY("-d", KEY_DEBUG),
+	FUSE_OPT_KEY("debug", KEY_DEBUG),
+	FUSE_OPT_KEY("-s", KEY_SINGLE),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
+	FUSE_OPT_END
+};
+#undef OPT
+
+const char mount_options_help[] =
+	"mount options (-o, comma separated):\n"
+	"  world_size=W          data-parallel ranks in the job (default 1)\n"
+	"  global_batch=B        samples per optimizer step, a multiple of W (default W)\n"
+	"  micro_batch=m         samples per open of next; divides B/W (default B/W)\n"
+	"  ranks=LIST            ranks this mount serves, e.g. 0-7 or 8,9 (default all)\n"
+	"  seed=S                shuffle seed (default 0)\n"
+	"  shuffle=global|none   order mode (default global)\n"
+	"  epochs=E              stop after E epochs (default 0: endless)\n"
+	"  format=lines|tar|npy|bin  batch encoding (default by dataset kind)\n"
+	"  journal=PATH          cursor journal (default DATASET/journal.sqlite)\n"
+	"  resume=auto|fresh|samples:G|step:S  where the stream starts (default auto)\n"
+	"  prefetch=K            decoded micro-batches kept ready per rank (default 2)\n"
+	"  sync=normal|full      journal durability of each claim (default normal)\n"
+	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
+	"  allow_other           let other users read batches (implies default_permissions)\n"
+	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
+	"ro and rw pass through; fstab-only keys (defaults, auto, noauto, user, users, nofail,\n"
+	"_netdev, x-*, comment=) are ignored.\n";
+
+/* Options the kernel or libfuse understand: handed to fuse_session_new/mount. */
+static const char *const fuse_passthrough[] = {
+	"auto_unmount", "allow_root", "nodev", "dev", "nosuid", "suid", "noexec", "exec",
+	"noatime", "atime", "nodiratime", "relatime", "ro", "rw", "sync", "async", "dirsync",
+};
+static const char *const fuse_passthrough_prefix[] = { "fsname=", "subtype=", "max_read=" };
+/* fstab/mount(8) keys that mean nothing to a FUSE daemon: dropped silently. */
+static const char *const fstab_only[] = {
+	"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
+	"_netdev", "loop", "noloop",
+};
+static const char *const fstab_only_prefix[] = { "x-", "comment=", "X-mount." };
+
+static int in_list(const char *arg, const char *const *list, size_t n, int prefix)
+{
+	for (size_t i = 0; i < n; i++)
+		if (prefix ? !strncmp(arg, list[i], strlen(list[i])) : !strcmp(arg, list[i]))
+			return 1;
+	return 0;
+}
+
+#define IN(arg, list, prefix) in_list(arg, list, sizeof(list) / sizeof(list[0]), prefix)
+
+static int option_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct mount_options *o = data;
+
+	switch (key) {
+	case KEY_FOREGROUND: o->foreground = 1; return 0;
+	case KEY_DEBUG: o->debug = o->foreground = 1; return o->batch_mode ? 0 : 1;
+	case KEY_SINGLE: o->singlethread = 1; return 0;
+	case KEY_HELP: o->show_help = 1; return 0;
+	case KEY_VERSION: o->show_version = 1; return 0;
+	case KEY_ALLOW_OTHER: o->allow_other = 1; return 0;
+	case KEY_DEFAULT_PERMISSIONS: o->default_permissions = 1; return 0;
+	case FUSE_OPT_KEY_NONOPT:
+		if (!o->dataset)
+			o->dataset = strdup(arg);
+		else if (!o->mountpoint && !o->batch_mode)
+			o->mountpoint = strdup(arg);
+		else
+			o->extra_nonopt = 1;
+		return 0;
+	case FUSE_OPT_KEY_OPT:
+		if (!o->batch_mode && (IN(arg, fuse_passthrough, 0) || IN(arg, fuse_passthrough_prefix, 1)))
+			return 1;
+		if (IN(arg, fstab_only, 0) || IN(arg, fstab_only_prefix, 1))
+			return 0;
+		if (!o->bad_option)
+			o->bad_option = strdup(arg);
+		return 0;
+	default:
+		return 1;
+	}
+	(void)outargs;
+}
+
+int mount_options_parse(struct fuse_args *args, struct mount_options *o)
+{
+	if (fuse_opt_parse(args, o, option_table, option_proc))
+		return -1;
+	return o->bad_option ? -1 : 0;
+}
+
+void mount_options_release(struct mount_options *o)
+{
+	char **strs[] = { &o->world_size, &o->global_batch, &o->micro_batch, &o->ranks,
+			  &o->seed, &o->shuffle, &o->epochs, &o->format, &o->journal, &o->resume,
+			  &o->prefetch, &o->sync, &o->workers, &o->dataset, &o->mountpoint,
+			  &o->bad_option };
+
+	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+		free(*strs[i]);
+		*strs[i] = NULL;
+	}
+}
+
+/* Strict decimal: digits only, no sign, no trailing junk, fits in 64 bits. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+#define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
+
+static int number(const char *name, const char *text, uint64_t dflt, uint64_t *out,
+		  char *why, size_t why_len)
+{
+	if (!text) {
+		*out = dflt;
+		return 0;
+	}
+	if (parse_u64(text, out))
+		return WHY("%s=%s is not a non-negative whole number", name, text);
+	return 0;
+}
+
+int mount_config_from(const struct mount_options *o, struct mount_config *c,
+		      char *why, size_t why_len)
+{
+	uint64_t w, b, m, v;
+	long cpus;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	if ((rc = number("world_size", o->world_size, 1, &w, why, why_len)))
+		return rc;
+	if (w == 0)
+		return WHY("world_size must be at least 1");
+	if (w > (UINT64_C(1) << 20))
+		return WHY("world_size=%" PRIu64 " is above the supported 2^20 ranks", w);
+	if ((rc = number("global_batch", o->global_batch, w, &b, why, why_len)))
+		return rc;
+	if (b == 0)
+		return WHY("global_batch must be at least 1");
+	if (b % w)
+		return WHY("global_batch (%" PRIu64 ") must be a multiple of world_size (%" PRIu64 ")", b, w);
+	if ((rc = number("micro_batch", o->micro_batch, b / w, &m, why, why_len)))
+		return rc;
+	c->layout = (struct layout){ w, b, m, 0, 0 };
+	if ((rc = layout_check(&c->layout, why, why_len)))
+		return rc;
+	if ((rc = number("seed", o->seed, 0, &c->seed, why, why_len)))
+		return rc;
+	if (o->shuffle && order_shuffle_parse(o->shuffle, &c->shuffle))
+		return WHY("shuffle=%s: expected global or none", o->shuffle);
+	if ((rc = number("epochs", o->epochs, 0, &c->epochs, why, why_len)))
+		return rc;
+	if (o->format) {
+		if (batch_format_parse(o->format, &c->format))
+			return WHY("format=%s: expected lines, tar, npy or bin", o->format);
+		c->format_given = 1;
+	}
+	if (o->resume) {
+		if (journal_resume_parse(o->resume, &c->resume))
+			return WHY("resume=%s: expected auto, fresh, samples:G or step:S", o->resume);
+	} else {
+		c->resume.rule = RESUME_AUTO;
+	}
+	if ((rc = number("prefetch", o->prefetch, 2, &v, why, why_len)))
+		return rc;
+	if (v > 64)
+		return WHY("prefetch=%" PRIu64 " is above the limit of 64", v);
+	c->prefetch = (unsigned)v;
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if ((rc = number("workers", o->workers, cpus < 1 ? 1 : cpus > 8 ? 8 : (uint64_t)cpus,
+			 &v, why, why_len)))
+		return rc;
+	if (v < 1 || v > 64)
+		return WHY("workers=%" PRIu64 " must be between 1 and 64", v);
+	c->workers = (unsigned)v;
+	if (!o->sync || !strcmp(o->sync, "normal"))
+		c->sync = JOURNAL_SYNC_NORMAL;
+	else if (!strcmp(o->sync, "full"))
+		c->sync = JOURNAL_SYNC_FULL;
+	else
+		return WHY("sync=%s: expected normal or full", o->sync);
+	if (o->journal && !*o->journal)
+		return WHY("journal= needs a path");
+	if (o->journal && !(c->journal = strdup(o->journal)))
+		return -ENOMEM;
+	rc = rankset_parse(o->ranks, w, &c->ranks, why, why_len);
+	if (rc) {
+		free(c->journal);
+		c->journal = NULL;
+	}
+	return rc;
+}
+
+int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
+			       char *why, size_t why_len)
+{
+	const struct dataset_info *info = dataset_info(ds);
+	int rc;
+
+	if (!c->format_given)
+		c->format = batch_format_default(info);
+	rc = batch_format_check(info, c->format, why, why_len);
+	if (rc)
+		return rc;
+	if (!c->journal) {
+		size_t n = strlen(dataset_dir(ds)) + sizeof("/journal.sqlite");
+
+		c->journal = malloc(n);
+		if (!c->journal)
+			return -ENOMEM;
+		snprintf(c->journal, n, "%s/journal.sqlite", dataset_dir(ds));
+	}
+	return 0;
+}
+
+void mount_config_release(struct mount_config *c)
+{
+	rankset_release(&c->ranks);
+	free(c->journal);
+	c->journal = NULL;
+}

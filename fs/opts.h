@@ -1,0 +1,61 @@
+/*
+ * opts.h: the mount options of DESIGN.md section 4, parsed with fuse_opt (one table,
+ * offsetof into struct mount_options, as libfuse's passthrough_ll.c does) and validated
+ * in one function with one message per rule. `zephon mount` and `zephon batch` share it.
+ */
+#ifndef ZEPHON_OPTS_H
+#define ZEPHON_OPTS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <fuse_opt.h>
+
+#include "dataset.h"
+#include "encode.h"
+#include "journal.h"
+#include "order.h"
+
+/* The option text as given (NULL when absent); fuse_opt allocates each string. */
+struct mount_options {
+	char *world_size, *global_batch, *micro_batch, *ranks, *seed, *shuffle, *epochs;
+	char *format, *journal, *resume, *prefetch, *sync, *workers;
+	int foreground, debug, singlethread, show_help, show_version;
+	int allow_other, default_permissions;
+	char *dataset, *mountpoint;   /* the first two non-option arguments */
+	int extra_nonopt;             /* a third non-option argument: a usage error */
+	char *bad_option;             /* the first unknown option, for the message */
+	int batch_mode;               /* zephon batch: no mountpoint, fuse options refused */
+};
+
+/* Options after validation. */
+struct mount_config {
+	struct layout layout;         /* W, B, m; S0/G0 zero until the journal resolves them */
+	struct rankset ranks;
+	uint64_t seed;
+	enum order_shuffle shuffle;
+	uint64_t epochs;
+	int format_given;
+	enum batch_format format;     /* resolved against the dataset by mount_config_check_dataset */
+	char *journal;                /* malloc'd path */
+	struct journal_resume resume;
+	unsigned prefetch, workers;
+	enum journal_sync sync;
+};
+
+/* Parse argv into o; options fuse must see (allow_other, fsname=, ...) are kept in
+ * fuse_args. Returns 0, or -1 after printing nothing (caller reports o->bad_option). */
+int mount_options_parse(struct fuse_args *args, struct mount_options *o);
+void mount_options_release(struct mount_options *o);
+
+/* Validate o into c. 0, or -EINVAL with one line in why (which rule failed). */
+int mount_config_from(const struct mount_options *o, struct mount_config *c,
+		      char *why, size_t why_len);
+/* Check what depends on the dataset (format, journal default path). 0 or -EINVAL. */
+int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
+			       char *why, size_t why_len);
+void mount_config_release(struct mount_config *c);
+
+/* The option list for --help. */
+extern const char mount_options_help[];
+
+#endif

@@ -1,0 +1,231 @@
+/*
+ * render.c: the generated files of the mount: /README (plain text), /status and
+ * /rank/<r>/state (JSON through jansson; keys of DESIGN.md section 4 are stable),
+ * /metrics (Prometheus text exposition format 0.0.4).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zfs.h"
+#include "zephon_config.h"
+
+int render_readme(struct zfs *z, struct buf *out)
+{
+	const struct serve_config *c = server_config(z->srv);
+	char ranks[256];
+
+	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
+	return buf_printf(out,
+		"Zephon %s: elastically deterministic training data, served as files.\n"
+		"\n"
+		"dataset      %s\n"
+		"samples      %" PRIu64 " (%s, fingerprint %s)\n"
+		"layout       world_size=%" PRIu64 " global_batch=%" PRIu64 " micro_batch=%" PRIu64
+		" ranks=%s\n"
+		"start        step %" PRIu64 " at gsn %" PRIu64 " (resume: %s)\n"
+		"order        seed=%" PRIu64 " shuffle=%s epochs=%" PRIu64 "%s, format=%s\n"
+		"journal      %s\n"
+		"\n"
+		"/rank/<r>/next      every open() claims rank r's next micro-batch (%" PRIu64
+		" samples); read it whole\n"
+		"/rank/<r>/peek      what the next open of next would get; claims nothing\n"
+		"/rank/<r>/state     JSON: the rank's cursor and its last claim\n"
+		"/rank/<r>/step/<t>  the whole share of rank r at step t; claims nothing\n"
+		"/samples/<id>       one sample in the batch encoding; claims nothing\n"
+		"/status             JSON: layout history, consumed_samples, cursors, counters\n"
+		"/metrics            Prometheus text format\n"
+		"/control            write \"checkpoint STEP\" (model state holds every step below\n"
+		"                    STEP) or \"rewind STEP\" (move every rank back to STEP)\n"
+		"\n"
+		"Step t covers global sequence numbers [G0 + (t-S0)*B, G0 + (t-S0+1)*B); rank r\n"
+		"owns the slice [r*B/W, (r+1)*B/W) of it, served in micro-batches of m. The\n"
+		"samples of a step are the same for every world size: concatenate the ranks'\n"
+		"batches of a step in rank order to check. mmap of next is not supported (it is\n"
+		"served with direct I/O); read it. Unmount with fusermount3 -u.\n",
+		ZEPHON_VERSION, z->dataset_path, z->info->samples, dataset_kind_name(z->info->kind),
+		z->info->fingerprint, c->layout.world_size, c->layout.global_batch,
+		c->layout.micro_batch, ranks, c->layout.start_step, c->layout.start_samples,
+		z->resume_applied, c->order.seed, order_shuffle_name(c->order.shuffle), z->cfg->epochs,
+		z->cfg->epochs ? "" : " (endless)", batch_format_name(c->format), z->cfg->journal,
+		c->layout.micro_batch);
+}
+
+static int dump_json(json_t *root, struct buf *out)
+{
+	char *text;
+	int rc;
+
+	if (!root)
+		return -ENOMEM;
+	text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	if (!text)
+		return -ENOMEM;
+	rc = buf_printf(out, "%s\n", text);
+	free(text);
+	return rc;
+}
+
+static json_t *json_u64(uint64_t v)
+{
+	/* json_int_t is long long: values here stay below 2^62 */
+	return json_integer((json_int_t)v);
+}
+
+static json_t *layout_json(const struct journal_layout *jl)
+{
+	return json_pack("{s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s}",
+			 "world_size", json_u64(jl->layout.world_size),
+			 "global_batch", json_u64(jl->layout.global_batch),
+			 "micro_batch", json_u64(jl->layout.micro_batch),
+			 "ranks", jl->ranks,
+			 "start_step", json_u64(jl->layout.start_step),
+			 "start_samples", json_u64(jl->layout.start_samples),
+			 "time", (json_int_t)jl->time,
+			 "host", jl->host,
+			 "resume", jl->resume);
+}
+
+int render_status(struct zfs *z, struct buf *out)
+{
+	const struct serve_config *c = server_config(z->srv);
+	json_t *root, *layouts, *cursors, *counters;
+	struct journal_layout *hist = NULL;
+	struct serve_stats st;
+	size_t nhist = 0;
+	uint64_t consumed = server_consumed(z->srv);
+	char ranks[256];
+
+	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
+	server_stats(z->srv, &st);
+	layouts = json_array();
+	if (z->journal && journal_layouts(z->journal, &hist, &nhist) == 0)
+		for (size_t i = 0; i < nhist; i++)
+			json_array_append_new(layouts, layout_json(&hist[i]));
+	free(hist);
+	cursors = json_object();
+	for (size_t i = 0; i < z->cfg->ranks.count; i++) {
+		uint64_t r = z->cfg->ranks.ranks[i], step, micro;
+		struct claim_info last;
+		char key[24];
+
+		if (server_rank_state(z->srv, r, &step, &micro, &last))
+			continue;
+		free(last.ids);
+		snprintf(key, sizeof(key), "%" PRIu64, r);
+		json_object_set_new(cursors, key, json_pack("{s:o, s:o}", "step", json_u64(step),
+							    "micro", json_u64(micro)));
+	}
+	pthread_mutex_lock(&z->lock);
+	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			     "claims", json_u64(st.claims),
+			     "claim_errors", json_u64(st.claim_errors),
+			     "decode_errors", json_u64(st.decode_errors),
+			     "journal_errors", json_u64(st.journal_errors),
+			     "end_of_stream", json_u64(st.end_of_stream),
+			     "prefetch_hits", json_u64(st.prefetch_hits),
+			     "prefetch_misses", json_u64(st.prefetch_misses),
+			     "bytes_read", json_u64(z->bytes_read),
+			     "control_errors", json_u64(z->control_errors));
+	pthread_mutex_unlock(&z->lock);
+	root = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:s, "
+			 "s:o, s:s, s:o, s:s, s:s, s:o, s:o, s:o}",
+			 "dataset", z->dataset_path,
+			 "fingerprint", z->info->fingerprint,
+			 "samples", json_u64(z->info->samples),
+			 "kind", dataset_kind_name(z->info->kind),
+			 "world_size", json_u64(c->layout.world_size),
+			 "global_batch", json_u64(c->layout.global_batch),
+			 "micro_batch", json_u64(c->layout.micro_batch),
+			 "ranks", ranks,
+			 "start_step", json_u64(c->layout.start_step),
+			 "start_samples", json_u64(c->layout.start_samples),
+			 "consumed_samples", json_u64(consumed),
+			 "epoch", json_u64(consumed / z->info->samples),
+			 "resume", z->resume_applied,
+			 "seed", json_u64(c->order.seed),
+			 "shuffle", order_shuffle_name(c->order.shuffle),
+			 "epochs", json_u64(z->cfg->epochs),
+			 "format", batch_format_name(c->format),
+			 "journal", z->cfg->journal,
+			 "layouts", layouts,
+			 "cursors", cursors,
+			 "counters", counters);
+	return dump_json(root, out);
+}
+
+int render_state(struct zfs *z, uint64_t rank, struct buf *out)
+{
+	uint64_t step, micro;
+	struct claim_info last;
+	json_t *root, *jlast = json_null();
+	int rc = server_rank_state(z->srv, rank, &step, &micro, &last);
+
+	if (rc)
+		return rc;
+	if (last.valid) {
+		json_t *ids = json_array();
+
+		for (uint64_t i = 0; i < last.count && last.ids; i++)
+			json_array_append_new(ids, json_u64(last.ids[i]));
+		jlast = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}",
+				  "step", json_u64(last.step), "micro", json_u64(last.micro),
+				  "gsn", json_u64(last.gsn), "count", json_u64(last.count),
+				  "epoch", json_u64(last.epoch), "samples", ids);
+	}
+	free(last.ids);
+	root = json_pack("{s:o, s:o, s:o, s:o}", "rank", json_u64(rank), "step", json_u64(step),
+			 "micro", json_u64(micro), "last", jlast);
+	return dump_json(root, out);
+}
+
+int render_metrics(struct zfs *z, struct buf *out)
+{
+	struct serve_stats st;
+	uint64_t cumulative = 0, bytes_read;
+	int rc = 0;
+
+	server_stats(z->srv, &st);
+	pthread_mutex_lock(&z->lock);
+	bytes_read = z->bytes_read;
+	pthread_mutex_unlock(&z->lock);
+#define METRIC(name, type, help, value) \
+	if (!rc) rc = buf_printf(out, "# HELP zephon_" name " " help "\n# TYPE zephon_" name " " type \
+				 "\nzephon_" name " %" PRIu64 "\n", (uint64_t)(value))
+	METRIC("claims_total", "counter", "Micro-batches handed out by opens of next.", st.claims);
+	METRIC("claim_errors_total", "counter", "Opens of next that failed (EIO, ENOMEM).", st.claim_errors);
+	METRIC("decode_errors_total", "counter", "Samples that failed their checksum.", st.decode_errors);
+	METRIC("journal_errors_total", "counter", "Claims the journal could not record.", st.journal_errors);
+	METRIC("end_of_stream_total", "counter", "Opens of next after the stream ended.", st.end_of_stream);
+	METRIC("prefetch_hits_total", "counter", "Claims served from the prefetch ring.", st.prefetch_hits);
+	METRIC("prefetch_misses_total", "counter", "Claims decoded on demand.", st.prefetch_misses);
+	METRIC("batch_bytes_total", "counter", "Bytes of claimed batches.", st.batch_bytes);
+	METRIC("read_bytes_total", "counter", "Bytes returned by read().", bytes_read);
+	METRIC("consumed_samples", "gauge", "Every gsn below this was handed out.", server_consumed(z->srv));
+#undef METRIC
+	if (!rc)
+		rc = buf_printf(out, "# HELP zephon_claim_latency_seconds Time to claim in open() of next.\n"
+				"# TYPE zephon_claim_latency_seconds histogram\n");
+	for (unsigned k = 0; k < SERVE_LATENCY_BUCKETS && !rc; k++) {
+		cumulative += st.claim_latency[k];
+		if (k < SERVE_LATENCY_BUCKETS - 1)
+			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+					serve_latency_bounds_us[k] * 1e-6, cumulative);
+		else
+			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
+					cumulative);
+	}
+	if (!rc)
+		rc = buf_printf(out, "zephon_claim_latency_seconds_sum %.9f\n"
+				"zephon_claim_latency_seconds_count %" PRIu64 "\n"
+				"# HELP zephon_journal_commit_seconds Time spent committing claims.\n"
+				"# TYPE zephon_journal_commit_seconds summary\n"
+				"zephon_journal_commit_seconds_sum %.9f\n"
+				"zephon_journal_commit_seconds_count %" PRIu64 "\n",
+				st.claim_latency_sum_s, cumulative, st.journal_commit_sum_s,
+				st.journal_commits);
+	return rc;
+}

@@ -1,0 +1,59 @@
+/*
+ * zfs.h: the state of one mount, shared by the FUSE handlers (fs/ops.c), the renderers
+ * of the generated files (fs/render.c) and the mount command (fs/cmd_mount.c).
+ */
+#ifndef ZEPHON_ZFS_H
+#define ZEPHON_ZFS_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "opts.h"
+#include "serve.h"
+
+#define ZFS_PID_SLOTS 256
+
+/* Size of a process's latest claim of one rank's next: what a GETATTR without a file
+ * handle answers (DESIGN.md section 4: numpy.fromfile sizes its array from fstat). */
+struct pid_claim {
+	uint32_t pid;
+	uint64_t rank;
+	uint64_t size;
+};
+
+struct zfs {
+	const struct dataset *ds;
+	const struct dataset_info *info;
+	struct journal *journal;
+	struct server *srv;
+	struct mount_config *cfg;
+	const char *dataset_path;      /* as given on the command line, absolute */
+	char resume_applied[256];      /* what journal_start() applied, for /status */
+	uid_t uid;
+	gid_t gid;
+	struct timespec mounted_at;
+	char *readme;                  /* static text of /README */
+	size_t readme_len;
+
+	pthread_mutex_t lock;          /* guards pids, last_size, counters below */
+	struct pid_claim pids[ZFS_PID_SLOTS];
+	unsigned pid_next;
+	uint64_t bytes_read, opens_next, control_writes, control_errors;
+};
+
+/* Log a message: to stderr in the foreground, to syslog when daemonized (fs/cmd_mount.c).
+ * Also the server's log sink. */
+void zfs_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The low-level operations of the mount. */
+extern const struct fuse_lowlevel_ops zfs_ops;
+
+/* Generated files (fs/render.c). Each appends text to out; 0 or -ENOMEM. */
+int render_readme(struct zfs *z, struct buf *out);
+int render_status(struct zfs *z, struct buf *out);
+int render_metrics(struct zfs *z, struct buf *out);
+/* -ENOENT when the rank is not served. */
+int render_state(struct zfs *z, uint64_t rank, struct buf *out);
+
+#endif
