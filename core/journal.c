@@ -109,12 +109,23 @@ static int sql_errno(int rc)
 
 /* ---- small helpers ---- */
 
+/* Unix microseconds for history rows, strictly increasing within the process, so the
+ * rows of several journals written by one process keep their order across journals. */
 static int64_t now_us(void)
 {
+	static int64_t last;
 	struct timespec ts;
+	int64_t t, prev;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	t = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	do {
+		if (t <= prev)
+			t = prev + 1;
+	} while (!__atomic_compare_exchange_n(&last, &prev, t, 0, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return t;
 }
 
 /* snprintf through a wrapper: the texts built here are truncated on purpose when long. */
@@ -209,7 +220,8 @@ static int u64_col(sqlite3_stmt *st, int col, uint64_t *out)
 
 /* ---- resume rules ---- */
 
-static int parse_u62(const char *s, uint64_t *out)
+/* A decimal uint64 with nothing around it. */
+static int parse_u64(const char *s, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
@@ -218,7 +230,18 @@ static int parse_u62(const char *s, uint64_t *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || *end || v >= ORDER_MAX_GSN)
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* The same, below 2^62 (gsns, steps, sample counts). */
+static int parse_u62(const char *s, uint64_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(s, &v) || v >= ORDER_MAX_GSN)
 		return -EINVAL;
 	*out = v;
 	return 0;
@@ -390,7 +413,7 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 		if (!strcmp(k, "fingerprint") && strlen(v) < sizeof(id->fingerprint)) {
 			copy_str(id->fingerprint, sizeof(id->fingerprint), v);
 			have |= 1;
-		} else if (!strcmp(k, "seed") && !parse_u62(v, &id->seed)) {
+		} else if (!strcmp(k, "seed") && !parse_u64(v, &id->seed)) {
 			have |= 2;
 		} else if (!strcmp(k, "shuffle") && !order_shuffle_parse(v, &id->shuffle)) {
 			have |= 4;
@@ -1061,10 +1084,13 @@ static int is_statement(const struct hev *e)
 	return e->kind != HEV_LAYOUT || e->rule != RESUME_AUTO;
 }
 
+/* Rows of one job layout on several nodes: same G0, W and B. S0 is left out on purpose:
+ * a node whose journal missed some restarts maps samples:G to another step number, but
+ * serves the same gsns (its c_r is taken against its own S0). */
 static int same_key(const struct layout *a, const struct layout *b)
 {
-	return a->start_step == b->start_step && a->start_samples == b->start_samples &&
-	       a->world_size == b->world_size && a->global_batch == b->global_batch;
+	return a->start_samples == b->start_samples && a->world_size == b->world_size &&
+	       a->global_batch == b->global_batch;
 }
 
 struct rank_claim {
@@ -1197,7 +1223,8 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 		any = 1;
 		prev = claims[k].rank;
 		covered++;
-		c = claims[k].step > last->l.start_step ? claims[k].step - last->l.start_step : 0;
+		c = claims[k].step > claims[k].row->l.start_step ?
+		    claims[k].step - claims[k].row->l.start_step : 0;
 		if (c < minc) {
 			minc = c;
 			slow = claims[k].rank;

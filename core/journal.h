@@ -137,13 +137,14 @@ void journal_last_error(struct journal *j, char *out, size_t len);
  *     are not statements.
  *  3. Otherwise, from the cursors of the last layout. The last layout is the most
  *     recently started one; with several journals, every journal whose last layout has
- *     the same (S0, G0, W, B) belongs to it (each node records its own row of one job
- *     layout); for a rank served by several of those rows (ranks moved between nodes at
- *     a restart from the same point) the most recently started row counts. With c_r =
- *     cursor.step - S0 the steps rank r completed (a partly claimed step is not complete),
- *     S = S0 + min_r c_r, G = G0 + min_r c_r * B, the minimum over every rank 0..W-1: a
- *     rank in none of the rows has unknown progress and counts as c_r = 0 (the point is
- *     then the layout's start: nothing is skipped), and the point's `warning` says so.
+ *     the same (G0, W, B) belongs to it (each node records its own row of one job
+ *     layout; S0 may differ, see below); for a rank served by several of those rows
+ *     (ranks moved between nodes at a restart from the same point) the most recently
+ *     started row counts. With c_r = cursor.step - S0 of its row the steps rank r
+ *     completed (a partly claimed step is not complete), S = S0 + min_r c_r and
+ *     G = G0 + min_r c_r * B (S0 of the most recent row), the minimum over every rank
+ *     0..W-1: a rank in none of the rows has unknown progress and counts as c_r = 0 (the
+ *     point is then the layout's start: nothing is skipped), and `warning` says so.
  *  4. No layout: the point is 0 (-ENOENT from journal_resume_point()).
  * "Latest" and "most recently" mean record order within one journal and time_us across
  * journals (node clocks need only be closer than the time between restarts).
@@ -172,7 +173,11 @@ struct journal_point {
  *   fresh       S0 = 0, G0 = 0; the history is kept (for `show`) but ignored from now on;
  *   samples:G   G0 = G; S0 = the step G falls in per the layout history: the latest
  *               layout with G0_old <= G gives S0_old + (G - G0_old) / B_old (rounded
- *               down when G is not on a step boundary of it); with none, G / B;
+ *               down when G is not on a step boundary of it); with none, G / B.
+ *               Several nodes: a node whose journal missed restarts (or a new one) may
+ *               number steps differently from the others after a change of B; the
+ *               samples it serves are the same, but `checkpoint`/`rewind STEP` use each
+ *               node's numbering, so keep every node's journal across restarts;
  *   step:S      S0 = S; G0 = the first gsn of step S per the latest layout with
  *               S0_old <= S; -EINVAL if there is none (an empty journal).
  * Steps and samples are not checked against a finite stream's end (the caller's job).

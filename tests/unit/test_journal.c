@@ -608,7 +608,10 @@ static void test_resume_rules(void)
 	CHECK(journal_claim_next(j, 2, &s, &m) == 0 && s == 5 && m == 0);
 	CHECK(journal_resume_point(j, &g, &s) == 0 && s == 5 && g == 24 + 2 * 12);
 
-	/* samples:G maps S0 through the history: G=30 is inside step 3 of layout 2 */
+	/* samples:G maps S0 through the history: G=35 is the last gsn of step 3 of layout 2
+	 * (G0 24, B 12), rounded down; G=30 is inside step 3 too */
+	CHECK(start_text(j, "samples:35", 1, 6, 6, "", &l) == 0);
+	CHECK(l.start_samples == 35 && l.start_step == 3);
 	CHECK(start_text(j, "samples:30", 1, 6, 6, "", &l) == 0);
 	CHECK(l.start_samples == 30 && l.start_step == 3);
 	/* G=16 lies before layout 2 (G0 24) but after layout 1 (G0 0): step 2 of layout 1
@@ -666,11 +669,11 @@ static void test_resume_rules(void)
 			CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 		CHECK(journal_resume_point_ex(j, &pt) == 0);
 		CHECK(pt.basis == JOURNAL_POINT_CURSORS && pt.step == 4 && pt.samples == 16);
-		CHECK(journal_layouts(j, &ls, &nls) == 0 && nls == 12);
-		if (nls == 12) {
-			CHECK(!strcmp(ls[11].rule, "fresh"));
-			CHECK(ls[0].id < ls[11].id);
-			CHECK(!strcmp(ls[2].rule, "samples:30"));
+		CHECK(journal_layouts(j, &ls, &nls) == 0 && nls == 13);
+		if (nls == 13) {
+			CHECK(!strcmp(ls[12].rule, "fresh"));
+			CHECK(ls[0].id < ls[12].id);
+			CHECK(!strcmp(ls[3].rule, "samples:30"));
 		}
 		free(ls);
 		CHECK(journal_checkpoint(j, 1) == 0);
@@ -780,16 +783,45 @@ static void test_resume_files(void)
 	CHECK(journal_resume_point_files(ab, 2, &g, &s, err, sizeof(err)) == 0);
 	CHECK(s == 8 && g == 64);
 
+	/* the same key (G0 64, W 4, B 8) on three journals: run A has node2 serve 0-1 (5
+	 * steps) and node1 serve 2-3 (nothing), so the point stays 64; run B has node1 serve
+	 * 0-1 (1 step) and node0 serve 2-3 (3 steps). For ranks 0-1 the newest row (node1)
+	 * counts, not node2's older one. */
+	usleep(2000);
+	jc = open_ok(c);
+	jb = open_ok(b);
+	CHECK(start_text(jc, "samples:64", 4, 8, 1, "0-1", &l) == 0);
+	CHECK(start_text(jb, "samples:64", 4, 8, 1, "2-3", &l) == 0);
+	for (int i = 0; i < 2 * 2 * 5; i++)
+		CHECK(journal_claim_next(jc, (uint64_t)i % 2, &s, &m) == 0);
+	journal_close(jc);
+	journal_close(jb);
+	CHECK(journal_resume_point_files(abc, 3, &g, &s, err, sizeof(err)) == 0);
+	CHECK(s == 8 && g == 64);
+	usleep(2000);
+	ja = open_ok(a);
+	jb = open_ok(b);
+	CHECK(start_text(jb, "samples:64", 4, 8, 1, "0-1", &l) == 0);
+	CHECK(start_text(ja, "samples:64", 4, 8, 1, "2-3", &l) == 0);
+	for (int i = 0; i < 2 * 2 * 1; i++)
+		CHECK(journal_claim_next(jb, (uint64_t)i % 2, &s, &m) == 0);
+	for (int i = 0; i < 2 * 2 * 3; i++)
+		CHECK(journal_claim_next(ja, 2 + (uint64_t)i % 2, &s, &m) == 0);
+	journal_close(ja);
+	journal_close(jb);
+	CHECK(journal_resume_point_files(abc, 3, &g, &s, err, sizeof(err)) == 0);
+	CHECK(s == 9 && g == 72);
+
 	/* a checkpoint mark in any journal wins over cursors */
 	usleep(2000);
 	jb = open_ok(b);
-	CHECK(start_text(jb, "samples:64", 4, 8, 1, "0-3", &l) == 0);
+	CHECK(start_text(jb, "samples:72", 4, 8, 1, "0-3", &l) == 0);
 	for (int i = 0; i < 4 * 2 * 3; i++)
 		CHECK(journal_claim_next(jb, (uint64_t)i % 4, &s, &m) == 0);
-	CHECK(journal_checkpoint(jb, 10) == 0);
+	CHECK(journal_checkpoint(jb, 11) == 0);
 	journal_close(jb);
-	CHECK(journal_resume_point_files_ex(ab, 2, &pt, err, sizeof(err)) == 0);
-	CHECK(pt.basis == JOURNAL_POINT_STATEMENT && pt.step == 10 && pt.samples == 80);
+	CHECK(journal_resume_point_files_ex(abc, 3, &pt, err, sizeof(err)) == 0);
+	CHECK(pt.basis == JOURNAL_POINT_STATEMENT && pt.step == 11 && pt.samples == 88);
 	CHECK(strstr(pt.why, b) != NULL);
 
 	/* errors: another identity, a missing file, no files */

@@ -32,12 +32,17 @@ static inline struct journal_ident ident_of(const char *fp, uint64_t seed,
 	return id;
 }
 
-/* A fresh scratch directory under /tmp (or $TMPDIR); exits on failure. */
-static inline char *scratch_dir(const char *tag)
+/* A fresh scratch directory under $TMPDIR, else `pref` if it is a directory (NULL:
+ * none), else /tmp; exits on failure. */
+static inline char *scratch_dir_in(const char *tag, const char *pref)
 {
 	const char *base = getenv("TMPDIR");
+	struct stat st;
 	char *p;
 
+	if ((!base || !*base) && pref && !stat(pref, &st) && S_ISDIR(st.st_mode) &&
+	    !access(pref, W_OK))
+		base = pref;
 	if (!base || !*base)
 		base = "/tmp";
 	if (asprintf(&p, "%s/zephon-%s-XXXXXX", base, tag) < 0 || !mkdtemp(p)) {
@@ -45,6 +50,11 @@ static inline char *scratch_dir(const char *tag)
 		exit(1);
 	}
 	return p;
+}
+
+static inline char *scratch_dir(const char *tag)
+{
+	return scratch_dir_in(tag, NULL);
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
