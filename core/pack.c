@@ -19,9 +19,28 @@
 #include <zstd.h>
 
 #include "catalog.h"
+#include "compressor.h"
 #include "instream.h"
+#include "pool.h"
 #include "shard_writer.h"
 #include "zephon_config.h"
+
+/* Records gathered for one pass of the pool; results per record. */
+struct batch {
+	struct buf data;             /* records back to back */
+	size_t n, cap;
+	size_t *off, *len;
+	uint64_t *line;              /* JSONL line numbers, for messages */
+	int *status;                 /* 0 ok, 1 invalid JSON (why), < 0 -errno */
+	char **why;
+	uint32_t *xxh;               /* XXH32 of each record */
+	size_t *foff, *flen;         /* frame offset and length in frames[fthr] */
+	unsigned *fthr;
+	struct buf *frames;          /* compressed frames, one buf per thread */
+	size_t *bounds;              /* thread t takes records [bounds[t], bounds[t + 1]) */
+	unsigned nthreads;
+	int validate, compress;
+};
 
 struct packer {
 	const struct pack_opts *o;
@@ -56,6 +75,13 @@ struct packer {
 	uint64_t samples, raw_bytes, input_done, input_total;
 	struct pack_progress prog;
 	uint64_t skipped;
+	/* the batch of records being gathered, processed on every thread */
+	struct pool *pool;
+	struct compressor **comp;    /* one per pool thread, after training */
+	struct batch b;
+	struct buf scratch;
+	const char *cur_path;        /* the input the batch's records come from */
+	int validate;                /* the batch holds JSONL lines to check */
 };
 
 static const unsigned itemsizes[] = { 1, 2, 4, 4 };
@@ -110,6 +136,7 @@ static void report(struct packer *p, int done)
 	p->o->progress(p->o->ctx, &p->prog);
 }
 
+/* The shard writer and one compressor per pool thread, once the dictionary is known. */
 static int open_writer(struct packer *p)
 {
 	struct shard_writer_opts wo = {
@@ -124,14 +151,170 @@ static int open_writer(struct packer *p)
 
 	if (rc)
 		return fail(p, rc, "%s: %s", p->o->out, why);
+	if (!p->o->compress)
+		return 0;
+	p->comp = calloc(pool_size(p->pool), sizeof(*p->comp));
+	if (!p->comp)
+		return -ENOMEM;
+	for (unsigned t = 0; t < pool_size(p->pool); t++) {
+		rc = compressor_new(p->o->level, p->dict, p->dict_len, &p->comp[t]);
+		if (rc)
+			return fail(p, rc, "zstd refused level %d or the trained dictionary",
+				    p->o->level);
+	}
 	return 0;
 }
 
-static int write_sample(struct packer *p, const void *data, size_t len)
+static void batch_release(struct batch *b)
 {
-	char why[300];
-	int rc = shard_writer_add(p->w, data, len, why, sizeof(why));
+	for (size_t i = 0; i < b->n; i++)
+		free(b->why[i]);
+	buf_release(&b->data);
+	free(b->off);
+	free(b->len);
+	free(b->line);
+	free(b->status);
+	free(b->why);
+	free(b->xxh);
+	free(b->foff);
+	free(b->flen);
+	free(b->fthr);
+	if (b->frames)
+		for (unsigned t = 0; t < b->nthreads; t++)
+			buf_release(&b->frames[t]);
+	free(b->frames);
+	free(b->bounds);
+	memset(b, 0, sizeof(*b));
+}
 
+static int batch_grow(struct batch *b, unsigned nthreads)
+{
+	size_t cap = b->cap ? b->cap * 2 : 1024;
+
+#define GROW(f) do { void *q = realloc(b->f, cap * sizeof(*b->f)); if (!q) return -ENOMEM; \
+	b->f = q; } while (0)
+	GROW(off);
+	GROW(len);
+	GROW(line);
+	GROW(status);
+	GROW(why);
+	GROW(xxh);
+	GROW(foff);
+	GROW(flen);
+	GROW(fthr);
+#undef GROW
+	b->cap = cap;
+	if (!b->frames) {
+		b->frames = calloc(nthreads, sizeof(*b->frames));
+		b->bounds = calloc(nthreads + 1, sizeof(*b->bounds));
+		if (!b->frames || !b->bounds)
+			return -ENOMEM;
+		b->nthreads = nthreads;
+	}
+	return 0;
+}
+
+/* Copy one record into the batch. */
+static int batch_add(struct packer *p, const void *data, size_t len, uint64_t line)
+{
+	struct batch *b = &p->b;
+	int rc;
+
+	if (len > SAMPLE_MAX_BYTES)
+		return fail(p, -EFBIG, "%s: a sample of %zu bytes exceeds the %u-byte limit",
+			    p->cur_path, len, (unsigned)SAMPLE_MAX_BYTES);
+	if (b->n == b->cap && (rc = batch_grow(b, pool_size(p->pool))))
+		return rc;
+	b->off[b->n] = b->data.len;
+	b->len[b->n] = len;
+	b->line[b->n] = line;
+	b->why[b->n] = NULL;
+	rc = buf_append(&b->data, data, len);
+	if (rc)
+		return rc;
+	b->n++;
+	return 0;
+}
+
+struct batch_job {
+	struct packer *p;
+	struct batch *b;
+};
+
+/* On pool thread t: validate, checksum and compress t's share of the batch. */
+static void batch_work(void *arg, unsigned t, unsigned n)
+{
+	struct batch_job *job = arg;
+	struct batch *b = job->b;
+	struct buf *frames = &b->frames[t];
+	char why[300];
+
+	(void)n;
+	frames->len = 0;
+	for (size_t i = b->bounds[t]; i < b->bounds[t + 1]; i++) {
+		const uint8_t *d = b->data.data + b->off[i];
+
+		b->status[i] = 0;
+		if (b->validate && jsonl_check_line(d, b->len[i], why, sizeof(why))) {
+			b->status[i] = 1;
+			b->why[i] = strdup(why);
+			continue;
+		}
+		b->xxh[i] = XXH32(d, b->len[i], 0);
+		if (b->compress) {
+			b->foff[i] = frames->len;
+			b->fthr[i] = t;
+			b->status[i] = compressor_frame(job->p->comp[t], d, b->len[i], frames);
+			b->flen[i] = frames->len - b->foff[i];
+		}
+	}
+}
+
+/* Split the batch among the pool's threads by bytes, and run it. */
+static void batch_run(struct packer *p, struct batch *b, int validate, int compress)
+{
+	struct batch_job job = { p, b };
+	unsigned n = b->nthreads;
+	size_t i = 0;
+	uint64_t acc = 0;
+
+	b->validate = validate;
+	b->compress = compress;
+	b->bounds[0] = 0;
+	for (unsigned t = 1; t < n; t++) {
+		uint64_t goal = b->data.len * t / n;
+
+		while (i < b->n && acc < goal)
+			acc += b->len[i++] + 16;
+		b->bounds[t] = i;
+	}
+	b->bounds[n] = b->n;
+	pool_run(p->pool, batch_work, &job);
+}
+
+/* Write record i of a processed batch. */
+static int write_record(struct packer *p, struct batch *b, size_t i)
+{
+	const uint8_t *d = b->data.data + b->off[i];
+	const void *payload = d;
+	size_t plen = b->len[i];
+	char why[300];
+	int rc;
+
+	if (p->o->compress && b->compress) {
+		payload = b->frames[b->fthr[i]].data + b->foff[i];
+		plen = b->flen[i];
+	} else if (p->o->compress) {
+		/* the dictionary was trained in the middle of this batch */
+		p->scratch.len = 0;
+		rc = compressor_frame(p->comp[0], d, b->len[i], &p->scratch);
+		if (rc)
+			return fail(p, rc, "zstd failed on sample %" PRIu64, p->samples);
+		payload = p->scratch.data;
+		plen = p->scratch.len;
+	}
+	rc = shard_writer_add_payload(p->w, payload, plen, b->len[i], b->xxh[i], why,
+				      sizeof(why));
 	if (rc)
 		return fail(p, rc, "%s: %s", p->o->out, why);
 	return 0;
@@ -140,36 +323,60 @@ static int write_sample(struct packer *p, const void *data, size_t len)
 /* Train the dictionary on what was held back, then write the held samples. */
 static int end_training(struct packer *p)
 {
-	size_t cap = p->o->dict_size, off = 0;
+	struct batch sb = { 0 };
+	size_t cap = p->o->dict_size;
+	uint64_t off = 0;
 	int rc;
 
 	p->training = 0;
 	if (p->train.len / 8 < cap)
 		cap = p->train.len / 8;
 	if (cap >= 1024 && p->nstash >= 8) {
+		size_t n;
+
 		p->dict = malloc(cap);
 		if (!p->dict)
 			return -ENOMEM;
-		size_t n = ZDICT_trainFromBuffer(p->dict, cap, p->train.data, p->train_sizes,
-						 (unsigned)p->nstash);
+		n = ZDICT_trainFromBuffer(p->dict, cap, p->train.data, p->train_sizes,
+					  (unsigned)p->nstash);
 		if (ZDICT_isError(n)) {
-			/* Too little or too uniform data: packed without a dictionary. */
+			/* too little or too uniform data: packed without a dictionary */
 			free(p->dict);
 			p->dict = NULL;
 		} else {
 			p->dict_len = n;
 		}
 	}
+	buf_release(&p->train);
+	free(p->train_sizes);
+	p->train_sizes = NULL;
 	rc = open_writer(p);
-	for (size_t i = 0; !rc && i < p->nstash; i++) {
-		rc = write_sample(p, p->stash.data + off, p->stash_sizes[i]);
+	if (rc)
+		return rc;
+	/* The held samples become a batch of their own, compressed on every thread. */
+	while (sb.cap < p->nstash)
+		if ((rc = batch_grow(&sb, pool_size(p->pool))))
+			goto out;
+	sb.data = p->stash;
+	memset(&p->stash, 0, sizeof(p->stash));
+	for (size_t i = 0; i < p->nstash; i++) {
+		sb.off[i] = off;
+		sb.len[i] = p->stash_sizes[i];
+		sb.why[i] = NULL;
 		off += p->stash_sizes[i];
 	}
-	buf_release(&p->stash);
-	buf_release(&p->train);
+	sb.n = p->nstash;
+	batch_run(p, &sb, 0, p->o->compress);
+	for (size_t i = 0; !rc && i < sb.n; i++) {
+		if (sb.status[i])
+			rc = fail(p, sb.status[i], "zstd failed on a sample");
+		else
+			rc = write_record(p, &sb, i);
+	}
+out:
+	batch_release(&sb);
 	free(p->stash_sizes);
-	free(p->train_sizes);
-	p->stash_sizes = p->train_sizes = NULL;
+	p->stash_sizes = NULL;
 	p->nstash = 0;
 	return rc;
 }
@@ -201,32 +408,78 @@ static int hold(struct packer *p, const void *data, size_t len)
 	return 0;
 }
 
-/* One sample of the dataset, in id order. */
-static int emit(struct packer *p, const void *data, size_t len)
+/* Process the batch on every thread, then take its records in order: skip or refuse
+ * invalid ones, fingerprint the rest, and hold them (training) or write them. */
+static int batch_flush(struct packer *p)
 {
-	uint64_t le = htole64(len);
+	struct batch *b = &p->b;
+	int rc = 0;
 
-	if (len > SAMPLE_MAX_BYTES)
-		return fail(p, -EFBIG, "sample %" PRIu64 " has %zu bytes, more than the %u-byte "
-			    "limit", p->samples, len, (unsigned)SAMPLE_MAX_BYTES);
-	XXH3_128bits_update(p->fp, &le, 8);
-	XXH3_128bits_update(p->fp, data, len);
-	p->samples++;
-	p->raw_bytes += len;
-	if (p->training)
-		return hold(p, data, len);
-	return write_sample(p, data, len);
+	if (b->n == 0)
+		return 0;
+	batch_run(p, b, p->validate, p->o->compress && !p->training);
+	for (size_t i = 0; i < b->n; i++) {
+		const uint8_t *d = b->data.data + b->off[i];
+		uint64_t le = htole64(b->len[i]);
+
+		if (b->status[i] == 1) {
+			if (!p->o->skip_bad) {
+				rc = fail(p, -EINVAL, "%s:%" PRIu64 ": invalid JSON at %s; fix the line, "
+					  "or pass --skip-bad to skip bad records", p->cur_path,
+					  b->line[i], b->why[i] ? b->why[i] : "?");
+				break;
+			}
+			p->skipped++;
+			if (p->o->notice) {
+				char msg[600];
+
+				snprintf(msg, sizeof(msg), "%s:%" PRIu64 ": invalid JSON at %s; skipped",
+					 p->cur_path, b->line[i], b->why[i] ? b->why[i] : "?");
+				p->o->notice(p->o->ctx, msg);
+			}
+			continue;
+		}
+		if (b->status[i]) {
+			rc = fail(p, b->status[i], "%s: zstd failed on the sample of line/record %"
+				  PRIu64, p->cur_path, b->line[i]);
+			break;
+		}
+		XXH3_128bits_update(p->fp, &le, 8);
+		XXH3_128bits_update(p->fp, d, b->len[i]);
+		p->samples++;
+		p->raw_bytes += b->len[i];
+		rc = p->training ? hold(p, d, b->len[i]) : write_record(p, b, i);
+		if (rc)
+			break;
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		free(b->why[i]);
+		b->why[i] = NULL;
+	}
+	b->n = 0;
+	b->data.len = 0;
+	if (rc == -ENOMEM && !p->err[0])
+		fail(p, rc, "out of memory while packing %s", p->cur_path);
+	report(p, 0);
+	return rc;
 }
 
-/* Cut every whole window out of p->window. */
+static int batch_full(const struct packer *p)
+{
+	return p->b.data.len >= PACK_BATCH_BYTES || p->b.n >= PACK_BATCH_RECORDS;
+}
+
+/* Cut every whole window out of p->window into the batch. */
 static int cut_windows(struct packer *p)
 {
 	size_t wlen = (size_t)(p->o->seq_len * p->itemsize), off = 0;
 	int rc = 0;
 
 	while (!rc && p->window.len - off >= wlen) {
-		rc = emit(p, p->window.data + off, wlen);
+		rc = batch_add(p, p->window.data + off, wlen, 0);
 		off += wlen;
+		if (!rc && batch_full(p))
+			rc = batch_flush(p);
 	}
 	memmove(p->window.data, p->window.data + off, p->window.len - off);
 	p->window.len -= off;
@@ -248,6 +501,8 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 	uint64_t first = p->samples, base_done = p->input_done, tokens_before = p->tokens;
 	int rc;
 
+	p->cur_path = path;
+	p->validate = f == SOURCE_JSONL;
 	rc = source_open(&s, source_ops_for(f), path, so);
 	if (rc) {
 		rc = fail(p, rc, "%s", s.err[0] ? s.err : strerror(-rc));
@@ -279,6 +534,7 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 		rc = source_next(&s, &rec);
 		p->input_done = base_done + s.bytes_read;
 		if (rc < 0) {
+			/* records before the bad spot are fine; the error is about this one */
 			rc = fail(p, rc, "%s", s.err[0] ? s.err : strerror(-rc));
 			goto out;
 		}
@@ -290,16 +546,20 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 			if (!rc)
 				rc = cut_windows(p);
 		} else {
-			rc = emit(p, rec.data, rec.len);
+			rc = batch_add(p, rec.data, rec.len, s.record_line);
+			if (!rc && batch_full(p))
+				rc = batch_flush(p);
 		}
 		if (rc) {
-			if (rc == -ENOMEM)
+			if (rc == -ENOMEM && !p->err[0])
 				fail(p, rc, "out of memory while packing %s", path);
 			goto out;
 		}
-		if ((p->samples & 1023) == 0 || s.content == CONTENT_TOKENS)
-			report(p, 0);
 	}
+	/* A batch never spans inputs: messages name the right file, rows count right. */
+	rc = batch_flush(p);
+	if (rc)
+		goto out;
 	p->skipped += s.skipped;
 	if (s.content == CONTENT_TOKENS ? p->tokens == tokens_before : p->samples == first) {
 		rc = fail(p, -ENODATA, "%s: no %s in this input (empty?); remove it from the "
@@ -620,8 +880,17 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 		rc = make_tmp(&p);
 	if (rc)
 		goto out;
+	{
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		unsigned n = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
+
+		rc = pool_new(n > 64 ? 64 : n, &p.pool);
+		if (rc)
+			goto out;
+	}
 	memset(&so, 0, sizeof(so));
 	so.skip_bad = o->skip_bad;
+	so.defer_checks = 1;
 	so.have_dtype = p.have_dtype;
 	so.dtype = p.dtype;
 	so.notice = o->notice;
@@ -691,6 +960,13 @@ out:
 	if (rc == -ENOMEM && !err[0])
 		fail(&p, rc, "out of memory");
 	shard_writer_free(p.w);
+	if (p.comp)
+		for (unsigned t = 0; t < pool_size(p.pool); t++)
+			compressor_free(p.comp[t]);
+	free(p.comp);
+	pool_free(p.pool);
+	batch_release(&p.b);
+	buf_release(&p.scratch);
 	if (p.dirfd >= 0)
 		close(p.dirfd);
 	if (p.tmpdir) {

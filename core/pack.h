@@ -37,6 +37,10 @@
 #define PACK_DICT_SIZE_DEFAULT (112u << 10)
 #define PACK_SHARD_BYTES_DEFAULT (UINT64_C(1) << 30)
 #define PACK_LEVEL_DEFAULT 3
+/* Records are validated, checksummed and compressed in batches of this size on every
+ * thread, then written in order by the calling thread. */
+#define PACK_BATCH_BYTES (4u << 20)
+#define PACK_BATCH_RECORDS 16384
 
 struct pack_progress {
 	uint64_t input_bytes;        /* bytes of input consumed, all inputs so far */
@@ -64,6 +68,7 @@ struct pack_opts {
 	uint64_t shard_bytes;
 	int skip_bad;
 	int force;                   /* replace an existing dataset at out */
+	unsigned threads;            /* 0: one per online CPU */
 	void (*progress)(void *ctx, const struct pack_progress *p);
 	void (*notice)(void *ctx, const char *msg);
 	void *ctx;

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <xxhash.h>
-#include <zstd.h>
 
 #include "buf.h"
+#include "compressor.h"
 #include "dataset.h"
 #include "shard_index.h"
 
@@ -22,8 +22,7 @@ struct shard_writer {
 	int dirfd;
 	struct shard_writer_opts o;
 	struct catalog *cat;
-	ZSTD_CCtx *cctx;
-	ZSTD_CDict *cdict;
+	struct compressor *comp; /* for shard_writer_add() */
 	struct buf frame;        /* compressed sample */
 	/* the open shard */
 	unsigned k;              /* shard number */
@@ -151,7 +150,6 @@ int shard_writer_new(int dirfd, const struct shard_writer_opts *o, struct catalo
 		     struct shard_writer **out, char *err, size_t errlen)
 {
 	struct shard_writer *w = calloc(1, sizeof(*w));
-	size_t r;
 
 	if (!w)
 		return -ENOMEM;
@@ -160,41 +158,22 @@ int shard_writer_new(int dirfd, const struct shard_writer_opts *o, struct catalo
 	w->cat = cat;
 	w->fd = w->ifd = -1;
 	if (o->compress) {
-		w->cctx = ZSTD_createCCtx();
-		if (!w->cctx)
-			goto nomem;
-		if (o->dict) {
-			w->cdict = ZSTD_createCDict(o->dict, o->dict_len, o->level);
-			if (!w->cdict) {
-				snprintf(err, errlen, "zstd cannot load the trained dictionary");
-				shard_writer_free(w);
-				return -EINVAL;
-			}
-			r = ZSTD_CCtx_refCDict(w->cctx, w->cdict);
-		} else {
-			r = ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, o->level);
-		}
-		if (!ZSTD_isError(r))
-			r = ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 1);
-		if (!ZSTD_isError(r))
-			r = ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1);
-		if (ZSTD_isError(r)) {
-			snprintf(err, errlen, "zstd: %s", ZSTD_getErrorName(r));
+		int rc = compressor_new(o->level, o->dict, o->dict_len, &w->comp);
+
+		if (rc) {
+			snprintf(err, errlen, "zstd refused level %d or the trained dictionary",
+				 o->level);
 			shard_writer_free(w);
-			return -EINVAL;
+			return rc;
 		}
 	}
 	*out = w;
 	return 0;
-nomem:
-	shard_writer_free(w);
-	return -ENOMEM;
 }
 
 int shard_writer_add(struct shard_writer *w, const void *data, size_t len, char *err,
 		     size_t errlen)
 {
-	struct shard_index_entry e;
 	const void *payload = data;
 	size_t plen = len;
 	int rc;
@@ -204,34 +183,39 @@ int shard_writer_add(struct shard_writer *w, const void *data, size_t len, char 
 			 "limit", w->samples, len, (unsigned)SAMPLE_MAX_BYTES);
 		return -EFBIG;
 	}
+	if (w->o.compress) {
+		w->frame.len = 0;
+		rc = compressor_frame(w->comp, data, len, &w->frame);
+		if (rc) {
+			snprintf(err, errlen, "zstd failed to compress sample %" PRIu64, w->samples);
+			return rc;
+		}
+		payload = w->frame.data;
+		plen = w->frame.len;
+	}
+	return shard_writer_add_payload(w, payload, plen, len, XXH32(data, len, 0), err, errlen);
+}
+
+int shard_writer_add_payload(struct shard_writer *w, const void *payload, size_t plen,
+			     size_t raw_len, uint32_t checksum, char *err, size_t errlen)
+{
+	struct shard_index_entry e;
+	int rc;
+
+	if (raw_len > SAMPLE_MAX_BYTES || plen > UINT32_MAX) {
+		snprintf(err, errlen, "sample %" PRIu64 " has %zu bytes, more than the %u-byte "
+			 "limit", w->samples, raw_len, (unsigned)SAMPLE_MAX_BYTES);
+		return -EFBIG;
+	}
 	if (w->fd < 0) {
 		rc = open_shard(w, err, errlen);
 		if (rc)
 			return rc;
 	}
-	if (w->o.compress) {
-		size_t bound = ZSTD_compressBound(len), n;
-
-		w->frame.len = 0;
-		if (buf_reserve(&w->frame, bound))
-			return -ENOMEM;
-		n = ZSTD_compress2(w->cctx, w->frame.data, bound, data, len);
-		if (ZSTD_isError(n)) {
-			snprintf(err, errlen, "zstd: %s", ZSTD_getErrorName(n));
-			return -EIO;
-		}
-		if (n > UINT32_MAX) {
-			snprintf(err, errlen, "sample %" PRIu64 " compresses to more than 4 GiB",
-				 w->samples);
-			return -EFBIG;
-		}
-		payload = w->frame.data;
-		plen = n;
-	}
 	e.offset = htole64(w->offset);
 	e.stored_len = htole32((uint32_t)plen);
-	e.raw_len = htole32((uint32_t)len);
-	e.checksum = htole32(XXH32(data, len, 0));
+	e.raw_len = htole32((uint32_t)raw_len);
+	e.checksum = htole32(checksum);
 	e.reserved = 0;
 	if (plen >= FLUSH_BYTES) {
 		/* big payloads skip the copy */
@@ -286,8 +270,7 @@ void shard_writer_free(struct shard_writer *w)
 		close(w->fd);
 	if (w->ifd >= 0)
 		close(w->ifd);
-	ZSTD_freeCCtx(w->cctx);
-	ZSTD_freeCDict(w->cdict);
+	compressor_free(w->comp);
 	buf_release(&w->frame);
 	buf_release(&w->pbuf);
 	buf_release(&w->ibuf);

@@ -39,6 +39,12 @@ int shard_writer_new(int dirfd, const struct shard_writer_opts *o, struct catalo
 int shard_writer_add(struct shard_writer *w, const void *data, size_t len, char *err,
 		     size_t errlen);
 
+/* Append the next sample already encoded: payload is its zstd frame (compress) or its
+ * raw bytes, raw_len its decoded size, checksum the XXH32 (seed 0) of the decoded bytes.
+ * Lets callers compress on several threads. Same returns as shard_writer_add. */
+int shard_writer_add_payload(struct shard_writer *w, const void *payload, size_t plen,
+			     size_t raw_len, uint32_t checksum, char *err, size_t errlen);
+
 /* Close the last shard. 0 or -EIO with a reason in err. */
 int shard_writer_finish(struct shard_writer *w, char *err, size_t errlen);
 

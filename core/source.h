@@ -53,6 +53,9 @@ enum source_format {
 
 struct source_opts {
 	int skip_bad;            /* skip a bad record (counted, noticed) instead of failing */
+	int defer_checks;        /* jsonl: return lines unvalidated; the caller runs
+	                          * jsonl_check_line() (on other threads) and names
+	                          * path:record_line in its messages */
 	int have_dtype;          /* dtype of raw .bin input given */
 	enum token_dtype dtype;
 	/* Called with one line for each skipped record or file; may be NULL. */
@@ -81,6 +84,7 @@ struct source {
 	uint64_t bytes_total;    /* input bytes, for progress; 0 when unknown */
 	uint64_t bytes_read;     /* input bytes consumed so far */
 	uint64_t skipped;        /* records skipped under skip_bad */
+	uint64_t record_line;    /* line number of the last record (line-based sources) */
 	XXH3_state_t *hash;      /* checksum of every input byte read (made by source_open) */
 	char err[768];
 	void *priv;

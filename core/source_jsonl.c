@@ -65,7 +65,8 @@ static int jsonl_next(struct source *s, struct buf *out)
 			return rc;
 		if (blank(line, len))
 			continue;
-		if (jsonl_check_line(line, len, why, sizeof(why)) == 0)
+		s->record_line = instream_lineno(in);
+		if (s->opts->defer_checks || jsonl_check_line(line, len, why, sizeof(why)) == 0)
 			break;
 		if (!s->opts->skip_bad) {
 			snprintf(s->err, sizeof(s->err), "%s:%" PRIu64 ": invalid JSON at %s; fix the "

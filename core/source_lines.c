@@ -32,6 +32,7 @@ static int lines_next(struct source *s, struct buf *out)
 		if (rc <= 0)
 			return rc;
 	} while (len == 0);
+	s->record_line = instream_lineno(in);
 	rc = buf_append(out, line, len);
 	return rc ? rc : 1;
 }

@@ -128,6 +128,8 @@ static void usage(FILE *f)
 		"                        K, M, G suffixes)\n"
 		"  --skip-bad            skip and count bad records instead of failing\n"
 		"  --force               replace DIR if it is an existing dataset\n"
+		"  --threads N           validate and compress on N threads (default: one per\n"
+		"                        CPU); the dataset is the same for every N\n"
 		"  -q, --quiet           no progress bar and no summary\n"
 		"\n"
 		"Bad input stops the pack with an error naming the file and position; nothing is\n"
@@ -163,7 +165,7 @@ static int parse_size(const char *s, uint64_t *out)
 }
 
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
-       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE };
+       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS };
 
 int cmd_pack(int argc, char **argv)
 {
@@ -179,6 +181,7 @@ int cmd_pack(int argc, char **argv)
 		{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
 		{ "skip-bad", no_argument, NULL, OPT_SKIP_BAD },
 		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -260,6 +263,13 @@ int cmd_pack(int argc, char **argv)
 			break;
 		case OPT_FORCE:
 			o.force = 1;
+			break;
+		case OPT_THREADS:
+			if (parse_size(optarg, &v) || v == 0 || v > 64) {
+				die_msg("pack: --threads '%s' is not a number from 1 to 64", optarg);
+				return 2;
+			}
+			o.threads = (unsigned)v;
 			break;
 		case 'q':
 			quiet = 1;

@@ -605,3 +605,47 @@ def test_not_a_dataset(tmp_path):
     p = run('info', tmp_path, check=False)
     assert p.returncode == 1 and 'not a zephon dataset' in p.stderr
     assert 'zephon pack' in p.stderr
+
+
+# ---------------------------------------------------------------------------
+# Large inputs: many batches, the dictionary trained mid-stream, several threads.
+
+def _big_jsonl(path, n, bad_at=()):
+    lines = []
+    for i in range(n):
+        if i + 1 in bad_at:
+            lines.append(b'{"i": %d, "broken": ' % i)
+        else:
+            lines.append(json.dumps({'i': i, 'text': 'w%d ' % (i * 7919 % 10007) * (i % 50),
+                                     'u': '\u00e9\u4e2d' * (i % 3)}).encode())
+    path.write_bytes(b'\n'.join(lines) + b'\n')
+    return lines
+
+
+def test_large_jsonl_same_dataset_for_any_thread_count(tmp_path):
+    src = tmp_path / 'big.jsonl'
+    lines = _big_jsonl(src, 60000)
+    assert src.stat().st_size > 10 * 2 ** 20  # past the dictionary's training window
+    fps = set()
+    for threads in ('1', '2', '3'):
+        ds = pack_ok(tmp_path, 't' + threads, src, '--threads', threads, '--shard-size', '256K')
+        info = info_json(ds)
+        assert info['dict_bytes'] > 0 and info['shards'] > 1
+        fps.add(info['fingerprint'])
+        if threads == '2':
+            assert zds.read_dataset(ds) == lines
+            assert run('verify', ds).returncode == 0
+    assert len(fps) == 1
+
+
+def test_large_jsonl_bad_line_deep_inside(tmp_path):
+    src = tmp_path / 'big.jsonl'
+    lines = _big_jsonl(src, 60000, bad_at=(7, 41234, 59999))
+    err = bad_pack(tmp_path, src)
+    assert '%s:7: invalid JSON' % src in err
+    p = run('pack', src, '-o', tmp_path / 'd', '--skip-bad')
+    for n in (7, 41234, 59999):
+        assert '%s:%d: invalid JSON' % (src, n) in p.stderr
+    want = [l for k, l in enumerate(lines) if k + 1 not in (7, 41234, 59999)]
+    assert zds.read_dataset(tmp_path / 'd') == want
+    assert info_json(tmp_path / 'd')['skipped'] == 3
