@@ -7,12 +7,18 @@
 --   kind            'records' | 'tokens'
 --   content         'text' (JSONL / text lines) | 'files' (directory / tar) | 'tokens'
 --   samples         N, sample ids are [0, N)
+--   record_ext      text only: 'json' (all inputs JSONL) | 'txt'; tar member extension
 --   dtype, seq_len  tokens only: 'uint8'|'uint16'|'uint32'|'int32', window length L
---   compress        'zstd' | 'none';  level: zstd level used
---   raw_bytes, stored_bytes  totals over all samples
---   fingerprint     32 hex digits, XXH3-128 over kind, content, dtype, seq_len, N and
---                   every sample's length and bytes in id order (not over compression)
---   created, zephon_version, remainder_tokens (tokens cut off at the end of the input)
+--   remainder_tokens  tokens only: tokens after the last whole window, dropped
+--   compress        'zstd' | 'none';  level: zstd level used;  dict_bytes: 0 when none
+--   raw_bytes, stored_bytes  totals over all samples (stored = all shard files)
+--   skipped         records or files skipped at pack time (--skip-bad, symlinks, ...)
+--   fingerprint     32 hex digits: XXH3-128 over every sample as (u64 little-endian
+--                   length, bytes) in id order, then the text
+--                   "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\n
+--                   seq_len=L\nsamples=N\n" (core/pack.h, dataset_fingerprint_text);
+--                   not over compression, dictionary or shard size
+--   created, zephon_version
 PRAGMA user_version = 1;
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
@@ -23,13 +29,17 @@ CREATE TABLE dict (
     id    INTEGER PRIMARY KEY CHECK (id = 1),
     bytes BLOB NOT NULL
 );
--- Inputs in the order given; their samples are consecutive ids.
+-- Inputs in the order given; their samples are consecutive ids. For tokens, windows
+-- run across inputs: first_sample/samples count the windows that start in the input.
 CREATE TABLE sources (
     idx          INTEGER PRIMARY KEY,
     path         TEXT NOT NULL,
     format       TEXT NOT NULL,
     size         INTEGER NOT NULL,
-    checksum     TEXT NOT NULL,     -- XXH3-128 hex of the input file's bytes
+    checksum     TEXT NOT NULL,     -- XXH3-128 hex of the bytes read from the input: the
+                                    -- file (compressed bytes for zstd); a directory: each
+                                    -- file's path, NUL, u64 size, bytes in packed order;
+                                    -- Megatron: the .idx, then each sequence's tokens
     first_sample INTEGER NOT NULL,
     samples      INTEGER NOT NULL
 );
