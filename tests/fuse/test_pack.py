@@ -649,3 +649,22 @@ def test_large_jsonl_bad_line_deep_inside(tmp_path):
     want = [l for k, l in enumerate(lines) if k + 1 not in (7, 41234, 59999)]
     assert zds.read_dataset(tmp_path / 'd') == want
     assert info_json(tmp_path / 'd')['skipped'] == 3
+
+
+def test_reads_refuse_a_corrupt_sample(packed, data):
+    """The read path (zephon batch: the mount's code without FUSE) never returns wrong bytes."""
+    shard = 'shard-00001.zst'
+    first, entries = shard_entries(packed, shard)
+    off, stored = entries[5][0], entries[5][1]
+    b = bytearray((packed / shard).read_bytes())
+    b[off + stored // 2] ^= 0x01
+    (packed / shard).write_bytes(bytes(b))
+    bad = first + 5
+    opts = 'world_size=1,global_batch=1,shuffle=none'
+    p = run('batch', packed, '-o', opts, '--rank', '0', '--step', bad, check=False)
+    assert p.returncode != 0 and p.stdout == b''
+    assert 'sample %d' % bad in p.stderr and shard in p.stderr
+    want = zds.expect_lines(data / 'text/tinyshakespeare.txt')
+    for good in (0, bad - 1, bad + 1):
+        p = run('batch', packed, '-o', opts, '--rank', '0', '--step', good)
+        assert p.stdout == want[good] + b'\n'
