@@ -71,7 +71,7 @@ int cmd_batch(int argc, char **argv)
 
 	fuse_opt_add_arg(&args, "zephon-batch");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+o:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o':
 			fuse_opt_add_arg(&args, "-o");
@@ -105,10 +105,6 @@ int cmd_batch(int argc, char **argv)
 			die_msg("batch: unknown or incomplete option '%s'; see zephon batch --help",
 				argv[optind - 1]);
 			goto out;
-		}
-		if (optind < argc && argv[optind][0] != '-') { /* DATASET between options */
-			fuse_opt_add_arg(&args, argv[optind]);
-			optind++;
 		}
 	}
 	for (; optind < argc; optind++)

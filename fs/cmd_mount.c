@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,23 +97,26 @@ static int is_mounted(const char *path)
 	return found;
 }
 
-/* Refuse a live mount at mp; clear a stale one (its daemon died: ENOTCONN). 0 or -1. */
+/* Refuse a live mount at mp; clear a stale one (its daemon died: ENOTCONN). 0 or -1.
+ * statfs, not stat, probes the mount: the kernel may answer stat from cached attributes,
+ * statfs always asks the daemon. */
 static int check_mountpoint(const char *mp)
 {
+	struct statfs sfs;
 	struct stat st;
 
-	if (stat(mp, &st) == 0) {
+	if (is_mounted(mp) && statfs(mp, &sfs) == 0) {
+		die_msg("%s is already mounted; unmount it first (fusermount3 -u %s)", mp, mp);
+		return -1;
+	}
+	if (stat(mp, &st) == 0 && !is_mounted(mp)) {
 		if (!S_ISDIR(st.st_mode)) {
 			die_msg("mountpoint %s is not a directory", mp);
 			return -1;
 		}
-		if (is_mounted(mp)) {
-			die_msg("%s is already mounted; unmount it first (fusermount3 -u %s)", mp, mp);
-			return -1;
-		}
 		return 0;
 	}
-	if (errno != ENOTCONN) {
+	if (!is_mounted(mp)) {
 		die_msg("cannot use mountpoint %s: %s", mp, strerror(errno));
 		return -1;
 	}

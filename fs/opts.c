@@ -10,7 +10,7 @@
 
 enum {
 	KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION,
-	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS,
+	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS,
 };
 
 #define OPT(t, field) { t, offsetof(struct mount_options, field), 0 }
@@ -18,7 +18,6 @@ static const struct fuse_opt option_table[] = {
 	OPT("world_size=%s", world_size),
 	OPT("global_batch=%s", global_batch),
 	OPT("micro_batch=%s", micro_batch),
-	OPT("ranks=%s", ranks),
 	OPT("seed=%s", seed),
 	OPT("shuffle=%s", shuffle),
 	OPT("epochs=%s", epochs),
@@ -36,6 +35,7 @@ static const struct fuse_opt option_table[] = {
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("ranks=", KEY_RANKS),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
 	FUSE_OPT_END
@@ -47,7 +47,7 @@ const char mount_options_help[] =
 	"  world_size=W          data-parallel ranks in the job (default 1)\n"
 	"  global_batch=B        samples per optimizer step, a multiple of W (default W)\n"
 	"  micro_batch=m         samples per open of next; divides B/W (default B/W)\n"
-	"  ranks=LIST            ranks this mount serves, e.g. 0-7 or 8,9 (default all)\n"
+	"  ranks=LIST            ranks this mount serves, e.g. 0-7 or 8,9,12-15 (default all)\n"
 	"  seed=S                shuffle seed (default 0)\n"
 	"  shuffle=global|none   order mode (default global)\n"
 	"  epochs=E              stop after E epochs (default 0: endless)\n"
@@ -105,7 +105,24 @@ static int option_proc(void *data, const char *arg, int key, struct fuse_args *o
 		else
 			o->extra_nonopt = 1;
 		return 0;
+	case KEY_RANKS:
+		free(o->ranks);
+		o->ranks = strdup(arg + strlen("ranks="));
+		return 0;
 	case FUSE_OPT_KEY_OPT:
+		/* -o splits at commas, so ranks=8,9,10 arrives as "ranks=8", "9", "10": a bare
+		 * rank or range after ranks= continues its list. */
+		if (o->ranks && arg[strspn(arg, "0123456789-")] == 0 && arg[0] >= '0' && arg[0] <= '9') {
+			size_t n = strlen(o->ranks) + strlen(arg) + 2;
+			char *joined = malloc(n);
+
+			if (!joined)
+				return -1;
+			snprintf(joined, n, "%s,%s", o->ranks, arg);
+			free(o->ranks);
+			o->ranks = joined;
+			return 0;
+		}
 		if (!o->batch_mode && (IN(arg, fuse_passthrough, 0) || IN(arg, fuse_passthrough_prefix, 1)))
 			return 1;
 		if (IN(arg, fstab_only, 0) || IN(arg, fstab_only_prefix, 1))

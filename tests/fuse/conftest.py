@@ -123,7 +123,8 @@ class Mount:
                 self.err.close()
                 raise AssertionError('zephon mount exited %d: %s' % (
                     self.proc.returncode, self.stderr_path.read_text(errors='replace')))
-            if mounted(self.mp):
+            # mounted, and answering (a stale mount is in mountinfo too)
+            if mounted(self.mp) and os.path.exists(self.mp / 'status'):
                 return self
             time.sleep(0.02)
         self.stop()

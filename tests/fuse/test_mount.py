@@ -134,12 +134,16 @@ def test_tarfile_reads_tar_batches(records, mount):
     ds, lines = records
     opts = 'world_size=1,global_batch=6,format=tar,shuffle=none'
     m = mount(ds, opts)
-    with tarfile.open(m.path('rank', 0, 'next')) as t:
+    # 'r:' (plain tar) opens the path once. A bare tarfile.open(path) would first try
+    # gzip, bz2 and xz, opening the path - and claiming - each time (README says so).
+    with tarfile.open(m.path('rank', 0, 'next'), 'r:') as t:
         members = [(x.name, t.extractfile(x).read()) for x in t.getmembers()]
     assert [n for n, _ in members] == ['%09d.json' % i for i in range(6)]
     assert [d for _, d in members] == lines[:6]
-    with tarfile.open(fileobj=io.BytesIO(read_all(m.path('rank', 0, 'next')))) as t:
+    with open(m.path('rank', 0, 'next'), 'rb') as f, tarfile.open(fileobj=f) as t:
         assert t.getnames() == ['%09d.json' % i for i in range(6, 12)]
+    with tarfile.open(fileobj=io.BytesIO(read_all(m.path('rank', 0, 'next')))) as t:
+        assert t.getnames() == ['%09d.json' % i for i in range(12, 18)]
 
 
 # ---------------------------------------------------------------- bytes and layouts
