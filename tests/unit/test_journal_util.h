@@ -5,6 +5,10 @@
 #ifndef ZEPHON_TEST_JOURNAL_UTIL_H
 #define ZEPHON_TEST_JOURNAL_UTIL_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* asprintf, nftw (meson passes it; this is for standalone use) */
+#endif
+
 #include <errno.h>
 #include <ftw.h>
 #include <stdint.h>
