@@ -23,11 +23,24 @@
 #define STATIC_ATTR_TIMEOUT 3600.0
 #define BLKSIZE (1u << 20)
 
-/* What an open file handle holds: a claimed or built batch, or generated text. */
+/* What an open file handle holds: a claimed or built batch, or generated text.
+ * refs: the handle itself, plus one per read replying from it. A read's reply can still
+ * be inside fuse_reply_buf() after the kernel has its bytes, the reader has closed, and
+ * release() has run on another thread; the last reference frees. */
 struct open_file {
 	struct batch *batch;    /* next, peek, step, sample */
 	struct buf text;        /* status, metrics, state; control's pending input */
+	int refs;
 };
+
+static void open_file_put(struct open_file *f)
+{
+	if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		batch_free(f->batch);
+		buf_release(&f->text);
+		free(f);
+	}
+}
 
 static struct zfs *zfs_of(fuse_req_t req)
 {
@@ -398,6 +411,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	f->refs = 1;
 	switch (type) {
 	case NODE_NEXT:
 		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
@@ -434,7 +448,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		break;
 	}
 	if (rc) {
-		free(f);
+		open_file_put(f);
 		fuse_reply_err(req, claim_errno(z, rc));
 		return;
 	}
@@ -444,9 +458,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		/* The opener was interrupted before it got the handle: the kernel will not
 		 * release it. A claim already journaled stays journaled (never forgotten). */
-		batch_free(f->batch);
-		buf_release(&f->text);
-		free(f);
+		open_file_put(f);
 	}
 }
 
@@ -456,17 +468,19 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	struct zfs *z = zfs_of(req);
-	const struct open_file *f = (const struct open_file *)fi->fh;
+	struct open_file *f = (struct open_file *)fi->fh;
 	const struct buf *b = file_bytes(f);
 	size_t n = 0;
 
 	(void)ino;
+	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
 	if (off >= 0 && (uint64_t)off < b->len)
 		n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);
 	fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
+	open_file_put(f);
 }
 
 /* One control command: "checkpoint STEP" or "rewind STEP". 0, -EINVAL (malformed or
@@ -555,11 +569,8 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct open_file *f = (struct open_file *)fi->fh;
 
 	(void)ino;
-	if (f) {
-		batch_free(f->batch);
-		buf_release(&f->text);
-		free(f);
-	}
+	if (f)
+		open_file_put(f);
 	fuse_reply_err(req, 0);
 }
 
