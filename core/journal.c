@@ -386,12 +386,10 @@ static int bad_file(sqlite3 *db, int src, const char *path, char *err, size_t er
 			    "journal=PATH", path);
 	if (e == -ENOMEM)
 		return fail(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
-	if ((src & 0xff) == SQLITE_CORRUPT)
-		return fail(err, errlen, -EBADMSG, "journal %s is corrupt (%s); nothing was "
-			    "written to it: keep it for inspection and pass a new journal=PATH "
-			    "(resume=samples:G keeps the position)", path, sqlite3_errmsg(db));
-	return fail(err, errlen, -EBADMSG, "%s is not a valid Zephon journal (%s); nothing "
-		    "was written to it: pass another journal=PATH", path, sqlite3_errmsg(db));
+	return fail(err, errlen, -EBADMSG, "journal %s cannot be read (%s): it is corrupt or "
+		    "not a Zephon journal; nothing was written to it: keep it for inspection and "
+		    "pass a new journal=PATH (resume=samples:G keeps the position)", path,
+		    sqlite3_errmsg(db));
 }
 
 static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
@@ -429,7 +427,7 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 	sqlite3_finalize(st);
 	if (have != 15)
 		return fail(err, errlen, -EBADMSG,
-			    "%s is not a valid Zephon journal (its meta table lacks the "
+			    "%s is not a Zephon journal (its meta table lacks the "
 			    "fingerprint, seed, shuffle or samples); nothing was written to it", path);
 	return 0;
 }
@@ -546,7 +544,7 @@ static int validate(sqlite3 *db, const char *path, struct journal_ident *id, int
 			    "versions up to %d; use a newer zephon (nothing was written to it)",
 			    path, ver, JOURNAL_SCHEMA_VERSION);
 	if (ver < 1)
-		return fail(err, errlen, -EBADMSG, "%s is not a valid Zephon journal (schema "
+		return fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (schema "
 			    "version %" PRId64 "); nothing was written to it", path, ver);
 	rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
 	if (rc == SQLITE_OK) {

@@ -22,6 +22,10 @@
  *
  * Thread-safety: every function taking a struct journal may be called from any thread;
  * a mutex serializes them. One writer process per journal file (one file per node).
+ *
+ * Sources: SQLite's WAL and its EXCLUSIVE locking mode, https://www.sqlite.org/wal.html;
+ * the database header (application_id at offset 68, user_version at 60, checked before
+ * SQLite opens a file), https://www.sqlite.org/fileformat2.html#database_header.
  */
 #ifndef ZEPHON_JOURNAL_H
 #define ZEPHON_JOURNAL_H
@@ -100,7 +104,10 @@ struct journal_event {
  *   -EBADMSG  not a Zephon journal (not SQLite, or SQLite of another application),
  *             corrupt, or a schema version newer than this build (nothing is written);
  *   -EBUSY    another process (a live mount) holds the journal;
- *   -EACCES, -EROFS, -ENOENT, -ENOTDIR, -EISDIR  the path cannot be created or written;
+ *   -EACCES, -EROFS, -ENOENT, -ENOTDIR, -EISDIR  the path cannot be created or written
+ *             (the file, and its directory for the -wal file);
+ *   -ENOSPC   no room to create it (a file this call created is removed again);
+ *   -EINVAL   empty path or no ident;
  *   -EIO, -ENOMEM.
  * Applies migrations from older schema versions. *out is set only on success. */
 int journal_open(const char *path, const struct journal_ident *ident,
@@ -160,10 +167,11 @@ struct journal_point {
 	enum journal_point_basis basis;
 	struct layout last;         /* the last layout (rule 3's S0, G0, W, B, m); zero if empty */
 	uint64_t min_completed;     /* rule 3: min_r c_r */
-	char why[192];              /* "checkpoint mark at step 12 (PATH)", "ranks 0-7 of the
-	                             * last layout completed steps below 40" */
-	char warning[192];          /* "" or e.g. "ranks 4-7 of the last layout (world_size 8)
-	                             * are in none of the journals; their progress is unknown" */
+	char why[192];              /* for people: "checkpoint mark at step 12 in PATH",
+	                             * "every rank of the last layout completed the steps
+	                             * below 40 (rank 3 is the slowest)" */
+	char warning[192];          /* "" or "ranks 4-7 of the last layout (world_size 8) are
+	                             * in none of the journals: their progress is unknown, ..." */
 };
 
 /* Start a mount: resolve `rule` against the history into S0/G0 of *l (W, B, m are given
@@ -191,7 +199,9 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		  char *applied, size_t applied_len);
 
 /* The resume point `auto` would use now, without starting anything: *samples = G,
- * *step = S. 0, or -ENOENT (no history: G = S = 0), -EIO. `info` may be NULL. */
+ * *step = S. 0, or -ENOENT (no history: G = S = 0), -EIO, -ENOMEM.
+ * journal_resume_point_ex() fills *info (basis, why, warning, the last layout) and
+ * returns 0 for an empty history too (basis JOURNAL_POINT_EMPTY). */
 int journal_resume_point(struct journal *j, uint64_t *samples, uint64_t *step);
 int journal_resume_point_ex(struct journal *j, struct journal_point *info);
 
@@ -249,10 +259,11 @@ int journal_rewind_cursors(struct journal *j, int64_t rewind_id,
 			   struct journal_cursor **out, size_t *count);
 
 /* Resume point over several journals (one per node), as `zephon journal resume-point`:
- * the rules above. Opens each read-only (no identity given; all must share one identity,
+ * the rules above. Opens each with journal_open_readonly() (all must share one identity,
  * else -ESTALE naming the two files). 0, or -errno of journal_open_readonly() with err
- * naming the file, -EINVAL (npaths == 0), -ESTALE. A missing history gives 0 with
- * basis JOURNAL_POINT_EMPTY (not -ENOENT). `info` may be NULL. */
+ * naming the file, -EINVAL (npaths == 0), -ESTALE, -ENOMEM. An empty history gives 0
+ * (G = S = 0, basis JOURNAL_POINT_EMPTY), not -ENOENT. The same file given twice counts
+ * once per rank (the newest row wins), so duplicates are harmless. */
 int journal_resume_point_files(const char *const *paths, size_t npaths,
 			       uint64_t *samples, uint64_t *step, char *err, size_t errlen);
 int journal_resume_point_files_ex(const char *const *paths, size_t npaths,

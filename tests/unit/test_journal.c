@@ -263,7 +263,7 @@ static void test_foreign_and_corrupt(void)
 	/* our application_id but no schema, and our schema without its meta rows */
 	p = path_in(dir, "appid-only.db");
 	sql_exec(p, "PRAGMA application_id = 1515210826; CREATE TABLE t (x);");
-	expect_refused(p, -EBADMSG, "not a valid Zephon journal");
+	expect_refused(p, -EBADMSG, "not a Zephon journal");
 	free(p);
 	p = make_history("nometa.sqlite");
 	sql_exec(p, "DELETE FROM meta WHERE key = 'seed';");
