@@ -1,6 +1,7 @@
 /*
  * compressor.h: one sample into one independent zstd frame (RFC 8878) with content size
- * and XXH64 content checksum on, optionally against a dictionary (the dataset's).
+ * and XXH64 content checksum on, optionally against a dictionary (the dataset's; its id
+ * is left out of the frame: the reader always knows which dictionary to use).
  *
  * A struct compressor holds a ZSTD_CCtx: one per thread. Several compressors may share
  * one dictionary: compressor_new() digests it into its own ZSTD_CDict.

@@ -682,6 +682,32 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	return rc ? -ENOMEM : 0;
 }
 
+/* A dataset written inside a directory input would be read back into itself. */
+static int out_outside_inputs(struct packer *p, const enum source_format *formats)
+{
+	char *copy = strdup(p->o->out), *parent;
+	int rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	parent = realpath(dirname(copy), NULL);
+	for (size_t i = 0; parent && !rc && i < p->o->ninputs; i++) {
+		char *in;
+		size_t n;
+
+		if (formats[i] != SOURCE_DIR || !(in = realpath(p->o->inputs[i], NULL)))
+			continue;
+		n = strlen(in);
+		if (!strncmp(parent, in, n) && (parent[n] == '/' || parent[n] == 0 || n == 1))
+			rc = fail(p, -EINVAL, "%s: the output lies inside the input directory %s; "
+				  "choose an output outside it", p->o->out, p->o->inputs[i]);
+		free(in);
+	}
+	free(parent);
+	free(copy);
+	return rc;
+}
+
 /* Check the inputs and options before any work. */
 static int plan(struct packer *p, enum source_format *formats)
 {
@@ -728,6 +754,8 @@ static int plan(struct packer *p, enum source_format *formats)
 		p->dtype_from = "--dtype";
 		p->itemsize = itemsizes[o->dtype];
 	}
+	if (out_outside_inputs(p, formats))
+		return -EINVAL;
 	for (size_t i = 0; i < o->ninputs; i++) {
 		struct stat sb;
 

@@ -183,6 +183,13 @@ def test_pack_directory(tmp_path):
     names = [zds.parse_file_group(s)[0][0] for s in got]
     assert names == ['a.txt', 'b.txt', 'b/c/deep.bin', 'b/x.json']
     assert not any(b'root:' in s for s in got)
+    # an output inside the input directory would read itself back: refused
+    p = run('pack', root, '-o', root / 'b' / 'ds', check=False)
+    assert p.returncode == 1 and 'inside the input directory' in p.stderr
+    assert not (root / 'b' / 'ds').exists()
+    # a trailing slash on -o is fine
+    run('pack', root, '-o', str(tmp_path / 'slash') + '/')
+    assert zds.read_dataset(tmp_path / 'slash') == got
 
 
 def test_several_inputs_are_concatenated_in_order(tmp_path, data):
