@@ -145,9 +145,13 @@ static void print_table(const struct dataset *ds)
 	for (size_t i = 0; i < c->nsources; i++) {
 		const struct catalog_source *s = &c->sources[i];
 
-		printf("  %-3zu %-8s %10s  samples %" PRIu64 "..%" PRIu64 "  %s\n", i, s->format,
-		       human((double)s->size, a, sizeof(a)), s->first_sample,
-		       s->first_sample + s->samples, s->path);
+		if (s->samples)
+			snprintf(b, sizeof(b), "ids %" PRIu64 "-%" PRIu64, s->first_sample,
+				 s->first_sample + s->samples - 1);
+		else
+			snprintf(b, sizeof(b), "no samples");
+		printf("  %-3zu %-8s %10s  %-22s %s\n", i, s->format,
+		       human((double)s->size, a, sizeof(a)), b, s->path);
 	}
 }
 
