@@ -99,19 +99,19 @@ static void test_resume_parse(void)
 		CHECK(r.rule == RESUME_FRESH); /* untouched on failure */
 	}
 	CHECK(journal_resume_parse(NULL, &r) == -EINVAL);
-	r = (struct journal_resume){ RESUME_SAMPLES, 384 };
+	r = (struct journal_resume){ .rule = RESUME_SAMPLES, .value = 384 };
 	journal_resume_format(&r, buf, sizeof(buf));
 	CHECK(!strcmp(buf, "samples:384"));
-	r = (struct journal_resume){ RESUME_STEP, 5 };
+	r = (struct journal_resume){ .rule = RESUME_STEP, .value = 5 };
 	journal_resume_format(&r, buf, sizeof(buf));
 	CHECK(!strcmp(buf, "step:5"));
-	r = (struct journal_resume){ RESUME_AUTO, 0 };
+	r = (struct journal_resume){ .rule = RESUME_AUTO, .value = 0 };
 	journal_resume_format(&r, buf, sizeof(buf));
 	CHECK(!strcmp(buf, "auto"));
-	r = (struct journal_resume){ RESUME_FRESH, 0 };
+	r = (struct journal_resume){ .rule = RESUME_FRESH, .value = 0 };
 	journal_resume_format(&r, buf, sizeof(buf));
 	CHECK(!strcmp(buf, "fresh"));
-	journal_resume_format(&(struct journal_resume){ RESUME_SAMPLES, 123456 }, buf, 4);
+	journal_resume_format(&(struct journal_resume){ .rule = RESUME_SAMPLES, .value = 123456 }, buf, 4);
 	CHECK(!strcmp(buf, "sam"));
 }
 
@@ -339,10 +339,12 @@ static void test_unwritable_paths(void)
  * created; reading it works. Skipped (with a note) where tmpfs cannot be mounted. */
 static void test_readonly_fs(void)
 {
-	char *mnt = path_in(dir, "rofs"), *p, *q;
+	char *mnt = path_in(dir, "rofs"), *p, *q, *w;
 	struct journal *j = NULL;
 	char err[512];
 	uint64_t g, s;
+	pid_t pid;
+	int status;
 
 	REQUIRE(mkdir(mnt, 0755) == 0);
 	if (mount("zephon-test", mnt, "tmpfs", 0, "size=4m")) {
@@ -353,10 +355,21 @@ static void test_readonly_fs(void)
 	}
 	p = path_in(mnt, "j.sqlite");
 	q = path_in(mnt, "new.sqlite");
+	w = path_in(mnt, "killed.sqlite");
 	j = open_ok(p);
 	REQUIRE(start_text(j, "auto", 1, 4, 4, "", NULL) == 0);
 	REQUIRE(journal_claim(j, 0, 0, 0) == 0);
 	journal_close(j);
+	/* a journal whose writer died: its claims are in killed.sqlite-wal */
+	pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		j = open_ok(w);
+		if (start_text(j, "auto", 1, 4, 4, "", NULL) || journal_claim(j, 0, 0, 0))
+			_exit(1);
+		_exit(0);
+	}
+	REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status));
 	if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL)) {
 		fprintf(stderr, "note: cannot remount read-only (%s)\n", strerror(errno));
 	} else {
@@ -368,12 +381,18 @@ static void test_readonly_fs(void)
 		if (j) {
 			CHECK(journal_resume_point(j, &g, &s) == 0);
 			CHECK(g == 4 && s == 1);
-			CHECK(journal_start(j, &(struct journal_resume){ RESUME_AUTO, 0 }, NULL,
+			CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, NULL,
 					    &(struct layout){ 1, 1, 1, 0, 0 }, NULL, 0) == -EROFS);
 			journal_close(j);
 		}
+		/* its WAL cannot be replayed without writing: a clear refusal, not stale data */
+		j = NULL;
+		CHECK(journal_open_readonly(w, &j, err, sizeof(err)) == -EROFS);
+		CHECK(j == NULL);
+		CHECK(strstr(err, "killed.sqlite-wal") != NULL);
 	}
 	CHECK(umount2(mnt, MNT_DETACH) == 0);
+	free(w);
 	free(p);
 	free(q);
 	free(mnt);
@@ -423,11 +442,11 @@ static void test_start_and_claims(void)
 
 	/* invalid starts change nothing */
 	l = (struct layout){ 4, 16, 2, 0, 0 };
-	CHECK(journal_start(j, &(struct journal_resume){ RESUME_AUTO, 0 }, &rs, &l, applied,
+	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs, &l, applied,
 			    sizeof(applied)) == -EINVAL);
 	rs.ranks = ranks2;
 	rs.count = 2;
-	CHECK(journal_start(j, &(struct journal_resume){ RESUME_AUTO, 0 }, &rs, &l, applied,
+	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs, &l, applied,
 			    sizeof(applied)) == -EINVAL); /* not sorted */
 	CHECK(start_text(j, "auto", 4, 10, 1, "", NULL) == -EINVAL); /* B % W */
 	journal_last_error(j, err, sizeof(err));
@@ -591,7 +610,7 @@ static void test_resume_rules(void)
 
 	/* layout 2 by auto, B changes to 12 (W=3, m=2: A=2): continues at step 3, gsn 24 */
 	{
-		struct journal_resume r = { RESUME_AUTO, 0 };
+		struct journal_resume r = { .rule = RESUME_AUTO, .value = 0 };
 		struct rankset rs;
 		char why[64];
 
@@ -688,7 +707,7 @@ static void test_start_ranges(void)
 {
 	char *p = path_in(dir, "range.sqlite");
 	struct journal *j = open_ok(p);
-	struct journal_resume r = { RESUME_SAMPLES, ORDER_MAX_GSN };
+	struct journal_resume r = { .rule = RESUME_SAMPLES, .value = ORDER_MAX_GSN };
 	struct rankset rs;
 	struct layout l = { 1, 1, 1, 0, 0 };
 	char why[64];
@@ -699,11 +718,11 @@ static void test_start_ranges(void)
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == -EINVAL);
 	r.value = ORDER_MAX_GSN - 2;
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == 0);
-	r = (struct journal_resume){ RESUME_STEP, ORDER_MAX_GSN - 1 };
+	r = (struct journal_resume){ .rule = RESUME_STEP, .value = ORDER_MAX_GSN - 1 };
 	l = (struct layout){ 1, 4, 1, 0, 0 };
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == -EINVAL);
 	rs.ranks[0] = 1; /* rank >= W */
-	CHECK(journal_start(j, &(struct journal_resume){ RESUME_AUTO, 0 }, &rs, &l, NULL, 0) == -EINVAL);
+	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs, &l, NULL, 0) == -EINVAL);
 	rankset_release(&rs);
 	journal_close(j);
 	free(p);
