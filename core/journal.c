@@ -249,7 +249,8 @@ static int parse_u62(const char *s, uint64_t *out)
 
 int journal_resume_parse(const char *s, struct journal_resume *out)
 {
-	struct journal_resume r = { RESUME_AUTO, 0 };
+	struct journal_resume r = { .rule = RESUME_AUTO };
+	char *at;
 
 	if (!s)
 		return -EINVAL;
@@ -258,8 +259,22 @@ int journal_resume_parse(const char *s, struct journal_resume *out)
 	else if (!strcmp(s, "fresh"))
 		r.rule = RESUME_FRESH;
 	else if (!strncmp(s, "samples:", 8)) {
+		char g[32];
+
 		r.rule = RESUME_SAMPLES;
-		if (parse_u62(s + 8, &r.value))
+		at = strchr(s + 8, '@');
+		if (at) {
+			if ((size_t)(at - (s + 8)) >= sizeof(g) || parse_u62(at + 1, &r.step))
+				return -EINVAL;
+			memcpy(g, s + 8, (size_t)(at - (s + 8)));
+			g[at - (s + 8)] = 0;
+			r.has_step = 1;
+		} else {
+			snprintf(g, sizeof(g), "%.31s", s + 8);
+			if (strlen(s + 8) >= sizeof(g))
+				return -EINVAL;
+		}
+		if (parse_u62(g, &r.value))
 			return -EINVAL;
 	} else if (!strncmp(s, "step:", 5)) {
 		r.rule = RESUME_STEP;
@@ -281,7 +296,10 @@ void journal_resume_format(const struct journal_resume *r, char *out, size_t len
 		snprintf(out, len, "fresh");
 		break;
 	case RESUME_SAMPLES:
-		snprintf(out, len, "samples:%" PRIu64, r->value);
+		if (r->has_step)
+			snprintf(out, len, "samples:%" PRIu64 "@%" PRIu64, r->value, r->step);
+		else
+			snprintf(out, len, "samples:%" PRIu64, r->value);
 		break;
 	case RESUME_STEP:
 		snprintf(out, len, "step:%" PRIu64, r->value);
@@ -657,6 +675,9 @@ static int precheck(const char *path, enum open_mode mode, int *create, int *exi
 	if (S_ISDIR(st.st_mode))
 		return fail(err, errlen, -EISDIR, "journal %s is a directory; pass journal=PATH "
 			    "naming a file", path);
+	if (!S_ISREG(st.st_mode))
+		return fail(err, errlen, -EINVAL, "journal %s is not a regular file; pass "
+			    "journal=PATH naming a file", path);
 	if (st.st_size == 0) {
 		if (mode != OPEN_WRITE)
 			return fail(err, errlen, -EBADMSG, "journal %s is empty: no mount has "
@@ -1366,6 +1387,12 @@ static int map_rule(struct journal *j, const struct hist *h, const struct journa
 	}
 	if (r->rule == RESUME_SAMPLES) {
 		l->start_samples = r->value;
+		if (r->has_step) {
+			l->start_step = r->step;
+			snprintf(applied, alen, "samples:%" PRIu64 "@%" PRIu64 " -> step %" PRIu64
+				 " at samples:%" PRIu64, r->value, r->step, r->step, r->value);
+			return 0;
+		}
 		if (best)
 			l->start_step = best->step + (r->value - best->gsn) / best->l.global_batch;
 		else
@@ -1449,8 +1476,8 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	struct layout nl = *l;
 	struct journal_point p;
 	struct hist h;
-	char desc[sizeof(j->cur.resume) * 2], rule_text[32], ranks_text[256], host[64] = "";
-	char why[128] = "";
+	char desc[sizeof(j->cur.resume) * 2], rule_text[32], host[64] = "";
+	char why[128] = "", *ranks_text = NULL;
 	uint64_t *nranks = NULL, g;
 	struct rank_pos *npos = NULL;
 	int64_t id = 0, t;
@@ -1459,6 +1486,10 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	pthread_mutex_lock(&j->mu);
 	if (j->readonly) {
 		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
+		goto out;
+	}
+	if (!rule || !l) {
+		rc = jfail(j, -EINVAL, "journal_start: no rule or layout given");
 		goto out;
 	}
 	if (!ranks || !ranks->count) {
@@ -1521,7 +1552,8 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	}
 	nranks = malloc(ranks->count * sizeof(*nranks));
 	npos = malloc(ranks->count * sizeof(*npos));
-	if (!nranks || !npos) {
+	ranks_text = malloc(ranks->count * 21 + 1); /* the whole list, for the row */
+	if (!nranks || !npos || !ranks_text) {
 		rc = jfail(j, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -1530,7 +1562,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		npos[i].step = nl.start_step;
 		npos[i].micro = 0;
 	}
-	rankset_format(ranks, ranks_text, sizeof(ranks_text));
+	rankset_format(ranks, ranks_text, ranks->count * 21 + 1);
 	journal_resume_format(rule, rule_text, sizeof(rule_text));
 	if (gethostname(host, sizeof(host) - 1))
 		copy_str(host, sizeof(host), "?");
@@ -1569,6 +1601,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 out:
 	free(nranks);
 	free(npos);
+	free(ranks_text);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
 }

@@ -57,9 +57,13 @@ enum resume_rule { RESUME_AUTO, RESUME_FRESH, RESUME_SAMPLES, RESUME_STEP };
 struct journal_resume {
 	enum resume_rule rule;
 	uint64_t value;             /* G for samples:G, S for step:S */
+	int has_step;               /* samples:G@S: S0 = step, not derived from history */
+	uint64_t step;
 };
 
-/* Parse "auto" | "fresh" | "samples:G" | "step:S" (G, S decimal, below 2^62).
+/* Parse "auto" | "fresh" | "samples:G" | "samples:G@S" | "step:S" (G, S decimal, below
+ * 2^62). samples:G@S starts at gsn G numbered step S: what `zephon journal resume-point`
+ * prints, so every node of a job numbers steps alike even when its journal is new.
  * 0 or -EINVAL. */
 int journal_resume_parse(const char *s, struct journal_resume *out);
 /* Format a rule back ("samples:1024"); out is always NUL-terminated. */
@@ -107,7 +111,7 @@ struct journal_event {
  *   -EACCES, -EROFS, -ENOENT, -ENOTDIR, -EISDIR  the path cannot be created or written
  *             (the file, and its directory for the -wal file);
  *   -ENOSPC   no room to create it (a file this call created is removed again);
- *   -EINVAL   empty path or no ident;
+ *   -EINVAL   empty path, no ident, or path is not a regular file (a device, a FIFO);
  *   -EIO, -ENOMEM.
  * Applies migrations from older schema versions. *out is set only on success. */
 int journal_open(const char *path, const struct journal_ident *ident,

@@ -99,6 +99,14 @@ static void test_resume_parse(void)
 		CHECK(r.rule == RESUME_FRESH); /* untouched on failure */
 	}
 	CHECK(journal_resume_parse(NULL, &r) == -EINVAL);
+	/* samples:G@S pins the step number of G (what resume-point prints) */
+	CHECK(journal_resume_parse("samples:96@12", &r) == 0 && r.rule == RESUME_SAMPLES &&
+	      r.value == 96 && r.has_step && r.step == 12);
+	journal_resume_format(&r, buf, sizeof(buf));
+	CHECK(!strcmp(buf, "samples:96@12"));
+	CHECK(journal_resume_parse("samples:96@", &r) == -EINVAL);
+	CHECK(journal_resume_parse("samples:@3", &r) == -EINVAL);
+	CHECK(journal_resume_parse("samples:1@2@3", &r) == -EINVAL);
 	r = (struct journal_resume){ .rule = RESUME_SAMPLES, .value = 384 };
 	journal_resume_format(&r, buf, sizeof(buf));
 	CHECK(!strcmp(buf, "samples:384"));
@@ -323,6 +331,9 @@ static void test_unwritable_paths(void)
 	CHECK(strstr(err, p) != NULL);
 	free(p);
 	CHECK(journal_open(dir, &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err)) == -EISDIR);
+	CHECK(journal_open("/dev/null", &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err)) == -EINVAL);
+	CHECK(strstr(err, "not a regular file") != NULL);
+	CHECK(journal_open_readonly("/dev/zero", &j, err, sizeof(err)) == -EINVAL);
 	CHECK(journal_open("", &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err)) == -EINVAL);
 	CHECK(journal_open("/proc/self/journal.sqlite", &ID, JOURNAL_SYNC_NORMAL, &j, err,
 			   sizeof(err)) < 0);
