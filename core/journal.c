@@ -1478,6 +1478,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	struct hist h;
 	char desc[sizeof(j->cur.resume) * 2], rule_text[32], host[64] = "";
 	char why[128] = "", *ranks_text = NULL;
+	size_t ranks_len;
 	uint64_t *nranks = NULL, g;
 	struct rank_pos *npos = NULL;
 	int64_t id = 0, t;
@@ -1552,7 +1553,9 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	}
 	nranks = malloc(ranks->count * sizeof(*nranks));
 	npos = malloc(ranks->count * sizeof(*npos));
-	ranks_text = malloc(ranks->count * 21 + 1); /* the whole list, for the row */
+	/* the list for the row: whole unless absurdly fragmented (compact ranges are short) */
+	ranks_len = ranks->count < 3000 ? ranks->count * 21 + 1 : 65536;
+	ranks_text = malloc(ranks_len);
 	if (!nranks || !npos || !ranks_text) {
 		rc = jfail(j, -ENOMEM, "out of memory");
 		goto out;
@@ -1562,7 +1565,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		npos[i].step = nl.start_step;
 		npos[i].micro = 0;
 	}
-	rankset_format(ranks, ranks_text, ranks->count * 21 + 1);
+	rankset_format(ranks, ranks_text, ranks_len);
 	journal_resume_format(rule, rule_text, sizeof(rule_text));
 	if (gethostname(host, sizeof(host) - 1))
 		copy_str(host, sizeof(host), "?");

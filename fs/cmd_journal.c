@@ -147,7 +147,7 @@ static json_t *point_json(const struct journal_point *pt)
 {
 	char opt[48];
 
-	snprintf(opt, sizeof(opt), "samples:%" PRIu64, pt->samples);
+	snprintf(opt, sizeof(opt), "samples:%" PRIu64 "@%" PRIu64, pt->samples, pt->step);
 	return json_pack("{s:s, s:o, s:o, s:s, s:s, s:o}",
 			 "resume", opt,
 			 "samples", jint(pt->samples),
@@ -412,7 +412,7 @@ static int cmd_resume_point(int argc, char **argv)
 	if (!json) {
 		if (pt.warning[0])
 			die_msg("warning: %s", pt.warning);
-		printf("samples:%" PRIu64 "\n", pt.samples);
+		printf("samples:%" PRIu64 "@%" PRIu64 "\n", pt.samples, pt.step);
 		return 0;
 	}
 	o = point_json(&pt);

@@ -75,7 +75,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 {
 	struct journal_ident id;
 	struct journal *j;
-	struct journal_resume auto_rule = { RESUME_AUTO, 0 };
+	struct journal_resume auto_rule = { .rule = RESUME_AUTO, .value = 0 };
 	struct rankset rs;
 	struct layout l = { W, 64, 1, 0, 0 };
 	struct worker wk[W];

@@ -142,7 +142,7 @@ def test_show_json(tmp_path):
                                  'time_us': T0 + 3000, 'layout': 2}]
     assert d['rewinds'] == []
     assert d['consumed_samples'] == 168
-    assert d['resume_point'] == {'resume': 'samples:120', 'samples': 120, 'step': 6,
+    assert d['resume_point'] == {'resume': 'samples:120@6', 'samples': 120, 'step': 6,
                                  'basis': 'statement', 'why': 'checkpoint mark at step 6',
                                  'warning': None}
 
@@ -155,7 +155,7 @@ def test_show_empty_history(tmp_path):
     assert 'resume point      samples:0 (step 0)' in out
     d = json.loads(run('journal', 'show', j, '--json').stdout)
     assert d['layouts'] == [] and d['resume_point']['basis'] == 'empty'
-    assert run('journal', 'resume-point', j).stdout == b'samples:0\n'
+    assert run('journal', 'resume-point', j).stdout == b'samples:0@0\n'
 
 
 def test_resume_point_one_journal(tmp_path):
@@ -163,10 +163,10 @@ def test_resume_point_one_journal(tmp_path):
     make_journal(j, HISTORY)
     # no marks: the last layout's slowest rank completed 8 - 3 = 5 steps of 24
     p = run('journal', 'resume-point', j)
-    assert p.stdout == b'samples:168\n'
+    assert p.stdout == b'samples:168@8\n'
     assert p.stderr == ''
     d = json.loads(run('journal', 'resume-point', '--json', j).stdout)
-    assert (d['resume'], d['samples'], d['step'], d['basis']) == ('samples:168', 168, 8,
+    assert (d['resume'], d['samples'], d['step'], d['basis']) == ('samples:168@8', 168, 8,
                                                                  'cursors')
     assert d['journals'] == [str(j)]
     assert d['last_layout'] == {'world_size': 2, 'global_batch': 24, 'micro_batch': 3,
@@ -185,20 +185,20 @@ def test_resume_point_several_nodes(tmp_path):
     make_journal(c, [lay(2, 4, 1, '0-1', 0, 0, {0: (3, 0), 1: (2, 0)}, rule='samples:0')],
                  t0=T0 - 10**9)
     p = run('journal', 'resume-point', a, b, c)
-    assert p.stdout == b'samples:120\n'   # min completed: rank 1, 15 - 10 = 5 steps of 8
+    assert p.stdout == b'samples:120@15\n'   # min completed: rank 1, 15 - 10 = 5 steps of 8
     assert p.stderr == ''
     d = json.loads(run('journal', 'resume-point', '--json', a, b, c).stdout)
     assert (d['samples'], d['step'], d['basis']) == (120, 15, 'cursors')
     assert d['journals'] == [str(a), str(b), str(c)]
     # a node's journal missing: its ranks' progress is unknown -> the layout's start
     p = run('journal', 'resume-point', a)
-    assert p.stdout == b'samples:80\n'
+    assert p.stdout == b'samples:80@10\n'
     assert 'warning' in p.stderr and 'ranks 2-3' in p.stderr
     # a checkpoint mark in any journal wins
     b.unlink()
     make_journal(b, [lay(4, 8, 1, '2-3', 10, 80, {2: (16, 0), 3: (19, 1)},
                          rule='samples:80'), ('mark', 12, 96)])
-    assert run('journal', 'resume-point', a, b).stdout == b'samples:96\n'
+    assert run('journal', 'resume-point', a, b).stdout == b'samples:96@12\n'
 
 
 def test_reads_the_wal_of_a_killed_mount(tmp_path):
@@ -220,7 +220,7 @@ os._exit(0)
     wal = pathlib.Path(str(j) + '-wal')
     assert wal.exists() and wal.stat().st_size > 0
     before = (j.read_bytes(), wal.read_bytes())
-    assert run('journal', 'resume-point', j).stdout == b'samples:24\n'
+    assert run('journal', 'resume-point', j).stdout == b'samples:24@6\n'
     assert 'rank 0 at 6.0' in run('journal', 'show', j).stdout.decode()
     assert (j.read_bytes(), wal.read_bytes()) == before
 
