@@ -1476,7 +1476,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	struct layout nl = *l;
 	struct journal_point p;
 	struct hist h;
-	char desc[sizeof(j->cur.resume) * 2], rule_text[32], host[64] = "";
+	char desc[sizeof(j->cur.resume) * 2], rule_text[64], host[64] = "";
 	char why[128] = "", *ranks_text = NULL;
 	size_t ranks_len;
 	uint64_t *nranks = NULL, g;

@@ -76,7 +76,7 @@ struct journal_layout {
 	char ranks[256];            /* rankset_format() of the served ranks, maybe truncated */
 	int64_t time;               /* unix seconds */
 	char host[64];
-	char rule[32];              /* the resume option given: "auto", "samples:384", ... */
+	char rule[64];              /* the resume option given: "auto", "samples:384@12", ... */
 	char resume[160];           /* what it resolved to ("auto: checkpoint mark at step 12
 	                             * -> step 12, samples:384"), maybe truncated */
 };
@@ -183,13 +183,12 @@ struct journal_point {
  * (S0, 0), all in one transaction. Rules:
  *   auto        the resume point above (G = S = 0 on an empty journal);
  *   fresh       S0 = 0, G0 = 0; the history is kept (for `show`) but ignored from now on;
+ *   samples:G@S G0 = G, S0 = S: what `zephon journal resume-point` prints and what a
+ *               launcher passes to every node, so that all nodes number steps alike (a
+ *               node whose journal is new or missed restarts cannot derive S itself);
  *   samples:G   G0 = G; S0 = the step G falls in per the layout history: the latest
  *               layout with G0_old <= G gives S0_old + (G - G0_old) / B_old (rounded
- *               down when G is not on a step boundary of it); with none, G / B.
- *               Several nodes: a node whose journal missed restarts (or a new one) may
- *               number steps differently from the others after a change of B; the
- *               samples it serves are the same, but `checkpoint`/`rewind STEP` use each
- *               node's numbering, so keep every node's journal across restarts;
+ *               down when G is not on a step boundary of it); with none, G / B;
  *   step:S      S0 = S; G0 = the first gsn of step S per the latest layout with
  *               S0_old <= S; -EINVAL if there is none (an empty journal).
  * Steps and samples are not checked against a finite stream's end (the caller's job).

@@ -1,6 +1,6 @@
 /*
  * cmd_journal.c: `zephon journal show PATH [--json]` (the history of a cursor journal) and
- * `zephon journal resume-point PATH... [--json]` (the samples:G that resume=auto would
+ * `zephon journal resume-point PATH... [--json]` (the samples:G@S that resume=auto would
  * use, over one journal or the journals of every node of a job). Read-only: both open
  * journals with journal_open_readonly() and never write to them.
  */
@@ -29,10 +29,11 @@ static void usage(FILE *f)
 		"  show          print the history: layouts (W, B, m, ranks, start step and\n"
 		"                samples, time, host, resume rule), cursors, checkpoint marks,\n"
 		"                rewinds, consumed_samples and the resume point.\n"
-		"  resume-point  print the resume=samples:G that resume=auto would use. With the\n"
-		"                journals of several nodes (one per node), the latest checkpoint\n"
-		"                mark in any of them wins, else the minimum over every rank of the\n"
-		"                last layout; pass resume=samples:G to every node.\n"
+		"  resume-point  print where resume=auto would start, as samples:G@S (gsn G,\n"
+		"                numbered step S). With the journals of several nodes (one per\n"
+		"                node), the latest checkpoint mark in any of them wins, else the\n"
+		"                minimum over every rank of the last layout; pass\n"
+		"                -o resume=samples:G@S to every node.\n"
 		"\n"
 		"options:\n"
 		"  --json        one JSON object instead of text\n"

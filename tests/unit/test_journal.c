@@ -84,7 +84,8 @@ static void test_resume_parse(void)
 	char buf[64];
 	static const char *bad[] = { "", "Auto", "samples:", "samples:-1", "samples:1x",
 		"samples: 1", "step:", "step:x", "samples:4611686018427387904", "resume",
-		"fresh:1", "samples:99999999999999999999999" };
+		"fresh:1", "samples:99999999999999999999999", "samples:@3", "samples:3@",
+		"samples:3@x", "samples:3@4@5", "samples:3@4611686018427387904", "step:3@4" };
 
 	CHECK(journal_resume_parse("auto", &r) == 0 && r.rule == RESUME_AUTO);
 	CHECK(journal_resume_parse("fresh", &r) == 0 && r.rule == RESUME_FRESH);
@@ -93,6 +94,11 @@ static void test_resume_parse(void)
 	CHECK(journal_resume_parse("samples:4611686018427387903", &r) == 0 &&
 	      r.value == ORDER_MAX_GSN - 1);
 	CHECK(journal_resume_parse("step:12", &r) == 0 && r.rule == RESUME_STEP && r.value == 12);
+	CHECK(journal_resume_parse("samples:1024", &r) == 0 && !r.has_step);
+	CHECK(journal_resume_parse("samples:384@12", &r) == 0 && r.rule == RESUME_SAMPLES &&
+	      r.value == 384 && r.has_step && r.step == 12);
+	journal_resume_format(&r, buf, sizeof(buf));
+	CHECK(!strcmp(buf, "samples:384@12"));
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		r.rule = RESUME_FRESH;
 		CHECK(journal_resume_parse(bad[i], &r) == -EINVAL);
@@ -652,6 +658,11 @@ static void test_resume_rules(void)
 	/* now the latest layout with G0 <= 40 is the one just started (G0 16, B 6, S0 2) */
 	CHECK(start_text(j, "samples:40", 1, 6, 6, "", &l) == 0);
 	CHECK(l.start_step == 2 + (40 - 16) / 6 && l.start_samples == 40);
+	/* samples:G@S pins the step number whatever the history says */
+	CHECK(start_text(j, "samples:40@77", 1, 6, 6, "", &l) == 0);
+	CHECK(l.start_samples == 40 && l.start_step == 77);
+	CHECK(start_text(j, "samples:40@6", 1, 6, 6, "", &l) == 0);
+	CHECK(l.start_samples == 40 && l.start_step == 6);
 	/* step:S takes G0 from the latest layout with S0 <= S: S0 6 (G0 40, B 6) */
 	CHECK(start_text(j, "step:9", 2, 4, 1, "", &l) == 0);
 	CHECK(l.start_step == 9 && l.start_samples == 40 + 3 * 6);
@@ -699,11 +710,12 @@ static void test_resume_rules(void)
 			CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 		CHECK(journal_resume_point_ex(j, &pt) == 0);
 		CHECK(pt.basis == JOURNAL_POINT_CURSORS && pt.step == 4 && pt.samples == 16);
-		CHECK(journal_layouts(j, &ls, &nls) == 0 && nls == 13);
-		if (nls == 13) {
-			CHECK(!strcmp(ls[12].rule, "fresh"));
-			CHECK(ls[0].id < ls[12].id);
+		CHECK(journal_layouts(j, &ls, &nls) == 0 && nls == 15);
+		if (nls == 15) {
+			CHECK(!strcmp(ls[14].rule, "fresh"));
+			CHECK(ls[0].id < ls[14].id);
 			CHECK(!strcmp(ls[3].rule, "samples:30"));
+			CHECK(!strcmp(ls[6].rule, "samples:40@77"));
 		}
 		free(ls);
 		CHECK(journal_checkpoint(j, 1) == 0);
@@ -729,6 +741,22 @@ static void test_start_ranges(void)
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == -EINVAL);
 	r.value = ORDER_MAX_GSN - 2;
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == 0);
+	/* a long rule text is stored whole and read back (the history parses it) */
+	r = (struct journal_resume){ .rule = RESUME_SAMPLES, .value = 1000000000000000000u,
+				     .has_step = 1, .step = 1000000000000000u };
+	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == 0);
+	{
+		struct journal_layout *ls;
+		size_t nls;
+		uint64_t g, st;
+
+		CHECK(journal_resume_point(j, &g, &st) == 0);
+		CHECK(g == 1000000000000000000u && st == 1000000000000000u);
+		CHECK(journal_layouts(j, &ls, &nls) == 0 && nls == 2);
+		if (nls == 2)
+			CHECK(!strcmp(ls[1].rule, "samples:1000000000000000000@1000000000000000"));
+		free(ls);
+	}
 	r = (struct journal_resume){ .rule = RESUME_STEP, .value = ORDER_MAX_GSN - 1 };
 	l = (struct layout){ 1, 4, 1, 0, 0 };
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == -EINVAL);

@@ -8,7 +8,7 @@
  * and rewinds, and crashes: every mount runs in a forked child that reports each claim it
  * handed out through a pipe, and some children SIGKILL themselves mid-way (sometimes
  * between a committed claim and its report). The next mount starts from the resume point:
- * `auto` or an explicit rule for one journal, `samples:G` from
+ * `auto` or an explicit rule for one journal, `samples:G@S` from
  * journal_resume_point_files() over every node journal (what a launcher does).
  *
  * The parent keeps a model (DESIGN.md section 1 and the rules of journal.h) and asserts:
@@ -255,7 +255,6 @@ struct model {
 	uint64_t cur_step[MAX_W], cur_micro[MAX_W]; /* model cursor per rank */
 	int marks;                  /* a mark since the last fresh start */
 	uint64_t stmt_step, stmt_gsn; /* the latest statement */
-	int full_history[MAX_NODES]; /* node took part in every mount */
 	int node_used[MAX_NODES];   /* journal file exists */
 };
 
@@ -521,7 +520,6 @@ static void run_history(uint64_t seed, struct stats *st)
 
 		snprintf(name, sizeof(name), "node%zu.sqlite", k);
 		paths[k] = path_in(dir, name);
-		md.full_history[k] = 1;
 	}
 	static const uint64_t bs[] = { 2, 3, 4, 6, 8, 12 };
 	B = bs[below(6)];
@@ -535,7 +533,6 @@ static void run_history(uint64_t seed, struct stats *st)
 		pid_t pid;
 		struct rep rp;
 		static char rbuf[64 * sizeof(struct rep)];
-		int used_now[MAX_NODES] = { 0 };
 
 		memset(&mp, 0, sizeof(mp));
 		if (mi > 0 && chance(35))
@@ -549,9 +546,8 @@ static void run_history(uint64_t seed, struct stats *st)
 		model_expected_point(&md, &es, &eg);
 		journal_point(multi, njournals, &md, &pt);
 		HCHECK(pt.samples == eg);
-		if (!multi)
-			HCHECK(pt.step == es);
-		if (pt.samples != eg || (!multi && pt.step != es))
+		HCHECK(pt.step == es);
+		if (pt.samples != eg || pt.step != es)
 			fprintf(stderr, "history seed %" PRIu64 " mount %" PRIu64 ": journal point "
 				"step %" PRIu64 " samples %" PRIu64 " (%s), model step %" PRIu64
 				" samples %" PRIu64 "\n", seed, mi, pt.step, pt.samples, pt.why, es, eg);
@@ -560,14 +556,18 @@ static void run_history(uint64_t seed, struct stats *st)
 		if (chance(6) && mi > 0) {
 			mp.rule.rule = RESUME_FRESH;
 			es = eg = 0;
-		} else if (multi) {
+		} else if (multi) { /* a launcher: samples:G@S from every node's journal */
 			mp.rule.rule = RESUME_SAMPLES;
 			mp.rule.value = pt.samples;
+			mp.rule.has_step = 1;
+			mp.rule.step = pt.step;
 		} else {
 			uint64_t k = below(10);
 
-			mp.rule.rule = k < 6 ? RESUME_AUTO : k < 8 ? RESUME_SAMPLES : RESUME_STEP;
+			mp.rule.rule = k < 5 ? RESUME_AUTO : k < 8 ? RESUME_SAMPLES : RESUME_STEP;
 			mp.rule.value = mp.rule.rule == RESUME_SAMPLES ? eg : es;
+			mp.rule.has_step = k == 7;
+			mp.rule.step = es;
 			if (mp.rule.rule == RESUME_STEP && !md.have_layout)
 				mp.rule.rule = RESUME_AUTO;
 		}
@@ -665,11 +665,9 @@ static void run_history(uint64_t seed, struct stats *st)
 				nl[rp.node] = mp.l;
 				nl[rp.node].start_step = rp.a;
 				nl[rp.node].start_samples = rp.b;
-				used_now[node] = 1;
 				md.node_used[node] = 1;
 				HCHECK(rp.b == eg);
-				if (!multi || md.full_history[node])
-					HCHECK(rp.a == es);
+				HCHECK(rp.a == es); /* step numbers continue, on every node */
 				break;
 			}
 			case REP_CLAIM: {
@@ -731,9 +729,6 @@ static void run_history(uint64_t seed, struct stats *st)
 		} else {
 			HCHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && done);
 		}
-		for (size_t k = 0; k < njournals; k++)
-			if (!used_now[k])
-				md.full_history[k] = 0;
 		if (!hist_failed)
 			check_cursors(&md, &mp, nl, crashed);
 	}
