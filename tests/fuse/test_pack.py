@@ -141,7 +141,7 @@ def test_same_tokens_same_fingerprint_from_megatron_npy_and_bin(tmp_path, data):
     np.save(big, tokens.astype('>u2'))
     fps = set()
     for name, args in [('a', [str(prefix) + '.bin']), ('b', [tmp_path / 't.npy']),
-                       ('c', [tmp_path / 't.bin', '--dtype', 'uint16']),
+                       ('c', [tmp_path / 't.bin', '--dtype', 'uint16', '--format', 'tokens']),
                        ('d', [big, '--compress', 'none']),
                        ('e', [prefix, '--no-dict', '--level', '1'])]:
         ds = pack_ok(tmp_path, name, *args, '--seq-len', '512')
@@ -228,6 +228,24 @@ def test_tar_grouping_and_compressed_tar(tmp_path):
                    [('dir/s2.jpg', b'J2'), ('dir/s2.cls', b'4')],
                    [('s3.txt', b'x')],
                    [('l' * 150 + '/s4.txt', b'long')]]
+
+
+def test_tar_gnu_long_names(tmp_path):
+    long_dir = 'd' * 120
+    members = [(long_dir + '/sample0001.input.txt', b'in'), (long_dir + '/sample0001.label', b'1'),
+               ('x' * 200 + '.txt', b'long base name')]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w', format=tarfile.GNU_FORMAT) as tf:
+        for name, body in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(body)
+            tf.addfile(ti, io.BytesIO(body))
+    (tmp_path / 'gnu.tar').write_bytes(buf.getvalue())
+    assert b'././@LongLink' in buf.getvalue()
+    run('pack', tmp_path / 'gnu.tar', '-o', tmp_path / 'd')
+    got = [zds.parse_file_group(s) for s in zds.read_dataset(tmp_path / 'd')]
+    assert got == [members[:2], members[2:]]
+    assert zds.read_dataset(tmp_path / 'd') == zds.expect_tar(tmp_path / 'gnu.tar')
 
 
 def test_info_human_table(tmp_path, data):
