@@ -5,7 +5,8 @@
  * when a B1/B2 target is missed. A benchmark: prints, never judges.
  *
  * usage: bench_encode DATASET FORMAT M [SECONDS] [THREADS]
- * Prints one JSON object: batches/s, samples/s, bytes/s over all threads.
+ * Prints one JSON object: batches/s, samples/s, bytes/s over all threads, and the same
+ * per CPU-second the threads used (the cost, robust to other load on the machine).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -25,6 +26,7 @@ struct worker {
 	uint64_t m, first_gsn;
 	double seconds;
 	uint64_t batches, bytes;
+	double cpu;     /* CPU seconds the thread used: robust to a shared, busy machine */
 	int err;
 };
 
@@ -36,6 +38,14 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void *work(void *arg)
 {
 	struct worker *w = arg;
@@ -44,7 +54,7 @@ static void *work(void *arg)
 	uint64_t *ids = malloc(w->m * sizeof(*ids)), gsn = w->first_gsn, bad;
 	struct buf out = BUF_INIT;
 	struct order o;
-	double end = now() + w->seconds;
+	double end = now() + w->seconds, cpu0 = cpu_now();
 
 	if (!r || !ids || order_init(&o, info->samples, 0, ORDER_SHUFFLE_GLOBAL)) {
 		w->err = 1;
@@ -67,6 +77,7 @@ static void *work(void *arg)
 		w->bytes += out.len;
 	}
 out:
+	w->cpu = cpu_now() - cpu0;
 	buf_release(&out);
 	free(ids);
 	if (r)
@@ -80,7 +91,7 @@ int main(int argc, char **argv)
 	enum batch_format f;
 	char err[512];
 	uint64_t m, batches = 0, bytes = 0;
-	double seconds, t0, secs;
+	double seconds, t0, secs, cpu = 0;
 	int threads, failed = 0;
 
 	if (argc < 4 || batch_format_parse(argv[2], &f)) {
@@ -112,12 +123,15 @@ int main(int argc, char **argv)
 		batches += w[i].batches;
 		bytes += w[i].bytes;
 		failed |= w[i].err;
+		cpu += w[i].cpu;
 	}
 	secs = now() - t0;
 	printf("{\"format\": \"%s\", \"m\": %" PRIu64 ", \"threads\": %d, \"batches_per_s\": %.1f"
-	       ", \"samples_per_s\": %.1f, \"bytes_per_s\": %.1f, \"batch_bytes\": %.1f}\n",
+	       ", \"samples_per_s\": %.1f, \"bytes_per_s\": %.1f, \"batch_bytes\": %.1f"
+	       ", \"cpu_s\": %.3f, \"samples_per_cpu_s\": %.1f, \"bytes_per_cpu_s\": %.1f}\n",
 	       argv[2], m, threads, (double)batches / secs, (double)(batches * m) / secs,
-	       (double)bytes / secs, batches ? (double)bytes / (double)batches : 0.0);
+	       (double)bytes / secs, batches ? (double)bytes / (double)batches : 0.0, cpu,
+	       cpu > 0 ? (double)(batches * m) / cpu : 0.0, cpu > 0 ? (double)bytes / cpu : 0.0);
 	free(w);
 	dataset_close(ds);
 	return failed;

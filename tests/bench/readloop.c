@@ -11,11 +11,14 @@
  * together and run COUNT cycles each, or for SECONDS of wall time.
  *
  * usage: readloop [-b BS] [-f FIRST] [-n COUNT | -t SECONDS] [-w WARMUP] [-e BYTES] [-l]
- *                 PATH...
+ *                 [-p USEC] PATH...
  *   -b BS       read size in bytes (default 1 MiB); K/M suffixes accepted
  *   -f FIRST    size of the first read of each open (default BS)
  *   -e BYTES    every open must read exactly BYTES (exit 1 otherwise)
  *   -l          also count '\n' bytes (records of the lines encoding)
+ *   -p USEC     sleep USEC microseconds after each cycle (a paced reader: a training
+ *               step that computes between batches; latency then measures the hand-over
+ *               of a prefetched batch rather than the producer's throughput)
  * An open() failing with ENODATA (end of a finite Zephon stream) ends that thread.
  * Prints one JSON object on stdout: bytes/s, opens/s, records/s and latency
  * percentiles in microseconds. A benchmark, not a test: it never judges timings.
@@ -38,6 +41,7 @@ struct loop_opts {
 	uint64_t warmup;
 	int64_t expect;      /* -1: no check */
 	int lines;
+	unsigned pause_us;
 };
 
 struct reader {
@@ -179,6 +183,8 @@ static void *reader_main(void *arg)
 			r->eod = 1;
 		else if (e)
 			r->err = e;
+		if (r->o->pause_us)
+			usleep(r->o->pause_us);
 	}
 	r->t_end = now();
 	free(buf);
@@ -210,20 +216,20 @@ static double pct(const double *v, uint64_t n, double p)
 static int usage(void)
 {
 	fprintf(stderr, "usage: readloop [-b BS] [-f FIRST] [-n COUNT | -t SECONDS] "
-		"[-w WARMUP] [-e BYTES] [-l] PATH...\n");
+		"[-w WARMUP] [-e BYTES] [-l] [-p USEC] PATH...\n");
 	return 2;
 }
 
 int main(int argc, char **argv)
 {
-	struct loop_opts o = { 1 << 20, 0, 0, 3.0, 2, -1, 0 };
+	struct loop_opts o = { 1 << 20, 0, 0, 3.0, 2, -1, 0, 0 };
 	pthread_barrier_t start;
 	struct reader *rs;
 	double *opens, *firsts, t_start, t_end = 0, secs;
 	uint64_t total = 0, bytes = 0, records = 0;
 	int c, nr, failed = 0, eod = 0;
 
-	while ((c = getopt(argc, argv, "b:f:n:t:w:e:l")) != -1) {
+	while ((c = getopt(argc, argv, "b:f:n:t:w:e:lp:")) != -1) {
 		switch (c) {
 		case 'b': o.bs = parse_size(optarg); break;
 		case 'f': o.first = parse_size(optarg); break;
@@ -232,6 +238,7 @@ int main(int argc, char **argv)
 		case 'w': o.warmup = strtoull(optarg, NULL, 10); break;
 		case 'e': o.expect = (int64_t)parse_size(optarg); break;
 		case 'l': o.lines = 1; break;
+		case 'p': o.pause_us = (unsigned)strtoul(optarg, NULL, 10); break;
 		default: return usage();
 		}
 	}
