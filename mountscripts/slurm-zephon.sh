@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=zephon
+# slurm-zephon.sh: run a SLURM job step on Zephon mounts, one mount per node.
+#
+# usage (as the batch script, or called from yours):
+#   sbatch --nodes=2 --ntasks-per-node=4 --gpus-per-node=4 slurm-zephon.sh srun python train.py
+#   slurm-zephon.sh COMMAND...      inside an allocation (sbatch, salloc)
+#
+# What it does, in the batch step:
+#   1. the resume point, once, over every node's journal in ZEPHON_JOURNAL_DIR
+#      (`zephon journal resume-point`; samples:0@0 on the first run);
+#   2. `srun --overlap --ntasks-per-node=1 slurm-zephon.sh node` in the background: on each
+#      node one foreground mount of that node's ranks (node N serves N*P .. N*P+P-1 of
+#      world_size NNODES*P), its own journal ZEPHON_JOURNAL_DIR/node-N.sqlite, and
+#      resume=samples:G@S, the same on every node;
+#   3. waits until every node's mount answers, runs COMMAND (usually `srun python train.py`:
+#      each task reads $ZEPHON_MOUNT/rank/$SLURM_PROCID/next), and exits with its status;
+#   4. unmounts every node, also when COMMAND fails or the job is cancelled.
+# The mount step has to stay a job step of its own: SLURM ends every process of a step
+# when the step ends, so a mount that daemonized from a short step would die with it.
+#
+# environment (see zephon-node --help): ZEPHON_DATASET, ZEPHON_JOURNAL_DIR (shared),
+#   ZEPHON_OPTIONS (global_batch=...,micro_batch=...,seed=...), ZEPHON_MOUNT (node-local,
+#   default /tmp/zephon-$SLURM_JOB_ID), ZEPHON_RANKS_PER_NODE (default: the job's
+#   --ntasks-per-node, else the GPUs on the node, else tasks / nodes), ZEPHON_RESUME
+#   (default: computed in step 1), ZEPHON (the executable).
+# Per-node subcommands (what srun runs on each node; SLURM_NODEID picks the node):
+#   slurm-zephon.sh node | wait | umount      and   slurm-zephon.sh resume-point
+set -euo pipefail
+
+# sbatch runs a copy of this script from the spool directory: find zephon-node through
+# ZEPHON_SCRIPTS, PATH, or the directory the job was submitted from.
+find_node_script() {
+	local d
+	for d in "${ZEPHON_SCRIPTS:-}" "$(dirname "${BASH_SOURCE[0]}")" \
+		"${SLURM_SUBMIT_DIR:-.}/mountscripts" "${SLURM_SUBMIT_DIR:-.}"; do
+		[ -n "$d" ] && [ -x "$d/zephon-node" ] && { echo "$(cd "$d" && pwd)/zephon-node"; return; }
+	done
+	command -v zephon-node || {
+		echo "slurm-zephon.sh: cannot find zephon-node; set ZEPHON_SCRIPTS to the mountscripts directory" >&2
+		exit 1
+	}
+}
+node_script=$(find_node_script)
+self=$(cd "$(dirname "$node_script")" && pwd)/slurm-zephon.sh
+[ -x "$self" ] || self=$(realpath "${BASH_SOURCE[0]}")
+
+# The node variables from SLURM's. Ranks per node come from the batch step's view: inside
+# the mount step (one task per node) SLURM_NTASKS_PER_NODE would say 1.
+export ZEPHON_NNODES=${ZEPHON_NNODES:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-}}}
+if [ -z "${ZEPHON_RANKS_PER_NODE:-}" ]; then
+	if [ -n "${SLURM_NTASKS_PER_NODE:-}" ]; then
+		ZEPHON_RANKS_PER_NODE=${SLURM_NTASKS_PER_NODE%%[(,]*}    # "4", "4(x2)", "4,4"
+	elif [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
+		ZEPHON_RANKS_PER_NODE=$SLURM_GPUS_ON_NODE
+	elif [ -n "${SLURM_NTASKS:-}" ] && [ -n "$ZEPHON_NNODES" ]; then
+		ZEPHON_RANKS_PER_NODE=$((SLURM_NTASKS / ZEPHON_NNODES))
+	fi
+fi
+export ZEPHON_RANKS_PER_NODE
+export ZEPHON_MOUNT=${ZEPHON_MOUNT:-/tmp/zephon-${SLURM_JOB_ID:-job}}
+
+case "${1:-}" in
+node | wait | umount | options | path)
+	# a task of a per-node step: SLURM_NODEID is this node (the batch step's value, 0,
+	# must not leak into the other nodes' tasks, so it is never exported before srun)
+	[ -n "${SLURM_NODEID:-}" ] || { echo "slurm-zephon.sh $1: SLURM_NODEID is not set (run it with srun)" >&2; exit 2; }
+	export ZEPHON_NODE=$SLURM_NODEID
+	if [ "$1" = node ]; then exec "$node_script" mount -f; fi
+	exec "$node_script" "$1" ;;
+resume-point) exec "$node_script" resume-point ;;
+-h | --help) sed -n '3,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+"") echo "slurm-zephon.sh: give the command to run, e.g. srun python train.py; see --help" >&2; exit 2 ;;
+esac
+
+[ -n "$ZEPHON_NNODES" ] || { echo "slurm-zephon.sh: not inside a SLURM allocation (SLURM_JOB_NUM_NODES is not set)" >&2; exit 2; }
+[ -n "${ZEPHON_RANKS_PER_NODE:-}" ] || { echo "slurm-zephon.sh: cannot tell the ranks per node; give sbatch --ntasks-per-node or set ZEPHON_RANKS_PER_NODE" >&2; exit 2; }
+
+# one task on every node, sharing the allocation with the job's other steps
+per_node=(srun --overlap --nodes="$ZEPHON_NNODES" --ntasks="$ZEPHON_NNODES" --ntasks-per-node=1)
+
+export ZEPHON_RESUME=${ZEPHON_RESUME:-$("$node_script" resume-point)}
+echo "slurm-zephon.sh: $ZEPHON_NNODES nodes x $ZEPHON_RANKS_PER_NODE ranks, resume=$ZEPHON_RESUME, mounts at $ZEPHON_MOUNT" >&2
+
+mount_pid=
+cleanup() {
+	trap - EXIT INT TERM
+	"${per_node[@]}" "$self" umount || true
+	[ -z "$mount_pid" ] || wait "$mount_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+"${per_node[@]}" "$self" node &
+mount_pid=$!
+"${per_node[@]}" "$self" wait
+set +e
+"$@"
+status=$?
+set -e
+exit $status

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# torchrun-zephon.sh: torchrun on a Zephon mount of this node's ranks. Run it on every node
+# where you would run torchrun, with the same arguments:
+#
+#   torchrun-zephon.sh --nnodes=2 --node_rank=0 --nproc_per_node=4 \
+#       --master_addr=node0 --master_port=29500 train.py --epochs 3
+#   NNODES=2 NODE_RANK=1 NPROC_PER_NODE=4 torchrun-zephon.sh --master_addr=node0 ... train.py
+#
+# It mounts ZEPHON_DATASET for ranks NODE_RANK*P .. NODE_RANK*P+P-1 of world_size NNODES*P
+# (P = nproc_per_node; torchrun numbers ranks the same way) with the journal
+# ZEPHON_JOURNAL_DIR/node-NODE_RANK.sqlite, exports ZEPHON_MOUNT (the mountpoint) to the
+# workers (each reads $ZEPHON_MOUNT/rank/$RANK/next), runs torchrun, unmounts when torchrun
+# ends (or this script is stopped), and exits with torchrun's status.
+#
+# Resume: with one node the script computes the resume point from the journals. With
+# several, compute it ONCE per job before any node starts, on a machine that sees the
+# shared journal directory, and give the same value to every node:
+#   export ZEPHON_RESUME=$(ZEPHON_JOURNAL_DIR=/shared/journals mountscripts/zephon-node resume-point)
+# (each node's mount writes its journal as soon as it starts, so nodes computing it
+# themselves could see each other's new layouts). A checkpoint mark that rank 0 wrote to
+# $ZEPHON_MOUNT/control after saving the model wins over the slowest rank's progress.
+#
+# environment: ZEPHON_DATASET, ZEPHON_JOURNAL_DIR, ZEPHON_OPTIONS, ZEPHON_MOUNT (default
+#   /tmp/zephon), ZEPHON_RESUME, ZEPHON (see zephon-node --help); NNODES, NODE_RANK,
+#   NPROC_PER_NODE when the flags are not given; ZEPHON_TORCHRUN, the torchrun command
+#   (default: torchrun, else python3 -m torch.distributed.run).
+set -euo pipefail
+me=torchrun-zephon.sh
+die() { echo "$me: $*" >&2; exit 2; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+node_script=$here/zephon-node
+[ -x "$node_script" ] || node_script=$(command -v zephon-node) || die "cannot find zephon-node next to $0 or on PATH"
+
+case "${1:-}" in
+-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+"") die "give torchrun's arguments and the training script; see --help" ;;
+esac
+
+# torchrun's options before the training script: those without a value are listed here
+nnodes= node_rank= nproc= standalone=0
+args=("$@")
+i=0
+while [ $i -lt ${#args[@]} ]; do
+	a=${args[$i]}
+	case "$a" in
+	--) break ;;
+	--standalone) standalone=1 ;;
+	--module | -m | --no_python | --no-python | --run_path | --run-path) ;;
+	--*=*)
+		case "${a%%=*}" in
+		--nnodes) nnodes=${a#*=} ;;
+		--node_rank | --node-rank) node_rank=${a#*=} ;;
+		--nproc_per_node | --nproc-per-node) nproc=${a#*=} ;;
+		esac ;;
+	-*)
+		v=${args[$((i + 1))]:-}
+		case "$a" in
+		--nnodes) nnodes=$v ;;
+		--node_rank | --node-rank) node_rank=$v ;;
+		--nproc_per_node | --nproc-per-node) nproc=$v ;;
+		esac
+		i=$((i + 1)) ;;
+	*) break ;;                 # the training script: the rest is its own
+	esac
+	i=$((i + 1))
+done
+
+extra=()
+if [ $standalone = 1 ]; then
+	nnodes=${nnodes:-1} node_rank=${node_rank:-0}
+fi
+if [ -z "$nnodes" ]; then nnodes=${NNODES:-1}; extra+=(--nnodes="$nnodes"); fi
+if [ -z "$node_rank" ]; then node_rank=${NODE_RANK:-0}; extra+=(--node_rank="$node_rank"); fi
+if [ -z "$nproc" ]; then
+	[ -n "${NPROC_PER_NODE:-}" ] || die "give --nproc_per_node=P (or NPROC_PER_NODE): one rank per worker"
+	nproc=$NPROC_PER_NODE; extra+=(--nproc_per_node="$nproc")
+fi
+[[ $nnodes =~ ^[0-9]+$ ]] || die "--nnodes=$nnodes: a fixed number of nodes, please (an elastic range MIN:MAX cannot keep every rank's mount fixed)"
+[[ $nproc =~ ^[0-9]+$ ]] || die "--nproc_per_node=$nproc: give the number of workers per node"
+[[ $node_rank =~ ^[0-9]+$ ]] || die "--node_rank=$node_rank is not a number"
+
+export ZEPHON_NNODES=$nnodes ZEPHON_NODE=$node_rank ZEPHON_RANKS_PER_NODE=$nproc
+if [ -z "${ZEPHON_RESUME:-}" ]; then
+	[ "$nnodes" = 1 ] || die "ZEPHON_RESUME is not set: with $nnodes nodes compute it once, before any node starts (see --help)"
+	ZEPHON_RESUME=$("$node_script" resume-point)
+fi
+export ZEPHON_RESUME
+
+if [ -n "${ZEPHON_TORCHRUN:-}" ]; then
+	read -ra torchrun <<<"$ZEPHON_TORCHRUN"
+elif command -v torchrun >/dev/null 2>&1; then
+	torchrun=(torchrun)
+else
+	torchrun=(python3 -m torch.distributed.run)
+fi
+
+child=
+cleanup() {
+	trap - EXIT INT TERM
+	if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
+		kill -TERM "$child" 2>/dev/null || true
+		wait "$child" 2>/dev/null || true
+	fi
+	"$node_script" umount || true
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+"$node_script" mount
+ZEPHON_MOUNT=$("$node_script" path)
+export ZEPHON_MOUNT
+echo "$me: node $node_rank of $nnodes: ranks $((node_rank * nproc))-$((node_rank * nproc + nproc - 1)) at $ZEPHON_MOUNT, resume=$ZEPHON_RESUME" >&2
+
+# in the background, so that a TERM reaches the trap (and torchrun) at once
+"${torchrun[@]}" "${extra[@]}" "$@" &
+child=$!
+set +e
+wait "$child"
+status=$?
+set -e
+child=
+exit $status
