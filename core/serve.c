@@ -556,9 +556,12 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 		rc = journal_claim(s->journal, rank, b->step, b->micro);
 		journal_s = now_s() - tj;
 		if (rc) {
+			char why[256];
+
+			journal_last_error(s->journal, why, sizeof(why));
 			slog(s, LOG_ERR, "rank %" PRIu64 ": the journal could not record the claim of "
 			     "step %" PRIu64 " micro %" PRIu64 " (%s); nothing was handed out",
-			     rank, b->step, b->micro, strerror(-rc));
+			     rank, b->step, b->micro, *why ? why : strerror(-rc));
 			pthread_mutex_lock(&s->qlock);
 			s->stats.journal_errors++;
 			pthread_mutex_unlock(&s->qlock);
@@ -695,25 +698,32 @@ int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
 	return 0;
 }
 
+static const char *journal_why(struct server *s, char *why)
+{
+	journal_last_error(s->journal, why, 256);
+	return *why ? why : "the step must lie between the layout's start step and the furthest rank cursor";
+}
+
 int server_checkpoint(struct server *s, uint64_t step)
 {
+	char why[256];
 	int rc;
 
 	if (!s->journal)
 		return -ENOSYS;
 	rc = journal_checkpoint(s->journal, step);
 	if (rc == -EINVAL)
-		slog(s, LOG_WARNING, "checkpoint %" PRIu64 " refused: the step must lie between the "
-		     "layout's start step %" PRIu64 " and the furthest rank cursor",
-		     step, s->cfg.layout.start_step);
+		slog(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else if (rc)
-		slog(s, LOG_ERR, "checkpoint %" PRIu64 " could not be journaled: %s", step, strerror(-rc));
+		slog(s, LOG_ERR, "checkpoint %" PRIu64 " could not be journaled: %s", step,
+		     journal_why(s, why));
 	return rc;
 }
 
 int server_rewind(struct server *s, uint64_t step)
 {
 	uint64_t a = layout_micros(&s->cfg.layout);
+	char why[256];
 	int rc;
 
 	if (!s->journal)
@@ -742,11 +752,10 @@ int server_rewind(struct server *s, uint64_t step)
 		for (size_t i = 0; i < s->nranks; i++)
 			fill_ring(s, &s->rs[i]);
 	else if (rc == -EINVAL)
-		slog(s, LOG_WARNING, "rewind %" PRIu64 " refused: the step must lie between the "
-		     "layout's start step %" PRIu64 " and the furthest rank cursor",
-		     step, s->cfg.layout.start_step);
+		slog(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else
-		slog(s, LOG_ERR, "rewind %" PRIu64 " could not be journaled: %s", step, strerror(-rc));
+		slog(s, LOG_ERR, "rewind %" PRIu64 " could not be journaled: %s", step,
+		     journal_why(s, why));
 	return rc;
 }
 

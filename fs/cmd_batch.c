@@ -24,9 +24,9 @@ static void batch_usage(FILE *f)
 		"the open of /rank/R/next that claims (T, K) returns), or without --micro the whole\n"
 		"share of R at T (/rank/R/step/T). Needs no FUSE and touches no journal.\n"
 		"\n"
-		"The layout starts at step S0 = 0, gsn G0 = 0; with -o resume=samples:G it starts at\n"
-		"G0 = G and S0 = --start-step (default G / global_batch): the start_step and\n"
-		"start_samples a mount shows in /status after that resume.\n"
+		"The layout starts at step S0 = 0, gsn G0 = 0; with -o resume=samples:G@S it starts\n"
+		"at G0 = G numbered S0 = S (resume=samples:G: S0 = --start-step, default G / B):\n"
+		"the start_step and start_samples a mount shows in /status after that resume.\n"
 		"\n"
 		"  --rank R        data-parallel rank (below world_size)\n"
 		"  --step T        step number (at least S0)\n"
@@ -124,7 +124,12 @@ int cmd_batch(int argc, char **argv)
 	}
 	if (cfg.resume.rule == RESUME_SAMPLES) {
 		cfg.layout.start_samples = cfg.resume.value;
-		cfg.layout.start_step = have_start ? start_step :
+		if (cfg.resume.has_step && have_start && cfg.resume.step != start_step) {
+			die_msg("batch: resume=samples:G@S and --start-step disagree on the step number");
+			goto out_cfg;
+		}
+		cfg.layout.start_step = cfg.resume.has_step ? cfg.resume.step :
+					have_start ? start_step :
 					cfg.resume.value / cfg.layout.global_batch;
 	} else if (have_start) {
 		die_msg("batch: --start-step goes with -o resume=samples:G");

@@ -208,7 +208,7 @@ def test_control_checkpoint_rewind_and_status(ds, mount, tmp_path):
     assert status['consumed_samples'] == 8
     assert status['resume'].startswith('auto')
     m.stop(check=False)
-    assert 'checkpoint 99 refused' in m.stderr_text
+    assert 'control: refused checkpoint 99: no served rank has reached that step' in m.stderr_text
     # the remount resumes at the latest position statement: the rewind to step 2
     m2 = mount(ds, opts, name='again')
     status = json.loads(read_all(m2.path('status')))
