@@ -252,6 +252,28 @@ class Bench:
         self.raw['B2'] = {'dataloader': base}
         bl = 'DataLoader %.0fk/s (w=0), %.0fk/s (w=2)' % (
             base[0]['records_per_s'] / 1e3, base[2]['records_per_s'] / 1e3)
+        # The FUSE transport's ceiling for this batch size: a static file of one average
+        # lines batch (256 records), read by the same two readers. Records/s can never
+        # beat opens/s of this file times 256.
+        with open(src, 'rb') as f:
+            nrec = sum(1 for _ in f)
+        size = int(src.stat().st_size / nrec * 256)
+        mnt = self.work / 'mnt-static'
+        with self.mounted([self.fuse_static, mnt, '-f', '-o', 'size=%d,files=1' % size], mnt,
+                          mnt / '0'):
+            c = self.readloop([mnt / '0'], expect=size)
+            runs = []
+            for _ in range(self.a.repeat):
+                _, out, _ = self.run([PY, HERE / 'lines_reader.py', mnt / '0', '--seconds',
+                                      self.secs])
+                runs.append(json.loads(out))
+            py = max(runs, key=lambda d: d['batches'] / d['seconds'])
+        py_rps = py['batches'] / py['seconds'] * 256
+        self.raw['B2']['static_fuse'] = {'size': size, 'readloop': c, 'python': py}
+        self.row('B2', 'ceiling: static FUSE file of one batch (%d KB), x256 records' % (
+            size // 1000), 'Python %.0fk/s, C %.0fk/s' % (py_rps / 1e3,
+                                                            c['opens_per_s'] * 256 / 1e3),
+                 bl, '%.1fx (Python)' % (py_rps / best['records_per_s']), 'calibration', None)
         for name, opts, target, need in (('compressed', [], '>= 3x', 3.0),
                                          ('uncompressed', ['--compress', 'none'], '>= 10x', 10.0)):
             try:
@@ -297,8 +319,9 @@ class Bench:
         self.raw['B3']['zephon'] = res
         for label, key in (('mount->first batch', 'first'), ('mount->first batch at '
                            'resume near end of epoch 3', 'resume')):
-            s, rss = res[key]
-            self.row('B3', 'N=%.0e: %s' % (res['n'], label), '%.3f s, %.1f MiB' % (s, rss / 1024),
+            s, rss, anon = res[key]
+            self.row('B3', 'N=%.0e: %s' % (res['n'], label),
+                     '%.3f s, VmHWM %.1f MiB (anon %.1f)' % (s, rss / 1024, anon / 1024),
                      bl, '%.0fx' % (base / s), '< 0.5 s, < 64 MiB, >= 20x',
                      s < 0.5 and rss < 64 * 1024 and base / s >= 20)
 
@@ -357,7 +380,9 @@ class Bench:
                     time.sleep(0.0005)
             secs = time.perf_counter() - t0
             with open('/proc/%d/status' % p.pid) as f:
-                hwm = int(re.search(r'VmHWM:\s+(\d+)', f.read()).group(1))
+                st = f.read()
+            hwm = int(re.search(r'VmHWM:\s+(\d+)', st).group(1))
+            anon = int(re.search(r'RssAnon:\s+(\d+)', st).group(1))
             assert first
         finally:
             subprocess.run(['fusermount3', '-u', str(mnt)], stderr=subprocess.DEVNULL)
@@ -368,7 +393,7 @@ class Bench:
                 p.kill()
                 p.wait()
             errf.close()
-        return secs, hwm
+        return secs, hwm, anon
 
     def b3_zephon(self):
         n = self.a.b3_n
