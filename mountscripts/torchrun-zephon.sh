@@ -94,6 +94,33 @@ else
 	torchrun=(python3 -m torch.distributed.run)
 fi
 
+# Debian 12's python3-torch 1.13 on Python 3.11: torchrun's Std.from_str("0") returns None
+# (iterating an IntFlag skips the zero member since Python 3.11), so torchrun dies with
+# "AttributeError: 'NoneType' object has no attribute 'get'" in to_map() unless --redirects
+# and --tee are 1 or 2. There, unless you chose them, add --redirects=2 --tee=2 (workers'
+# stderr goes to torchrun's log directory and is copied to the console).
+std_bug() {
+	local py=${torchrun[0]}
+	if [ "${torchrun[1]:-}" != -m ]; then      # the torchrun script: its interpreter
+		py=$(head -1 "$(command -v "$py")" | sed -n 's/^#! *\([^ ]*\).*/\1/p')
+		[ -n "$py" ] || return 1
+	fi
+	"$py" - <<'PYEOF' 2>/dev/null
+import importlib.util, os, sys
+spec = importlib.util.find_spec('torch')
+api = os.path.join(os.path.dirname(spec.origin), 'distributed', 'elastic', 'multiprocessing', 'api.py')
+sys.exit(0 if sys.version_info >= (3, 11) and 'for s in Std:' in open(api).read() else 1)
+PYEOF
+}
+case " $* " in
+*" --redirects"* | *" -r "* | *" --tee"* | *" -t "*) ;;
+*)
+	if std_bug; then
+		echo "$me: this torch's torchrun needs --redirects and --tee on Python 3.11; adding --redirects=2 --tee=2" >&2
+		extra+=(--redirects=2 --tee=2)
+	fi ;;
+esac
+
 child=
 cleanup() {
 	trap - EXIT INT TERM

@@ -1,0 +1,566 @@
+"""mountscripts/ on this machine (issue 6): several mounts in separate mountpoints act as the
+nodes of a job, driven through the real launch scripts with the variables SLURM and
+torchrun set; fstab and `mount -t fuse.zephon` through mount(8) and mount.fuse3; the
+systemd template unit; the installer.
+
+Every claim a "node" serves is checked against `zephon batch` (the same layout, no FUSE)
+and against the uninterrupted single-rank stream: the gsn a claim covers follows from the
+layout each mount reports, and a restart with other nodes, ranks per node and global
+batch continues at `zephon journal resume-point` over all nodes' journals.
+"""
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SANITIZER_MARKS, ZEPHON, batch, mounted, pack, read_all, run, unmount, write_jsonl
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / 'mountscripts'
+NODE = SCRIPTS / 'zephon-node'
+SLURM = SCRIPTS / 'slurm-zephon.sh'
+TORCHRUN = SCRIPTS / 'torchrun-zephon.sh'
+HELPERS = pathlib.Path(__file__).resolve().parent / 'training'
+READER = HELPERS / 'reader.py'
+PY = '/usr/bin/python3'
+N = 29          # samples: the histories below cross epochs
+SEED = 3
+
+
+@pytest.fixture
+def ds(tmp_path):
+    write_jsonl(tmp_path / 'in.jsonl', N)
+    d = pack(tmp_path / 'ds', [tmp_path / 'in.jsonl'])
+    ref = run('batch', d, '-o', 'world_size=1,global_batch=300,seed=%d' % SEED,
+              '--rank', 0, '--step', 0).stdout.splitlines(keepends=True)
+    return d, ref
+
+
+def base_env(tmp, name, **kw):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(('SLURM_', 'ZEPHON_')) or k in ('RANK', 'NNODES', 'NODE_RANK',
+                                                        'NPROC_PER_NODE'):
+            del env[k]
+    env.update(ZEPHON=ZEPHON, ZEPHON_JOURNAL_DIR=str(tmp / (name + '-journals')),
+               ZEPHON_MOUNT=str(tmp / (name + '-node%n')), ZEPHON_MOUNT_TIMEOUT='30',
+               PATH='%s:%s' % (HELPERS, env.get('PATH', '/usr/bin:/bin')),
+               ASAN_OPTIONS=env.get('ASAN_OPTIONS', '') + ':quarantine_size_mb=4')
+    env.update({k: str(v) for k, v in kw.items()})
+    return env
+
+
+def strenv(env):
+    return {k: str(v) for k, v in env.items()}
+
+
+def sh(args, env, check=True, timeout=300):
+    p = subprocess.run([str(a) for a in args], env=strenv(env), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=timeout)
+    out, err = p.stdout.decode(), p.stderr.decode(errors='replace')
+    if check:
+        assert p.returncode == 0, (args, p.returncode, out, err)
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    return p.returncode, out, err
+
+
+def claims_of(path):
+    """Claims recorded by reader.py (or by read_claims) in rank order then claim order."""
+    out = []
+    for f in sorted(pathlib.Path(path).glob('rank-*.jsonl')):
+        out += [json.loads(l) for l in f.read_text().splitlines()]
+    return out
+
+
+def read_claims(mp, rank, micros, log):
+    """What reader.py does, in this process: open next, then read state."""
+    with open(log, 'a') as f:
+        for _ in range(micros):
+            data = read_all(mp / 'rank' / str(rank) / 'next')
+            last = json.loads(read_all(mp / 'rank' / str(rank) / 'state'))['last']
+            f.write(json.dumps(dict(rank=rank, step=last['step'], micro=last['micro'],
+                                    gsn=last['gsn'], samples=last['samples'],
+                                    data=data.hex())) + '\n')
+
+
+def check_claims(ds, ref, claims, layout, expect_count):
+    """Each claim is the layout's (rank, step, micro): its gsn follows from the layout, its
+    bytes equal `zephon batch` for that claim and the single-rank stream at that gsn."""
+    s0, g0, w, b, m = layout
+    assert len(claims) == expect_count, (len(claims), expect_count)
+    resume = ',resume=samples:%d' % g0 if g0 or s0 else ''
+    opts = 'world_size=%d,global_batch=%d,micro_batch=%d,seed=%d%s' % (w, b, m, SEED, resume)
+    extra = ('--start-step', s0) if resume else ()
+    seen = set()
+    for c in claims:
+        r, t, k = c['rank'], c['step'], c['micro']
+        assert (r, t, k) not in seen, ('claimed twice', c)
+        seen.add((r, t, k))
+        g = g0 + (t - s0) * b + r * (b // w) + k * m
+        data = bytes.fromhex(c['data'])
+        assert c['gsn'] == g, (c, layout)
+        assert data == b''.join(ref[g:g + m]), ('not the stream at gsn', g, c)
+        assert [json.loads(l)['i'] for l in data.splitlines()] == c['samples']
+        assert data == batch(ds, opts, r, t, k, *extra), ('zephon batch differs', c)
+    # every rank's claims are its next ones, in order, from the layout's start
+    for r in range(w):
+        mine = [(c['step'], c['micro']) for c in claims if c['rank'] == r]
+        a = b // w // m
+        assert mine == [(s0 + i // a, i % a) for i in range(len(mine))], (r, mine)
+
+
+def status(mp):
+    return json.loads(read_all(pathlib.Path(mp) / 'status'))
+
+
+def mounts_under(tmp):
+    with open('/proc/self/mountinfo') as f:
+        return [l.split()[4] for l in f if l.split()[4].startswith(str(tmp))]
+
+
+@pytest.fixture
+def nodes():
+    """Started per-node processes (pid, mountpoint); all killed and unmounted at the end."""
+    started = []
+    yield started
+    for proc, mp in started:
+        if proc.poll() is None:
+            unmount(mp)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if mounted(mp):
+            unmount(mp)
+
+
+def start_slurm_nodes(env, count, tmp, started, tag):
+    """`slurm-zephon.sh node` once per node, as the mount step's srun would (SLURM_NODEID
+    differs per task), then `slurm-zephon.sh wait` on each."""
+    procs = []
+    for n in range(count):
+        e = dict(env, SLURM_NODEID=str(n), SLURM_PROCID=str(n), SLURM_LOCALID='0')
+        err = open(tmp / ('%s-node%d.stderr' % (tag, n)), 'wb')
+        p = subprocess.Popen([str(SLURM), 'node'], env=strenv(e), stdout=subprocess.DEVNULL, stderr=err)
+        err.close()
+        mp = pathlib.Path(env['ZEPHON_MOUNT'].replace('%n', str(n)))
+        started.append((p, mp))
+        procs.append((p, mp))
+    for n in range(count):
+        sh([SLURM, 'wait'], dict(env, SLURM_NODEID=str(n)))
+    return procs
+
+
+def node_log(tmp, tag, n):
+    text = (tmp / ('%s-node%d.stderr' % (tag, n))).read_text(errors='replace')
+    for mark in SANITIZER_MARKS:
+        assert mark not in text, text
+    return text
+
+
+def test_slurm_nodes_kill9_then_three_nodes(ds, tmp_path, nodes):
+    """2 nodes x 2 ranks; node 1's mount dies by SIGKILL; the job restarts on 3 nodes x 1
+    rank with another global batch, from the resume point over both nodes' journals."""
+    d, ref = ds
+    env = base_env(tmp_path, 'slurm', ZEPHON_DATASET=d, SLURM_JOB_ID=7,
+                   SLURM_JOB_NUM_NODES=2, SLURM_NNODES=2, SLURM_NTASKS_PER_NODE=2,
+                   SLURM_NTASKS=4, ZEPHON_OPTIONS='global_batch=8,micro_batch=1,seed=%d' % SEED)
+    # the first run: no journals yet
+    assert sh([SLURM, 'resume-point'], env)[1].strip() == 'samples:0@0'
+    env['ZEPHON_RESUME'] = 'samples:0@0'
+    r1 = tmp_path / 'round1'
+    r1.mkdir()
+    procs = start_slurm_nodes(env, 2, tmp_path, nodes, 'r1')
+    (p0, mp0), (p1, mp1) = procs
+    assert sorted(os.listdir(mp0 / 'rank')) == ['0', '1']
+    assert sorted(os.listdir(mp1 / 'rank')) == ['2', '3']
+    for mp in (mp0, mp1):
+        st = status(mp)
+        assert (st['world_size'], st['global_batch'], st['micro_batch']) == (4, 8, 1)
+        assert st['journal'] == str(pathlib.Path(env['ZEPHON_JOURNAL_DIR']) /
+                                    ('node-%s.sqlite' % ('0' if mp == mp0 else '1')))
+    # ranks 0, 1, 3 finish steps 0-2 (2 micro-batches each); rank 2 stops inside step 2
+    for r, micros in ((0, 6), (1, 6), (2, 5), (3, 6)):
+        read_claims(mp0 if r < 2 else mp1, r, micros, r1 / ('rank-%d.jsonl' % r))
+    p1.send_signal(signal.SIGKILL)          # the node fails
+    p1.wait(timeout=20)
+    sh([SLURM, 'umount'], dict(env, SLURM_NODEID='0'))
+    assert p0.wait(timeout=30) == 0
+    sh([SLURM, 'umount'], dict(env, SLURM_NODEID='1'))   # the stale one
+    assert not mounts_under(tmp_path)
+    assert 'error' not in node_log(tmp_path, 'r1', 0).lower()
+    node_log(tmp_path, 'r1', 1)
+    check_claims(d, ref, claims_of(r1), (0, 0, 4, 8, 1), 23)
+
+    # the restart: 3 nodes x 1 rank, global_batch 6, resume point computed once
+    env.update(SLURM_JOB_ID=8, SLURM_JOB_NUM_NODES=3, SLURM_NNODES=3, SLURM_NTASKS_PER_NODE=1,
+               SLURM_NTASKS=3, ZEPHON_OPTIONS='global_batch=6,micro_batch=1,seed=%d' % SEED)
+    del env['ZEPHON_RESUME']
+    point = sh([SLURM, 'resume-point'], env)[1].strip()
+    assert point == 'samples:16@2'          # rank 2 completed steps 0 and 1: 2 x 8 samples
+    env['ZEPHON_RESUME'] = point
+    r2 = tmp_path / 'round2'
+    r2.mkdir()
+    procs = start_slurm_nodes(env, 3, tmp_path, nodes, 'r2')
+    for n, (p, mp) in enumerate(procs):
+        st = status(mp)
+        assert (st['start_step'], st['start_samples'], st['world_size']) == (2, 16, 3), st
+        assert os.listdir(mp / 'rank') == [str(n)]
+        read_claims(mp, n, 4, r2 / ('rank-%d.jsonl' % n))
+    for n, (p, mp) in enumerate(procs):
+        sh([SLURM, 'umount'], dict(env, SLURM_NODEID=str(n)))
+        assert p.wait(timeout=30) == 0
+        assert 'error' not in node_log(tmp_path, 'r2', n).lower()
+    check_claims(d, ref, claims_of(r2), (2, 16, 3, 6, 1), 12)
+    # the node that joined (node 2) has a new journal; the resume point covers all three
+    del env['ZEPHON_RESUME']
+    assert sh([SLURM, 'resume-point'], env)[1].strip() == 'samples:28@4'
+
+
+def test_slurm_job_script_with_srun(ds, tmp_path):
+    """The whole batch script through a stand-in srun (tests/fuse/training/srun): mounts on
+    every node, the training step, unmounts; a shrunk job continues; a failed step
+    still unmounts and passes its status on."""
+    d, ref = ds
+    job = dict(SLURM_JOB_ID=11, SLURM_JOB_NUM_NODES=2, SLURM_NNODES=2, SLURM_NTASKS_PER_NODE=2,
+               SLURM_NTASKS=4, SLURM_NODEID=0, SLURM_PROCID=0, SLURM_LOCALID=0)
+    env = base_env(tmp_path, 'job', ZEPHON_DATASET=d,
+                   ZEPHON_OPTIONS='global_batch=8,micro_batch=2,seed=%d' % SEED, **job)
+    out = tmp_path / 'job1'
+    out.mkdir()
+    rc, _, err = sh([SLURM, 'srun', PY, READER, out, 3], env)
+    assert '2 nodes x 2 ranks, resume=samples:0@0' in err, err
+    assert not mounts_under(tmp_path), err
+    check_claims(d, ref, claims_of(out), (0, 0, 4, 8, 2), 12)
+
+    # one node left, 2 ranks on it, global_batch 4: continues at gsn 24 (step 3)
+    env.update(SLURM_JOB_ID=12, SLURM_JOB_NUM_NODES=1, SLURM_NNODES=1, SLURM_NTASKS=2,
+               ZEPHON_OPTIONS='global_batch=4,micro_batch=1,seed=%d' % SEED)
+    out = tmp_path / 'job2'
+    out.mkdir()
+    rc, _, err = sh([SLURM, 'srun', PY, READER, out, 4], env)
+    assert '1 nodes x 2 ranks, resume=samples:24@3' in err, err
+    check_claims(d, ref, claims_of(out), (3, 24, 2, 4, 1), 8)
+
+    # a worker crashes: the job fails with its status, and no mount is left behind
+    out = tmp_path / 'job3'
+    out.mkdir()
+    rc, _, err = sh([SLURM, 'srun', PY, READER, out, 2, '1=1!'], env, check=False)
+    assert rc == 3, err
+    assert not mounts_under(tmp_path), err
+    check_claims(d, ref, claims_of(out), (5, 32, 2, 4, 1), 3)
+    assert sh([SLURM, 'resume-point'], env)[1].strip() == 'samples:32@5'  # rank 1 is behind
+
+
+def test_slurm_script_refuses_clearly(ds, tmp_path):
+    d, _ = ds
+    env = base_env(tmp_path, 'bad', ZEPHON_DATASET=d)
+    rc, _, err = sh([SLURM, 'true'], env, check=False)
+    assert rc == 2 and 'not inside a SLURM allocation' in err, err
+    rc, _, err = sh([SLURM, 'node'], env, check=False)
+    assert rc == 2 and 'SLURM_NODEID is not set' in err, err
+    env.update(SLURM_JOB_NUM_NODES=2, SLURM_NTASKS_PER_NODE=2, SLURM_NODEID=0,
+               ZEPHON_OPTIONS='world_size=4')
+    rc, _, err = sh([SLURM, 'node'], env, check=False)
+    assert rc != 0 and 'must not set world_size=' in err, err
+    env['ZEPHON_OPTIONS'] = 'global_batch=8'
+    rc, _, err = sh([SLURM, 'node'], env, check=False)
+    assert rc != 0 and 'ZEPHON_RESUME is not set' in err, err
+    assert not mounts_under(tmp_path)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def torchrun_nodes(env, count, args, tmp, tag):
+    """torchrun-zephon.sh on `count` "nodes" at once; returns their stderr texts."""
+    procs = []
+    for n in range(count):
+        err = open(tmp / ('%s-%d.stderr' % (tag, n)), 'wb')
+        procs.append(subprocess.Popen([str(TORCHRUN)] + [str(a).replace('{n}', str(n))
+                                                          for a in args],
+                                      env=strenv(env(n)), stdout=err, stderr=err))
+        err.close()
+    texts = []
+    try:
+        for n, p in enumerate(procs):
+            rc = p.wait(timeout=600)
+            texts.append((tmp / ('%s-%d.stderr' % (tag, n))).read_text(errors='replace'))
+            assert rc == 0, texts[-1]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=60)
+    for t in texts:
+        for mark in SANITIZER_MARKS:
+            assert mark not in t, t
+    return texts
+
+
+def test_torchrun_two_nodes_then_three(ds, tmp_path):
+    """Real torchrun (static rendezvous on 127.0.0.1): 2 nodes x 2 workers, one worker
+    behind; then 3 nodes x 1 worker (NNODES/NODE_RANK/NPROC_PER_NODE in the environment)
+    with global_batch 6, from the resume point computed once."""
+    d, ref = ds
+    env = base_env(tmp_path, 'tr', ZEPHON_DATASET=d,
+                   ZEPHON_TORCHRUN=PY + ' -m torch.distributed.run',
+                   ZEPHON_OPTIONS='global_batch=8,micro_batch=1,seed=%d' % SEED)
+    env['ZEPHON_RESUME'] = sh([NODE, 'resume-point'], env)[1].strip()
+    assert env['ZEPHON_RESUME'] == 'samples:0@0'
+    out = tmp_path / 'tr1'
+    out.mkdir()
+    port = free_port()
+    texts = torchrun_nodes(lambda n: env, 2, [
+        '--nnodes=2', '--node_rank', '{n}', '--nproc_per_node=2', '--master_addr=127.0.0.1',
+        '--master_port=%d' % port, '--monitor_interval=0.2', '--log_dir=%s/logs{n}' % out,
+        READER, out, 4, '3=3'],
+        tmp_path, 'tr1')
+    assert 'node 1 of 2: ranks 2-3 at %s' % (tmp_path / 'tr-node1') in texts[1], texts[1]
+    assert not mounts_under(tmp_path)
+    check_claims(d, ref, claims_of(out), (0, 0, 4, 8, 1), 15)
+
+    env.pop('ZEPHON_RESUME')
+    point = sh([NODE, 'resume-point'], env)[1].strip()
+    assert point == 'samples:8@1'           # rank 3 completed step 0 only
+    out = tmp_path / 'tr2'
+    out.mkdir()
+    port = free_port()
+    env.update(ZEPHON_RESUME=point, ZEPHON_OPTIONS='global_batch=6,micro_batch=1,seed=%d' % SEED)
+    texts = torchrun_nodes(lambda n: dict(env, NNODES='3', NODE_RANK=str(n), NPROC_PER_NODE='1'),
+                           3, ['--master_addr=127.0.0.1', '--master_port=%d' % port,
+                               '--monitor_interval=0.2', '--log_dir=%s/logs{n}' % out,
+                               READER, out, 4], tmp_path, 'tr2')
+    assert not mounts_under(tmp_path)
+    check_claims(d, ref, claims_of(out), (1, 8, 3, 6, 1), 12)
+    env.pop('ZEPHON_RESUME')
+    assert sh([NODE, 'resume-point'], env)[1].strip() == 'samples:20@3'
+
+
+def test_torchrun_script_refuses_clearly(ds, tmp_path):
+    d, _ = ds
+    env = base_env(tmp_path, 'trbad', ZEPHON_DATASET=d, ZEPHON_OPTIONS='global_batch=4')
+    rc, _, err = sh([TORCHRUN, '--nnodes=2', '--node_rank=0', '--nproc_per_node=2', 'x.py'],
+                    env, check=False)
+    assert rc == 2 and 'ZEPHON_RESUME is not set' in err, err
+    rc, _, err = sh([TORCHRUN, '--nnodes=1:4', '--nproc_per_node=2', 'x.py'], env, check=False)
+    assert rc == 2 and 'a fixed number of nodes' in err, err
+    rc, _, err = sh([TORCHRUN, '--standalone', 'x.py'], env, check=False)
+    assert rc == 2 and 'give --nproc_per_node' in err, err
+    assert not mounts_under(tmp_path)
+
+
+def test_torchrun_single_node_standalone(ds, tmp_path):
+    """One node: the script computes the resume point itself; two runs continue."""
+    d, ref = ds
+    env = base_env(tmp_path, 'one', ZEPHON_DATASET=d,
+                   ZEPHON_TORCHRUN=PY + ' -m torch.distributed.run',
+                   ZEPHON_OPTIONS='global_batch=4,micro_batch=2,seed=%d' % SEED)
+    for i, (w, layout, count) in enumerate(((2, (0, 0, 2, 4, 2), 6), (4, (3, 12, 4, 4, 1), 8))):
+        out = tmp_path / ('one%d' % i)
+        out.mkdir()
+        if w == 4:
+            env['ZEPHON_OPTIONS'] = 'global_batch=4,micro_batch=1,seed=%d' % SEED
+        torchrun_nodes(lambda n: env, 1, ['--standalone', '--nproc_per_node=%d' % w,
+                                          '--monitor_interval=0.2', '--log_dir=%s/logs' % out,
+                                          READER, out, 3 if w == 2 else 2],
+                       tmp_path, 'one%d' % i)
+        check_claims(d, ref, claims_of(out), layout, count)
+    assert not mounts_under(tmp_path)
+
+
+# ---------------------------------------------------------------------------
+# fstab, mount -t fuse.zephon, systemd, install
+
+def unshared(script, tmp):
+    """Run a shell script as root in a private mount namespace where /usr/local/bin holds
+    only a `zephon` link to the build under test: mount(8) clears PATH, so mount.fuse3's
+    shell finds `zephon` only on the default PATH, which is where `meson install` puts it.
+    Nothing changes on the host."""
+    if os.geteuid() != 0:
+        pytest.skip('mount(8) with an fstab line needs root')
+    bindir = tmp / 'usr-local-bin'
+    bindir.mkdir()
+    (bindir / 'zephon').symlink_to(ZEPHON)
+    full = 'set -eu\nmount --bind %s /usr/local/bin\n%s' % (shlex.quote(str(bindir)), script)
+    p = subprocess.run(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', full],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    return p.returncode, p.stdout.decode(), p.stderr.decode(errors='replace')
+
+
+def test_fstab_line_and_mount_t_fuse_zephon(ds, tmp_path):
+    d, ref = ds
+    mp, mp2 = tmp_path / 'fstab-mnt', tmp_path / 'mnt-t'
+    mp.mkdir()
+    mp2.mkdir()
+    j1, j2 = tmp_path / 'fstab.sqlite', tmp_path / 'mount-t.sqlite'
+    fstab = tmp_path / 'fstab'
+    # the line mountscripts/README.md documents, fstab-only keys included
+    fstab.write_text('%s %s fuse.zephon world_size=2,global_batch=4,seed=%d,journal=%s,'
+                     'noauto,nofail,_netdev,x-systemd.requires=network-online.target 0 0\n'
+                     % (d, mp, SEED, j1))
+    q = lambda p: shlex.quote(str(p))
+    rc, out, err = unshared(f'''
+trap 'umount {q(mp)} 2>/dev/null || true; umount {q(mp2)} 2>/dev/null || true' EXIT
+mount -T {q(fstab)} {q(mp)}
+grep " {mp} " /proc/self/mountinfo
+cat {q(mp)}/rank/1/next > {q(tmp_path / 'fstab-next')}
+cat {q(mp)}/status > {q(tmp_path / 'fstab-status')}
+umount {q(mp)}
+mount -t fuse.zephon {q(d)} {q(mp2)} -o world_size=2,global_batch=4,ranks=1,seed={SEED},journal={q(j2)}
+cat {q(mp2)}/rank/1/next {q(mp2)}/rank/1/next > {q(tmp_path / 'mount-t-next')}
+ls {q(mp2)}/rank
+umount {q(mp2)}
+if mount -t fuse.zephon {q(d)} {q(mp2)} -o world_size=3,global_batch=4 2>{q(tmp_path / 'bad.err')}; then
+    echo "mounted with an invalid layout"; exit 1
+fi
+''', tmp_path)
+    assert rc == 0, (out, err)
+    assert ' - fuse.zephon ' in out, out         # the mount's type, as fstab says
+    assert read_all(tmp_path / 'fstab-next') == batch(d, 'world_size=2,global_batch=4,seed=%d' % SEED, 1, 0, 0)
+    st = json.loads(read_all(tmp_path / 'fstab-status'))
+    assert (st['world_size'], st['global_batch'], st['journal']) == (2, 4, str(j1))
+    assert read_all(tmp_path / 'mount-t-next') == (
+        batch(d, 'world_size=2,global_batch=4,seed=%d' % SEED, 1, 0) +
+        batch(d, 'world_size=2,global_batch=4,seed=%d' % SEED, 1, 1))
+    assert out.split()[-1] == '1', out           # ranks=1: only rank 1 exists
+    assert 'multiple of world_size' in (tmp_path / 'bad.err').read_text(), \
+        (tmp_path / 'bad.err').read_text()
+    assert not mounted(mp) and not mounted(mp2)
+
+
+UNIT = SCRIPTS / 'zephon@.service'
+
+
+def unit_commands(text):
+    """[(key, command line)] of the [Service] section, in order."""
+    cmds, section = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith('['):
+            section = line
+        elif section == '[Service]' and line.startswith('Exec'):
+            key, _, val = line.partition('=')
+            cmds.append((key, val))
+    return cmds
+
+
+def systemd_words(cmd, env, instance):
+    """The argv systemd runs for one Exec line: a leading '-' (ignore failure), %i,
+    ${VAR} (one word), $$ (a literal $); quoting as in systemd.service(5)."""
+    ignore = cmd.startswith('-')
+    cmd = cmd.lstrip('-').replace('%i', instance).replace('%I', instance)
+    out, i = '', 0
+    while i < len(cmd):
+        if cmd.startswith('$$', i):
+            out, i = out + '$', i + 2
+        elif cmd.startswith('${', i):
+            j = cmd.index('}', i)
+            out, i = out + env[cmd[i + 2:j]], j + 1
+        else:
+            out, i = out + cmd[i], i + 1
+    return ignore, shlex.split(out)
+
+
+def test_systemd_unit_verifies(tmp_path):
+    if not shutil.which('systemd-analyze'):
+        pytest.fail('systemd-analyze is missing: mountscripts/deps test installs systemd')
+    # verify needs ExecStart's program to exist: point it at the build under test
+    text = UNIT.read_text().replace('/usr/local/bin/zephon', ZEPHON)
+    (tmp_path / 'zephon@.service').write_text(text)
+    p = subprocess.run(['systemd-analyze', 'verify', str(tmp_path / 'zephon@demo.service')],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert p.returncode == 0 and not p.stdout.strip(), p.stdout.decode()
+    # the check can fail: an unknown key and a missing program are reported
+    (tmp_path / 'bad').mkdir()
+    (tmp_path / 'bad' / 'zephon@.service').write_text(
+        text.replace(ZEPHON, '/nonexistent/zephon').replace('[Service]', '[Service]\nBogus=1'))
+    p = subprocess.run(['systemd-analyze', 'verify', str(tmp_path / 'bad' / 'zephon@demo.service')],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert p.returncode != 0 and b'Bogus' in p.stdout, p.stdout.decode()
+
+
+def test_systemd_unit_commands_mount_and_unmount(ds, tmp_path):
+    """The unit's Exec lines, run as systemd would run them (with the variables of an
+    /etc/zephon/<instance>.conf): ExecStart mounts in the foreground, ExecStartPost returns
+    once the mount answers, ExecStop unmounts and the mount process exits 0."""
+    d, ref = ds
+    text = UNIT.read_text()
+    conf = (SCRIPTS / 'zephon.conf.example').read_text()
+    keys = [l.split('=')[0] for l in conf.splitlines() if l and not l.startswith('#')]
+    assert keys == ['ZEPHON_DATASET', 'ZEPHON_MOUNT', 'ZEPHON_OPTIONS'], keys
+    mp = tmp_path / 'unit-mnt' / 'demo'
+    env = dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(mp),
+               ZEPHON_OPTIONS='world_size=2,global_batch=4,seed=%d,journal=%s' % (
+                   SEED, tmp_path / 'unit.sqlite'))
+    assert 'EnvironmentFile=/etc/zephon/%i.conf' in text
+    cmds = unit_commands(text)
+    assert [k for k, _ in cmds] == ['ExecStartPre', 'ExecStart', 'ExecStartPost', 'ExecStop',
+                                    'ExecStopPost']
+    words = {k: systemd_words(v, env, 'demo') for k, v in cmds}
+    assert words['ExecStart'][1][:2] == ['/usr/local/bin/zephon', 'mount'] and '-f' in words['ExecStart'][1]
+    start = [ZEPHON] + words['ExecStart'][1][1:]
+    subprocess.run(words['ExecStartPre'][1], check=True)
+    errf = open(tmp_path / 'unit.stderr', 'wb')
+    proc = subprocess.Popen(start, stdout=subprocess.DEVNULL, stderr=errf)
+    errf.close()
+    try:
+        subprocess.run(words['ExecStartPost'][1], check=True, timeout=90)
+        assert read_all(mp / 'rank' / '0' / 'next') == batch(
+            d, 'world_size=2,global_batch=4,seed=%d' % SEED, 0, 0, 0)
+        subprocess.run(words['ExecStop'][1], check=True)
+        assert proc.wait(timeout=30) == 0
+        assert not mounted(mp)
+        ignore, post = words['ExecStopPost']
+        assert ignore                         # fails (nothing to detach) after a clean stop
+        assert subprocess.run(post, stderr=subprocess.DEVNULL).returncode != 0
+    finally:
+        if proc.poll() is None:
+            unmount(mp)
+            proc.wait(timeout=30)
+    log = (tmp_path / 'unit.stderr').read_text(errors='replace')
+    for mark in SANITIZER_MARKS:
+        assert mark not in log, log
+    # a mount that cannot come up makes ExecStartPost fail, not hang (bounded wait)
+    assert 'did not come up within 60 s' in text
+
+
+def test_install_into_destdir(tmp_path):
+    build = pathlib.Path(ZEPHON).resolve().parents[1]
+    if not (build / 'build.ninja').is_file():
+        pytest.skip('ZEPHON=%s is not in a meson build directory' % ZEPHON)
+    dest = tmp_path / 'dest'
+    p = subprocess.run([str(SCRIPTS / 'install'), '--no-build', str(build)],
+                       env=dict(os.environ, DESTDIR=str(dest)),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 0, p.stderr.decode()
+    prefix = json.loads(subprocess.run(['meson', 'introspect', str(build), '--buildoptions'],
+                                       stdout=subprocess.PIPE, check=True).stdout)
+    prefix = next(o['value'] for o in prefix if o['name'] == 'prefix')
+    bindir = dest / prefix.lstrip('/') / 'bin'
+    for name in ('zephon', 'zephon-node', 'slurm-zephon.sh', 'torchrun-zephon.sh'):
+        assert os.access(bindir / name, os.X_OK), name
+    v = subprocess.run([str(bindir / 'zephon'), '--version'], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    assert v.returncode == 0 and v.stdout.startswith(b'zephon '), v.stdout
+    unit = (dest / 'etc/systemd/system/zephon@.service').read_text()
+    assert 'ExecStart=%s/bin/zephon mount ' % prefix in unit
+    assert (dest / 'etc/zephon/zephon.conf.example').is_file()
+    # the installed launchers find each other (slurm-zephon.sh and zephon-node side by side)
+    e = dict(os.environ, ZEPHON_JOURNAL_DIR=str(tmp_path / 'j'))
+    p = subprocess.run([str(bindir / 'slurm-zephon.sh'), 'resume-point'], env=e,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.decode().strip() == 'samples:0@0', p.stderr.decode()
