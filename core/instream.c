@@ -26,6 +26,7 @@ struct instream {
 	ZSTD_DStream *ds;
 	size_t zret;             /* last ZSTD_decompressStream() hint: 0 at a frame end */
 	uint8_t *raw;            /* compressed bytes read but not yet decoded */
+	size_t chunk;            /* read size: RAW_CHUNK, less for small files */
 	ZSTD_inBuffer zin;
 	struct buf data;         /* decoded bytes; [pos, len) not yet returned */
 	size_t pos;
@@ -77,8 +78,7 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 	in->fd = -1;
 	in->path = strdup(path);
 	in->hash = hash;
-	in->raw = malloc(RAW_CHUNK);
-	if (!in->path || !in->raw) {
+	if (!in->path) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -88,6 +88,15 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		goto err_free;
 	}
+	/* Small files get small buffers (many small inputs, and the fuzz targets). */
+	in->chunk = RAW_CHUNK;
+	if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size + 1 < RAW_CHUNK)
+		in->chunk = sb.st_size < 4095 ? 4096 : (size_t)sb.st_size + 1;
+	in->raw = malloc(in->chunk);
+	if (!in->raw) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
 	if (S_ISDIR(sb.st_mode)) {
 		rc = -EISDIR;
 		snprintf(err, errlen, "%s: is a directory, not a file", path);
@@ -95,7 +104,7 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 	}
 	in->file_size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
 	/* Sniff the first bytes; they are kept in raw and fed to the right decoder. */
-	n = read_file(in, in->raw, RAW_CHUNK);
+	n = read_file(in, in->raw, in->chunk);
 	if (n < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "%s: read error at byte 0: %s", path, strerror(errno));
@@ -106,6 +115,10 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 	in->zin.size = (size_t)n;
 	in->zin.pos = 0;
 	in->zstd = is_zstd_magic(in->raw, (size_t)n);
+	if (buf_reserve(&in->data, in->chunk)) { /* data is never NULL from here on */
+		rc = -ENOMEM;
+		goto err_free;
+	}
 	if (in->zstd) {
 		in->ds = ZSTD_createDStream();
 		if (!in->ds) {
@@ -154,9 +167,9 @@ static int refill(struct instream *in, char *err, size_t errlen)
 
 	compact(in);
 	if (!in->zstd) {
-		if (buf_reserve(&in->data, RAW_CHUNK))
+		if (buf_reserve(&in->data, in->chunk))
 			return -ENOMEM;
-		n = read_file(in, in->data.data + in->data.len, RAW_CHUNK);
+		n = read_file(in, in->data.data + in->data.len, in->chunk);
 		if (n < 0) {
 			snprintf(err, errlen, "%s: read error at byte %" PRIu64 ": %s", in->path,
 				 in->bytes_read, strerror(errno));
@@ -183,7 +196,7 @@ static int refill(struct instream *in, char *err, size_t errlen)
 				in->done = 1;
 				return 0;
 			}
-			n = read_file(in, in->raw, RAW_CHUNK);
+			n = read_file(in, in->raw, in->chunk);
 			if (n < 0) {
 				snprintf(err, errlen, "%s: read error at byte %" PRIu64 ": %s",
 					 in->path, in->bytes_read, strerror(errno));

@@ -268,6 +268,7 @@ static int npy_open(struct source *s)
 	struct stat sb;
 	uint8_t *head = NULL;
 	char why[300];
+	size_t hcap;
 	ssize_t got;
 	int rc;
 
@@ -282,10 +283,12 @@ static int npy_open(struct source *s)
 		return rc;
 	}
 	s->bytes_total = (uint64_t)sb.st_size;
-	head = malloc(NPY_HEADER_MAX + 12);
+	hcap = (uint64_t)sb.st_size < NPY_HEADER_MAX + 12 ? (size_t)sb.st_size + 1 :
+		NPY_HEADER_MAX + 12;
+	head = malloc(hcap);
 	if (!head)
 		return -ENOMEM;
-	got = pread(n->fd, head, NPY_HEADER_MAX + 12, 0);
+	got = pread(n->fd, head, hcap, 0);
 	if (got < 0) {
 		rc = -errno;
 		snprintf(s->err, sizeof(s->err), "%s: read error: %s", s->path, strerror(-rc));

@@ -19,6 +19,7 @@ struct tar_src {
 	struct archive *a;
 	int fd;
 	uint8_t *chunk;
+	size_t chunk_len;        /* TAR_CHUNK, less for small files */
 	struct source *s;
 	/* The member that ended the previous group: it starts the next one. */
 	struct buf held;         /* a file group of one file, or empty */
@@ -74,7 +75,7 @@ static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
 	ssize_t n;
 
 	do
-		n = read(t->fd, t->chunk, TAR_CHUNK);
+		n = read(t->fd, t->chunk, t->chunk_len);
 	while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		archive_set_error(a, errno, "read error: %s", strerror(errno));
@@ -114,15 +115,17 @@ static int tar_open(struct source *s)
 	s->priv = t;
 	t->s = s;
 	s->content = CONTENT_FILES;
-	t->chunk = malloc(TAR_CHUNK);
-	if (!t->chunk)
-		return -ENOMEM;
 	t->fd = open(s->path, O_RDONLY | O_CLOEXEC);
 	if (t->fd < 0 || fstat(t->fd, &sb) != 0) {
 		rc = -errno;
 		snprintf(s->err, sizeof(s->err), "%s: cannot open: %s", s->path, strerror(-rc));
 		return rc;
 	}
+	t->chunk_len = S_ISREG(sb.st_mode) && sb.st_size < TAR_CHUNK ?
+		(size_t)sb.st_size + 512 : TAR_CHUNK;
+	t->chunk = malloc(t->chunk_len);
+	if (!t->chunk)
+		return -ENOMEM;
 	if (S_ISDIR(sb.st_mode)) {
 		snprintf(s->err, sizeof(s->err), "%s: is a directory, not a tar file", s->path);
 		return -EISDIR;

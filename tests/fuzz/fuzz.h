@@ -3,10 +3,13 @@
  * habit). Each fuzz_*.c defines LLVMFuzzerTestOneInput(); built with replay.c it is a
  * `meson test` (suite fuzz) that replays the corpus in corpus/<target>/ plus a fixed set
  * of deterministic mutations of every corpus file. The same sources build a libFuzzer
- * binary for real fuzzing:
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Icore -Ibuild tests/fuzz/fuzz_npy.c \
- *     build/core/libzephon.a $(pkg-config --libs libzstd jansson libarchive libxxhash \
- *     sqlite3) -lm -o fuzz_npy && ./fuzz_npy tests/fuzz/corpus/npy
+ * binary for real fuzzing (replay.c then only provides fuzz_memfile):
+ *   C="core/buf.c core/filegroup.c core/instream.c core/shard_index.c core/source*.c"
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -DZEPHON_LIBFUZZER -D_GNU_SOURCE \
+ *     -Icore -Ibuild tests/fuzz/fuzz_tar.c tests/fuzz/replay.c $C \
+ *     $(pkg-config --libs libzstd jansson libarchive libxxhash) -o /tmp/fuzz_tar
+ *   /tmp/fuzz_tar -max_total_time=300 tests/fuzz/corpus/tar
+ * (-Ibuild: any configured build dir, for zephon_config.h).
  * A target returns 0 and must neither crash nor leak on any input.
  */
 #ifndef ZEPHON_FUZZ_H

@@ -44,6 +44,8 @@ const char *fuzz_memfile(const uint8_t *data, size_t size, int *fd)
 	return path;
 }
 
+#ifndef ZEPHON_LIBFUZZER /* libFuzzer brings its own main; keep only fuzz_memfile */
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
 static uint64_t rnd(void)
@@ -207,3 +209,5 @@ int main(int argc, char **argv)
 	printf("%lu inputs from %d corpus files: no crash\n", runs, files);
 	return bad;
 }
+
+#endif /* ZEPHON_LIBFUZZER */
