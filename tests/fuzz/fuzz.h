@@ -4,11 +4,13 @@
  * `meson test` (suite fuzz) that replays the corpus in corpus/<target>/ plus a fixed set
  * of deterministic mutations of every corpus file. The same sources build a libFuzzer
  * binary for real fuzzing (replay.c then only provides fuzz_memfile):
- *   C="core/buf.c core/filegroup.c core/instream.c core/shard_index.c core/source*.c"
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -DZEPHON_LIBFUZZER -D_GNU_SOURCE \
- *     -Icore -Ibuild tests/fuzz/fuzz_tar.c tests/fuzz/replay.c $C \
- *     $(pkg-config --libs libzstd jansson libarchive libxxhash) -o /tmp/fuzz_tar
- *   /tmp/fuzz_tar -max_total_time=300 tests/fuzz/corpus/tar
+ *   C="core/buf.c core/catalog.c core/dataset.c core/filegroup.c core/instream.c
+ *      core/shard_index.c core/source*.c build/schema/schema_sql.c"
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+ *     -DZEPHON_LIBFUZZER -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Icore -Ibuild \
+ *     tests/fuzz/fuzz_tar.c tests/fuzz/replay.c $C \
+ *     $(pkg-config --libs libzstd jansson libarchive libxxhash sqlite3) -o /tmp/fuzz_tar
+ *   /tmp/fuzz_tar -max_total_time=300 -rss_limit_mb=2048 tests/fuzz/corpus/tar
  * (-Ibuild: any configured build dir, for zephon_config.h).
  * A target returns 0 and must neither crash nor leak on any input.
  */
