@@ -4,7 +4,9 @@
  * Separates Zephon's own work (read/decode, checksum, encode) from the FUSE transport
  * when a B1/B2 target is missed. A benchmark: prints, never judges.
  *
- * usage: bench_encode DATASET FORMAT M [SECONDS] [THREADS]
+ * usage: bench_encode DATASET FORMAT M [SECONDS] [THREADS] [fresh]
+ * With "fresh" every batch gets a new buffer that is freed after it, as the mount's
+ * batches are (handed to the reader, freed on release); otherwise one buffer is reused.
  * Prints one JSON object: batches/s, samples/s, bytes/s over all threads, and the same
  * per CPU-second the threads used (the cost, robust to other load on the machine).
  */
@@ -25,6 +27,7 @@ struct worker {
 	enum batch_format f;
 	uint64_t m, first_gsn;
 	double seconds;
+	int fresh;
 	uint64_t batches, bytes;
 	double cpu;     /* CPU seconds the thread used: robust to a shared, busy machine */
 	int err;
@@ -75,6 +78,8 @@ static void *work(void *arg)
 		gsn += w->m;
 		w->batches++;
 		w->bytes += out.len;
+		if (w->fresh)
+			buf_release(&out);
 	}
 out:
 	w->cpu = cpu_now() - cpu0;
@@ -96,7 +101,7 @@ int main(int argc, char **argv)
 
 	if (argc < 4 || batch_format_parse(argv[2], &f)) {
 		fprintf(stderr, "usage: bench_encode DATASET lines|tar|npy|bin M [SECONDS] "
-			"[THREADS]\n");
+			"[THREADS] [fresh]\n");
 		return 2;
 	}
 	m = strtoull(argv[3], NULL, 10);
@@ -115,7 +120,8 @@ int main(int argc, char **argv)
 	t0 = now();
 	for (int i = 0; i < threads; i++) {
 		w[i] = (struct worker){ .ds = ds, .f = f, .m = m, .seconds = seconds,
-					.first_gsn = (uint64_t)i * (UINT64_C(1) << 40) };
+					.first_gsn = (uint64_t)i * (UINT64_C(1) << 40),
+					.fresh = argc > 6 && !strcmp(argv[6], "fresh") };
 		pthread_create(&w[i].tid, NULL, work, &w[i]);
 	}
 	for (int i = 0; i < threads; i++) {
