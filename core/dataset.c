@@ -374,6 +374,8 @@ int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
 		return -ERANGE;
 	s = find_shard(ds, id);
 	shard_index_entry_get(s->index, id - s->first_sample, &e);
+	if (e.raw_len > SAMPLE_MAX_BYTES)
+		return -EIO; /* a corrupt index; the read of the sample says more */
 	*raw_len = e.raw_len;
 	return 0;
 }

@@ -96,7 +96,8 @@ const char *dataset_dir(const struct dataset *ds);
 const struct catalog *dataset_catalog(const struct dataset *ds);
 
 /* Decoded size of sample id from the index, without reading the shard.
- * 0, or -ERANGE (id >= N). */
+ * 0, or -ERANGE (id >= N), -EIO (the index entry is corrupt: more than
+ * SAMPLE_MAX_BYTES). A size from here is a hint until sample_reader_read() succeeds. */
 int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len);
 
 /* Which shard file holds sample id (for messages). NULL when id >= N. */
