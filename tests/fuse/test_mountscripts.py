@@ -564,3 +564,23 @@ def test_install_into_destdir(tmp_path):
     p = subprocess.run([str(bindir / 'slurm-zephon.sh'), 'resume-point'], env=e,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.decode().strip() == 'samples:0@0', p.stderr.decode()
+
+
+def test_quickstart_runs_twice(tmp_path):
+    """The README's first command, against the build under test, in a temp demo dir:
+    green twice in a row (idempotent), both checks print "identical", nothing left mounted."""
+    if not pathlib.Path('/usr/share/wordnet/data.noun').is_file():
+        pytest.fail('wordnet-base is missing: mountscripts/deps build installs it')
+    build = pathlib.Path(ZEPHON).resolve().parents[1]
+    if not (build / 'build.ninja').is_file():
+        pytest.skip('ZEPHON=%s is not in a meson build directory' % ZEPHON)
+    env = dict(os.environ, ZEPHON_BUILD=str(build), ZEPHON_DEMO=str(tmp_path / 'demo'))
+    for i in range(2):
+        p = subprocess.run([str(SCRIPTS / 'quickstart')], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=900)
+        out = p.stdout.decode(errors='replace')
+        assert p.returncode == 0, out
+        assert out.count('   identical: ') == 2, out
+        assert 'samples       117659' in out, out
+        assert 'samples:48@3' in out and '== 7/7 done' in out, out
+        assert not mounts_under(tmp_path), out
