@@ -968,6 +968,10 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 			goto out;
 		}
 	}
+	if (cancelled(&p)) {
+		rc = fail(&p, -ECANCELED, "pack interrupted; nothing was written to %s", o->out);
+		goto out;
+	}
 	if (fsync(p.dirfd) != 0) {
 		rc = fail(&p, -EIO, "%s: fsync: %s", p.tmpdir, strerror(errno));
 		goto out;
