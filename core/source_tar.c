@@ -188,10 +188,13 @@ static int read_member(struct source *s, struct tar_src *t, struct buf *out, siz
 		n = archive_read_data(t->a, out->data + out->len + got, want);
 
 		if (n <= 0) {
-			snprintf(s->err, sizeof(s->err), "%s: member %s: %s at byte %ju of %jd "
-				 "(truncated tar?)", s->path, name,
-				 n < 0 ? archive_error_string(t->a) : "data ends early",
-				 (uintmax_t)got, (intmax_t)size);
+			const char *why = n < 0 ? archive_error_string(t->a) : NULL;
+
+			snprintf(s->err, sizeof(s->err), "%s: truncated or corrupt tar archive: member "
+				 "%s ends after %ju of its %jd bytes (input ends at byte %ju; %s); "
+				 "re-download or re-create the archive", s->path, name,
+				 (uintmax_t)got, (intmax_t)size, (uintmax_t)s->bytes_read,
+				 why ? why : "no more data");
 			return -EBADMSG;
 		}
 		got += (uint64_t)n;

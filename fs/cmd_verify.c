@@ -97,8 +97,8 @@ int cmd_verify(int argc, char **argv)
 	rc = dataset_open(argv[optind], &ds, err, sizeof(err));
 	if (rc) {
 		die_msg("verify: %s", err);
-		die_msg("verify: %s is corrupt or not a dataset; repack it from its inputs",
-			argv[optind]);
+		if (rc != -ENOENT)
+			die_msg("verify: %s is corrupt; repack it from its inputs", argv[optind]);
 		return 1;
 	}
 	in = dataset_info(ds);
