@@ -117,6 +117,8 @@ def test_pack_megatron(tmp_path, data, compress):
                  '--compress', compress)
     tokens = zds.megatron_tokens(prefix)
     assert len(tokens) == 1361845
+    idx = (data / (MEGATRON + '.idx')).read_bytes()
+    assert struct.unpack_from('<QBQQ', idx, 9) == (1, 8, 1000, 1001)  # README's counts
     want = zds.windows(tokens, 1024)
     assert zds.read_dataset(ds) == want
     info = info_json(ds)
@@ -204,6 +206,20 @@ def test_several_inputs_are_concatenated_in_order(tmp_path, data):
     assert got[4:] == zds.expect_jsonl(data / 'jsonl/cc_en_head-0091.jsonl')
     src = info_json(ds)['sources']
     assert [(s['first_sample'], s['samples']) for s in src] == [(0, 2), (2, 2), (4, 10)]
+
+
+def test_zstd_is_detected_by_magic_not_name(tmp_path, data):
+    raw = (data / 'jsonl/blns.jsonl.zst').read_bytes()
+    disguised = tmp_path / 'plain-looking.jsonl'
+    disguised.write_bytes(raw)
+    honest = tmp_path / 'not-compressed.jsonl.zst'
+    honest.write_bytes(zds.expect_jsonl(data / 'jsonl/blns.jsonl.zst')[0] + b'\n')
+    text = tmp_path / 'lines.txt'
+    text.write_bytes(zstandard.ZstdCompressor().compress(b'one\n\ntwo\n'))
+    ds = pack_ok(tmp_path, 'd', disguised, honest)
+    want = zds.expect_jsonl(data / 'jsonl/blns.jsonl.zst')
+    assert zds.read_dataset(ds) == want + want[:1]
+    assert zds.read_dataset(pack_ok(tmp_path, 't', text)) == [b'one', b'two']
 
 
 def test_tar_grouping_and_compressed_tar(tmp_path):
