@@ -63,6 +63,9 @@ def test_pack_dolma_jsonl(tmp_path, data):
     for line in want:
         assert set(json.loads(line)) >= {'added', 'created', 'id', 'metadata', 'source', 'text'}
     info = info_json(ds)
+    # the keys DESIGN.md promises for zephon info --json
+    assert set(info) >= {'kind', 'samples', 'fingerprint', 'raw_bytes', 'stored_bytes',
+                         'shards', 'dtype', 'seq_len', 'sources'}
     assert info['kind'] == 'records' and info['samples'] == 10
     assert info['raw_bytes'] == sum(map(len, want))
     assert info['dtype'] is None and info['seq_len'] is None
