@@ -1211,7 +1211,7 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 	/* Rule 3: the cursors of the last layout, over every journal that has a row of it. */
 	size_t total = 0, m = 0, covered = 0;
 	struct rank_claim *claims;
-	uint64_t minc = UINT64_MAX, slow = 0, prev = 0, W = last->l.world_size;
+	uint64_t minc = UINT64_MAX, maxc = 0, slow = 0, prev = 0, W = last->l.world_size;
 	int any = 0;
 
 	for (size_t i = 0; i < n; i++)
@@ -1250,6 +1250,7 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 			minc = c;
 			slow = claims[k].rank;
 		}
+		maxc = c > maxc ? c : maxc;
 	}
 	if (!any || prev + 1 < W)
 		range_append(p->warning, sizeof(p->warning), any ? prev + 1 : 0, W - 1);
@@ -1270,6 +1271,9 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 	if (covered < W)
 		snprintf(p->why, sizeof(p->why), "start of the last layout (step %" PRIu64 ")",
 			 p->step);
+	else if (maxc == minc)
+		snprintf(p->why, sizeof(p->why), "every rank of the last layout completed the "
+			 "steps below %" PRIu64 " (all ranks at the same step)", p->step);
 	else
 		snprintf(p->why, sizeof(p->why), "every rank of the last layout completed the "
 			 "steps below %" PRIu64 " (rank %" PRIu64 " is the slowest)", p->step, slow);
