@@ -21,31 +21,35 @@ void batch_free(struct batch *b)
 	free(b);
 }
 
-int serve_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum batch_format f,
-		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
-		struct batch **out, uint64_t *bad_id)
+/* serve_build() into `data`, an empty buffer whose capacity may be reused (it is the
+ * batch's on success and released on failure). */
+static int build_batch(struct sample_reader *r, const struct dataset_info *info,
+		       const struct order *o, const struct layout *l, enum batch_format f,
+		       uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
+		       struct buf data, struct batch **out, uint64_t *bad_id)
 {
 	struct batch *b;
 	uint64_t gsn, count;
 	int rc;
 
-	if (micros == 0 || micro >= layout_micros(l) || micros > layout_micros(l) - micro)
+	if (micros == 0 || micro >= layout_micros(l) || micros > layout_micros(l) - micro) {
+		buf_release(&data);
 		return -EINVAL;
-	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
-	if (rc)
-		return rc;
-	count = micros * l->micro_batch; /* <= B/W < 2^62 */
-	if (count > SIZE_MAX / sizeof(uint64_t))
-		return -ENOMEM;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	b->ids = malloc(count * sizeof(*b->ids));
-	if (!b->ids) {
-		free(b);
-		return -ENOMEM;
 	}
+	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
+	count = micros * l->micro_batch; /* <= B/W < 2^62 */
+	if (!rc && count > SIZE_MAX / sizeof(uint64_t))
+		rc = -ENOMEM;
+	b = rc ? NULL : calloc(1, sizeof(*b));
+	if (b)
+		b->ids = malloc(count * sizeof(*b->ids));
+	if (!b || !b->ids) {
+		free(b);
+		buf_release(&data);
+		return rc ? rc : -ENOMEM;
+	}
+	data.len = 0;
+	b->data = data;
 	b->rank = rank;
 	b->step = step;
 	b->micro = micro;
@@ -62,6 +66,15 @@ int serve_build(struct sample_reader *r, const struct dataset_info *info,
 	}
 	*out = b;
 	return 0;
+}
+
+int serve_build(struct sample_reader *r, const struct dataset_info *info,
+		const struct order *o, const struct layout *l, enum batch_format f,
+		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
+		struct batch **out, uint64_t *bad_id)
+{
+	return build_batch(r, info, o, l, f, rank, step, micro, micros, (struct buf)BUF_INIT,
+			   out, bad_id);
 }
 
 /* A prefetch slot holds the batch of one claim index ci = (step - S0) * A + micro. */
@@ -119,6 +132,14 @@ struct server {
 
 	struct reader_pool readers;
 	struct serve_stats stats;
+
+	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
+	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
+	 * munmap of a multi-threaded process is a TLB shootdown on every CPU; on this
+	 * project's VMs that alone cut `next` throughput threefold). */
+	pthread_mutex_t pool_lock;
+	struct buf *pool;
+	size_t pool_count, pool_cap;
 };
 
 static void slog(struct server *s, int prio, const char *fmt, ...)
@@ -195,6 +216,30 @@ static int past_end(const struct server *s, uint64_t ci)
 	return g > s->limit || s->cfg.layout.global_batch > s->limit - g;
 }
 
+static struct buf pool_take(struct server *s)
+{
+	struct buf b = BUF_INIT;
+
+	pthread_mutex_lock(&s->pool_lock);
+	if (s->pool_count)
+		b = s->pool[--s->pool_count];
+	pthread_mutex_unlock(&s->pool_lock);
+	return b;
+}
+
+void server_batch_free(struct server *s, struct batch *b)
+{
+	if (!b)
+		return;
+	pthread_mutex_lock(&s->pool_lock);
+	if (b->data.cap && s->pool_count < s->pool_cap) {
+		s->pool[s->pool_count++] = b->data;
+		b->data = (struct buf)BUF_INIT;
+	}
+	pthread_mutex_unlock(&s->pool_lock);
+	batch_free(b);
+}
+
 static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, uint64_t ci,
 		    struct batch **out, uint64_t *bad_id)
 {
@@ -203,8 +248,8 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 	if (!r)
 		return -ENOMEM;
 	ci_to_cursor(s, ci, &step, &micro);
-	return serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
-			   rank, step, micro, 1, out, bad_id);
+	return build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
+			   rank, step, micro, 1, pool_take(s), out, bad_id);
 }
 
 static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
@@ -231,9 +276,9 @@ static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64
 	pthread_mutex_unlock(&s->qlock);
 }
 
-static void slot_clear(struct slot *sl)
+static void slot_clear(struct server *s, struct slot *sl)
 {
-	batch_free(sl->batch);
+	server_batch_free(s, sl->batch);
 	memset(sl, 0, sizeof(*sl));
 }
 
@@ -261,7 +306,7 @@ static void run_job(struct server *s, struct sample_reader *r, const struct job 
 
 	pthread_mutex_lock(&rs->lock);
 	if (jb->generation != rs->generation || sl->state != SLOT_DECODING || sl->ci != jb->ci) {
-		batch_free(b); /* a rewind dropped the slot meanwhile */
+		server_batch_free(s, b); /* a rewind dropped the slot meanwhile */
 	} else if (rc) {
 		sl->state = SLOT_FAILED;
 		sl->err = rc;
@@ -347,9 +392,14 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	pthread_mutex_init(&s->qlock, NULL);
 	pthread_cond_init(&s->qcond, NULL);
 	pthread_mutex_init(&s->readers.lock, NULL);
+	pthread_mutex_init(&s->pool_lock, NULL);
+	/* enough buffers for every rank's ring, the batches being read, and the workers */
+	s->pool_cap = cfg->ranks->count * (cfg->prefetch + 2) + cfg->workers;
+	s->pool_cap = s->pool_cap > 4096 ? 4096 : s->pool_cap;
+	s->pool = calloc(s->pool_cap, sizeof(*s->pool));
 	s->ranks.ranks = malloc(cfg->ranks->count * sizeof(uint64_t));
 	s->rs = calloc(cfg->ranks->count, sizeof(*s->rs));
-	if (!s->ranks.ranks || !s->rs)
+	if (!s->ranks.ranks || !s->rs || !s->pool)
 		goto err_free;
 	memcpy(s->ranks.ranks, cfg->ranks->ranks, cfg->ranks->count * sizeof(uint64_t));
 	s->ranks.count = cfg->ranks->count;
@@ -408,7 +458,7 @@ void server_free(struct server *s)
 		struct rank_state *rs = &s->rs[i];
 
 		for (unsigned k = 0; k < s->cfg.prefetch; k++)
-			slot_clear(&rs->slots[k]);
+			slot_clear(s, &rs->slots[k]);
 		free(rs->slots);
 		free(rs->last.ids);
 		pthread_mutex_destroy(&rs->lock);
@@ -416,6 +466,10 @@ void server_free(struct server *s)
 	}
 	free(s->rs);
 	free(s->queue);
+	for (size_t i = 0; i < s->pool_count; i++)
+		buf_release(&s->pool[i]);
+	free(s->pool);
+	pthread_mutex_destroy(&s->pool_lock);
 	for (size_t i = 0; i < s->readers.count; i++)
 		sample_reader_free(s->readers.free[i]);
 	free(s->readers.free);
@@ -461,7 +515,7 @@ static int take_cursor_batch(struct server *s, struct rank_state *rs, struct bat
 	if (sl && sl->ci == rs->ci && sl->state == SLOT_FAILED) {
 		rc = sl->err;
 		bad = sl->bad_id;
-		slot_clear(sl); /* a later open retries the decode */
+		slot_clear(s, sl); /* a later open retries the decode */
 	} else {
 		struct sample_reader *r = reader_get(s);
 
@@ -483,7 +537,7 @@ static void return_cursor_batch(struct server *s, struct rank_state *rs, struct 
 	struct slot *sl = s->cfg.prefetch ? &rs->slots[rs->ci % s->cfg.prefetch] : NULL;
 
 	if (!sl || sl->state != SLOT_EMPTY) {
-		batch_free(b);
+		server_batch_free(s, b);
 		return;
 	}
 	sl->state = SLOT_READY;
@@ -741,7 +795,7 @@ int server_rewind(struct server *s, uint64_t step)
 			rs->generation++;
 			for (unsigned k = 0; k < s->cfg.prefetch; k++)
 				if (rs->slots[k].state != SLOT_DECODING)
-					slot_clear(&rs->slots[k]);
+					slot_clear(s, &rs->slots[k]);
 				else
 					rs->slots[k].state = SLOT_EMPTY; /* the worker drops its result */
 		}

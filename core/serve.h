@@ -97,6 +97,10 @@ struct server;
  * pthread_create error. */
 int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	       struct journal *j, struct server **out);
+/* Free a batch this server handed out, keeping its buffer to encode a later batch
+ * into. Any thread; b may be NULL. */
+void server_batch_free(struct server *s, struct batch *b);
+
 /* Stop the workers and free everything (batches handed out stay the caller's). */
 void server_free(struct server *s);
 

@@ -33,10 +33,10 @@ struct open_file {
 	int refs;
 };
 
-static void open_file_put(struct open_file *f)
+static void open_file_put(struct zfs *z, struct open_file *f)
 {
 	if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		batch_free(f->batch);
+		server_batch_free(z->srv, f->batch);
 		buf_release(&f->text);
 		free(f);
 	}
@@ -156,7 +156,7 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid)
 	if (text.len)
 		size = text.len;
 	buf_release(&text);
-	batch_free(b);
+	server_batch_free(z->srv, b);
 	return size;
 }
 
@@ -448,7 +448,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		break;
 	}
 	if (rc) {
-		open_file_put(f);
+		open_file_put(z, f);
 		fuse_reply_err(req, claim_errno(z, rc));
 		return;
 	}
@@ -458,7 +458,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		/* The opener was interrupted before it got the handle: the kernel will not
 		 * release it. A claim already journaled stays journaled (never forgotten). */
-		open_file_put(f);
+		open_file_put(z, f);
 	}
 }
 
@@ -480,7 +480,7 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);
 	fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
-	open_file_put(f);
+	open_file_put(z, f);
 }
 
 /* One control command: "checkpoint STEP" or "rewind STEP". 0, -EINVAL (malformed or
@@ -566,12 +566,13 @@ static void zfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* Replies: err 0. Frees the handle's batch. */
 static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct zfs *z = zfs_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 
 	(void)ino;
+	fuse_reply_err(req, 0); /* close() need not wait for the free */
 	if (f)
-		open_file_put(f);
-	fuse_reply_err(req, 0);
+		open_file_put(z, f);
 }
 
 /* Replies: EROFS. The tree is fixed; only control takes writes. */
