@@ -11,7 +11,8 @@
  *     tests/fuzz/fuzz_tar.c tests/fuzz/replay.c $C \
  *     $(pkg-config --libs libzstd jansson libarchive libxxhash sqlite3) -o /tmp/fuzz_tar
  *   /tmp/fuzz_tar -max_total_time=300 -rss_limit_mb=2048 tests/fuzz/corpus/tar
- * (-Ibuild: any configured build dir, for zephon_config.h).
+ * (-Ibuild: any configured build dir, for zephon_config.h; fuzz_shard also needs
+ * core/pack.c core/shard_writer.c core/compressor.c core/pool.c and -lpthread).
  * A target returns 0 and must neither crash nor leak on any input.
  */
 #ifndef ZEPHON_FUZZ_H
