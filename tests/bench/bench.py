@@ -509,6 +509,7 @@ def main():
     if a.fresh:
         shutil.rmtree(a.work, ignore_errors=True)
     b = Bench(a)
+    load0 = os.getloadavg()
     only = set(a.only.upper().split(','))
     steps = [('B1', b.b1_b4), ('B2', b.b2), ('B3', b.b3), ('B5', b.b5), ('B6', b.b6)]
     for bid, fn in steps:
@@ -519,9 +520,13 @@ def main():
             fn()
         except NotBuilt as e:
             b.na(bid, '', '', e)
+    load1 = os.getloadavg()
     print(b.table())
+    # The machine is shared: say how busy it was, since every figure depends on it.
+    print('load average (1 min) at start %.2f, at end %.2f, on %d CPUs; best of %d runs of '
+          '%.0f s each' % (load0[0], load1[0], os.cpu_count(), a.repeat, a.seconds))
     (pathlib.Path(a.work) / 'results.json').write_text(json.dumps(
-        {'rows': b.rows, 'raw': b.raw}, indent=1, default=str))
+        {'rows': b.rows, 'raw': b.raw, 'load': [load0, load1]}, indent=1, default=str))
 
 
 if __name__ == '__main__':
