@@ -509,7 +509,7 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 		if (n != e.raw_len)
 			READ_FAIL("decoded %zu bytes, the index says %" PRIu32, n, e.raw_len);
 	}
-	if (XXH32(dst, e.raw_len, 0) != e.checksum)
+	if (shard_index_checksum(dst, e.raw_len) != e.checksum)
 		READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
 	out->len += e.raw_len;
 	out->data[out->len] = 0;

@@ -51,7 +51,7 @@ struct shard_index_entry {
 	uint64_t offset;        /* byte offset of the payload in the shard file */
 	uint32_t stored_len;    /* payload bytes in the shard file */
 	uint32_t raw_len;       /* decoded sample bytes */
-	uint32_t checksum;      /* XXH32 (seed 0) of the decoded sample */
+	uint32_t checksum;      /* shard_index_checksum() of the decoded sample */
 	uint32_t reserved;      /* 0 */
 };
 _Static_assert(sizeof(struct shard_index_entry) == 24, "index entry is 24 bytes on disk");

@@ -22,6 +22,7 @@
 #include "compressor.h"
 #include "instream.h"
 #include "pool.h"
+#include "shard_index.h"
 #include "shard_writer.h"
 #include "zephon_config.h"
 
@@ -33,7 +34,7 @@ struct batch {
 	uint64_t *line;              /* JSONL line numbers, for messages */
 	int *status;                 /* 0 ok, 1 invalid JSON (why), < 0 -errno */
 	char **why;
-	uint32_t *xxh;               /* XXH32 of each record */
+	uint32_t *xxh;               /* shard_index_checksum() of each record */
 	size_t *foff, *flen;         /* frame offset and length in frames[fthr] */
 	unsigned *fthr;
 	struct buf *frames;          /* compressed frames, one buf per thread */
@@ -260,7 +261,7 @@ static void batch_work(void *arg, unsigned t, unsigned n)
 			b->why[i] = strdup(why);
 			continue;
 		}
-		b->xxh[i] = XXH32(d, b->len[i], 0);
+		b->xxh[i] = shard_index_checksum(d, b->len[i]);
 		if (b->compress) {
 			b->foff[i] = frames->len;
 			b->fthr[i] = t;

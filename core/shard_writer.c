@@ -193,7 +193,7 @@ int shard_writer_add(struct shard_writer *w, const void *data, size_t len, char 
 		payload = w->frame.data;
 		plen = w->frame.len;
 	}
-	return shard_writer_add_payload(w, payload, plen, len, XXH32(data, len, 0), err, errlen);
+	return shard_writer_add_payload(w, payload, plen, len, shard_index_checksum(data, len), err, errlen);
 }
 
 int shard_writer_add_payload(struct shard_writer *w, const void *payload, size_t plen,

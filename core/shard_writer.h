@@ -4,7 +4,7 @@
  *
  * Each sample becomes one payload: with compression an independent zstd frame (content
  * size and XXH64 content checksum on, dictionary if given), else the raw bytes; its
- * index entry carries the XXH32 of the raw bytes. A shard is closed (index header
+ * index entry carries shard_index_checksum() of the raw bytes. A shard is closed (index header
  * completed, both files fsync'ed, a row added to the catalog) once its payload file
  * reaches shard_bytes, and at shard_writer_finish().
  *
@@ -40,7 +40,7 @@ int shard_writer_add(struct shard_writer *w, const void *data, size_t len, char 
 		     size_t errlen);
 
 /* Append the next sample already encoded: payload is its zstd frame (compress) or its
- * raw bytes, raw_len its decoded size, checksum the XXH32 (seed 0) of the decoded bytes.
+ * raw bytes, raw_len its decoded size, checksum shard_index_checksum() of the decoded bytes.
  * Lets callers compress on several threads. Same returns as shard_writer_add. */
 int shard_writer_add_payload(struct shard_writer *w, const void *payload, size_t plen,
 			     size_t raw_len, uint32_t checksum, char *err, size_t errlen);
