@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
@@ -427,11 +428,23 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	s->threads = calloc(cfg->workers, sizeof(*s->threads));
 	if (!s->threads)
 		goto err_free;
-	for (unsigned i = 0; i < cfg->workers; i++) {
-		rc = -pthread_create(&s->threads[i], NULL, worker_main, s);
+	/* Workers never take signals: a SIGTERM must land on a thread of the caller's (the
+	 * FUSE loop's), whose interrupted wait notices the exit. Delivered to a worker
+	 * blocked on its condition variable, it would go unnoticed until the next request. */
+	{
+		sigset_t all, old;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		rc = 0;
+		for (unsigned i = 0; i < cfg->workers && !rc; i++) {
+			rc = -pthread_create(&s->threads[i], NULL, worker_main, s);
+			if (!rc)
+				s->nthreads++;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		if (rc)
 			goto err_free;
-		s->nthreads++;
 	}
 	for (size_t i = 0; i < s->nranks; i++)
 		fill_ring(s, &s->rs[i]);

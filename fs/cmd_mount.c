@@ -286,6 +286,7 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
+	zfs_free_open_files(z);
 	server_free(z->srv);
 	z->srv = NULL;
 	free(z->readme);

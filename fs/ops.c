@@ -31,14 +31,48 @@ struct open_file {
 	struct batch *batch;    /* next, peek, step, sample */
 	struct buf text;        /* status, metrics, state; control's pending input */
 	int refs;
+	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
 };
+
+static void open_file_free(struct zfs *z, struct open_file *f)
+{
+	server_batch_free(z->srv, f->batch);
+	buf_release(&f->text);
+	free(f);
+}
 
 static void open_file_put(struct zfs *z, struct open_file *f)
 {
 	if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		server_batch_free(z->srv, f->batch);
-		buf_release(&f->text);
-		free(f);
+		pthread_mutex_lock(&z->lock);
+		if (f->prev)
+			f->prev->next = f->next;
+		else
+			z->open_files = f->next;
+		if (f->next)
+			f->next->prev = f->prev;
+		pthread_mutex_unlock(&z->lock);
+		open_file_free(z, f);
+	}
+}
+
+static void open_file_track(struct zfs *z, struct open_file *f)
+{
+	pthread_mutex_lock(&z->lock);
+	f->next = z->open_files;
+	if (f->next)
+		f->next->prev = f;
+	z->open_files = f;
+	pthread_mutex_unlock(&z->lock);
+}
+
+void zfs_free_open_files(struct zfs *z)
+{
+	while (z->open_files) {
+		struct open_file *f = z->open_files;
+
+		z->open_files = f->next;
+		open_file_free(z, f);
 	}
 }
 
@@ -412,6 +446,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	f->refs = 1;
+	open_file_track(z, f);
 	switch (type) {
 	case NODE_NEXT:
 		rc = server_claim(z->srv, inode_rank(ino), &f->batch);

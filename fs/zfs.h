@@ -40,7 +40,13 @@ struct zfs {
 	struct pid_claim pids[ZFS_PID_SLOTS];
 	unsigned pid_next;
 	uint64_t bytes_read, opens_next, control_writes, control_errors;
+	/* Handles the kernel has not released yet. An unmount can come before the RELEASE of
+	 * a closed file (the kernel sends it in the background); they are freed then. */
+	struct open_file *open_files;
 };
+
+/* Free every handle still open; after the session loop ended (fs/ops.c). */
+void zfs_free_open_files(struct zfs *z);
 
 /* Log a message: to stderr in the foreground, to syslog when daemonized (fs/cmd_mount.c).
  * Also the server's log sink. */
