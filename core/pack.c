@@ -603,6 +603,50 @@ static int remove_flat_dir(const char *path)
 	return rc;
 }
 
+/* Files a pack writes: the catalog (and SQLite's side files of it) and the shards. */
+static int is_dataset_file(const char *name)
+{
+	return !strncmp(name, CATALOG_FILE, strlen(CATALOG_FILE)) || !strncmp(name, "shard-", 6);
+}
+
+/*
+ * --force replaces the dataset, not what users keep beside it: the default journal
+ * (journal.sqlite and its -wal) and any other file move from the replaced dataset into
+ * the new one. A journal so kept still names the old fingerprint: a repack of the same
+ * data keeps resuming, a repack of other data is refused at mount with both
+ * fingerprints named. A file that cannot be moved stays in `from`, which is then kept.
+ */
+static int carry_over(struct packer *p, const char *from, const char *to)
+{
+	DIR *d = opendir(from);
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d)
+		return fail(p, -errno, "%s: cannot list the old dataset: %s", from, strerror(errno));
+	while ((de = readdir(d))) {
+		char msg[512], *dst = NULL;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    is_dataset_file(de->d_name))
+			continue;
+		if (asprintf(&dst, "%s/%s", to, de->d_name) < 0) {
+			rc = -ENOMEM;
+			continue;
+		}
+		if (renameat(dirfd(d), de->d_name, AT_FDCWD, dst) != 0) {
+			rc = fail(p, -errno, "cannot move %s/%s into the new dataset (%s); it is kept "
+				  "in %s", from, de->d_name, strerror(errno), from);
+		} else if (p->o->notice) {
+			snprintf(msg, sizeof(msg), "kept %s from the replaced dataset", de->d_name);
+			p->o->notice(p->o->ctx, msg);
+		}
+		free(dst);
+	}
+	closedir(d);
+	return rc;
+}
+
 static int fsync_path(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
@@ -833,7 +877,7 @@ static int publish(struct packer *p)
 	free(p->tmpdir);
 	p->tmpdir = NULL;
 	fsync_path(dirname(parent_copy));
-	if (old)
+	if (old && carry_over(p, old, out) == 0)
 		remove_flat_dir(old);
 done:
 	free(old);

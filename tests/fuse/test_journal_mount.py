@@ -214,3 +214,24 @@ def test_control_checkpoint_rewind_and_status(ds, mount, tmp_path):
     status = json.loads(read_all(m2.path('status')))
     assert (status['start_step'], status['start_samples']) == (2, 8)
     assert len(status['layouts']) == 2
+
+
+def test_repack_with_force_keeps_the_default_journal(tmp_path):
+    """pack --force replaces the dataset, not the journal beside it: the same data keeps
+    resuming; other data is refused at mount, naming both fingerprints."""
+    write_jsonl(tmp_path / 'a.jsonl', 40)
+    ds = pack(tmp_path / 'ds', [tmp_path / 'a.jsonl'])
+    (ds / 'notes.txt').write_text('mine')
+    with Mount(ds, tmp_path / 'mp', 'world_size=1,global_batch=4') as m:
+        for _ in range(3):
+            read_all(m.path('rank', 0, 'next'))
+    p = run('pack', tmp_path / 'a.jsonl', '-o', ds, '--force')
+    assert 'kept journal.sqlite' in p.stderr and 'kept notes.txt' in p.stderr
+    assert (ds / 'notes.txt').read_text() == 'mine'
+    with Mount(ds, tmp_path / 'mp', 'world_size=2,global_batch=4') as m:
+        status = json.loads(read_all(m.path('status')))
+        assert (status['start_step'], status['start_samples']) == (3, 12)
+    write_jsonl(tmp_path / 'b.jsonl', 41)
+    run('pack', tmp_path / 'b.jsonl', '-o', ds, '--force')
+    code, err = mount_fails(ds, tmp_path, 'world_size=1')
+    assert code == 1 and status['fingerprint'] in err, err
