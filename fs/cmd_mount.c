@@ -24,11 +24,22 @@
 #include "zephon_config.h"
 
 static int use_syslog;
+static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_error[512];
+static time_t last_error_time;
 
 void zfs_log(int prio, const char *fmt, ...)
 {
 	va_list ap;
 
+	if (prio <= LOG_WARNING) { /* kept for /status: syslog may go nowhere */
+		pthread_mutex_lock(&last_error_lock);
+		va_start(ap, fmt);
+		vsnprintf(last_error, sizeof(last_error), fmt, ap);
+		va_end(ap);
+		last_error_time = time(NULL);
+		pthread_mutex_unlock(&last_error_lock);
+	}
 	va_start(ap, fmt);
 	if (use_syslog) {
 		vsyslog(prio, fmt, ap);
@@ -39,6 +50,17 @@ void zfs_log(int prio, const char *fmt, ...)
 		fputc('\n', stderr);
 	}
 	va_end(ap);
+}
+
+time_t zfs_last_error(char *out, size_t len)
+{
+	time_t t;
+
+	pthread_mutex_lock(&last_error_lock);
+	snprintf(out, len, "%s", last_error);
+	t = last_error_time;
+	pthread_mutex_unlock(&last_error_lock);
+	return t;
 }
 
 static void server_log(void *ctx, int prio, const char *fmt, va_list ap)

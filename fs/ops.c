@@ -538,40 +538,41 @@ static int control_line(struct zfs *z, const char *line)
 	return -EINVAL;
 }
 
-/* Replies: write (all bytes taken), EACCES (not control), EINVAL (a malformed or refused
- * command; the reason is logged), EIO (the journal failed), E2BIG (a line over 4 KiB). */
+/* Replies: write (all bytes taken), EACCES (not control), EINVAL (not exactly one
+ * well-formed command, or refused: the reason is logged and kept for /status), EIO (the
+ * journal failed), E2BIG (over 4 KiB). Each write() is one command, applied whole or not
+ * at all: "checkpoint STEP" or "rewind STEP", a trailing newline optional. A write with
+ * several lines is refused before any of them is applied, so a caller that sees an error
+ * knows nothing changed. */
 static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
 		      off_t off, struct fuse_file_info *fi)
 {
 	struct zfs *z = zfs_of(req);
-	struct open_file *f = (struct open_file *)fi->fh;
-	int rc = 0;
-	char *nl;
+	char line[4096];
+	size_t len = size;
+	int rc;
 
 	(void)off;
+	(void)fi;
 	if (inode_type(ino) != NODE_CONTROL) {
 		fuse_reply_err(req, EACCES);
 		return;
 	}
-	if (f->text.len + size > 4096) {
+	if (size >= sizeof(line)) {
 		fuse_reply_err(req, E2BIG);
 		return;
 	}
-	if (buf_append(&f->text, data, size)) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	/* Each complete line is one command; a line without '\n' waits for flush. */
-	while (!rc && (nl = memchr(f->text.data, '\n', f->text.len))) {
-		size_t len = (size_t)(nl - (char *)f->text.data);
-
-		*nl = 0;
-		if (len && nl[-1] == '\r')
-			nl[-1] = 0;
-		if (f->text.data[0])
-			rc = control_line(z, (char *)f->text.data);
-		memmove(f->text.data, nl + 1, f->text.len - len - 1);
-		f->text.len -= len + 1;
+	if (len && data[len - 1] == '\n')
+		len--;
+	if (len && data[len - 1] == '\r')
+		len--;
+	memcpy(line, data, len);
+	line[len] = 0;
+	if (memchr(line, '\n', len) || strlen(line) != len) {
+		zfs_log(LOG_WARNING, "control: one command per write, nothing applied");
+		rc = -EINVAL;
+	} else {
+		rc = control_line(z, line);
 	}
 	pthread_mutex_lock(&z->lock);
 	z->control_writes++;
@@ -581,21 +582,6 @@ static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t s
 		fuse_reply_err(req, rc == -ENOSYS ? ENOSYS : rc == -EINVAL ? EINVAL : EIO);
 	else
 		fuse_reply_write(req, size);
-}
-
-/* Replies: err 0, or EINVAL/EIO for a last control line without '\n' that fails. */
-static void zfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct zfs *z = zfs_of(req);
-	struct open_file *f = (struct open_file *)fi->fh;
-	int rc = 0;
-
-	if (inode_type(ino) == NODE_CONTROL && f->text.len) {
-		if (buf_append(&f->text, "", 0) == 0 && f->text.data[0])
-			rc = control_line(z, (char *)f->text.data);
-		f->text.len = 0;
-	}
-	fuse_reply_err(req, rc == -EINVAL ? EINVAL : rc ? EIO : 0);
 }
 
 /* Replies: err 0. Frees the handle's batch. */
@@ -690,7 +676,6 @@ const struct fuse_lowlevel_ops zfs_ops = {
 	.open = zfs_open,
 	.read = zfs_read,
 	.write = zfs_write,
-	.flush = zfs_flush,
 	.release = zfs_release,
 	.mknod = zfs_mknod,
 	.mkdir = zfs_mkdir,

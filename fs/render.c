@@ -92,7 +92,7 @@ static json_t *layout_json(const struct journal_layout *jl)
 int render_status(struct zfs *z, struct buf *out)
 {
 	const struct serve_config *c = server_config(z->srv);
-	json_t *root, *layouts, *cursors, *counters;
+	json_t *root, *layouts, *cursors, *counters, *last_error;
 	struct journal_layout *hist = NULL;
 	struct serve_stats st;
 	size_t nhist = 0;
@@ -131,8 +131,15 @@ int render_status(struct zfs *z, struct buf *out)
 			     "bytes_read", json_u64(z->bytes_read),
 			     "control_errors", json_u64(z->control_errors));
 	pthread_mutex_unlock(&z->lock);
+	{
+		char msg[512];
+		time_t t = zfs_last_error(msg, sizeof(msg));
+
+		last_error = t ? json_pack("{s:I, s:s}", "time", (json_int_t)t, "message", msg)
+			       : json_null();
+	}
 	root = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:s, "
-			 "s:o, s:s, s:o, s:s, s:s, s:o, s:o, s:o}",
+			 "s:o, s:s, s:o, s:s, s:s, s:o, s:o, s:o, s:o}",
 			 "dataset", z->dataset_path,
 			 "fingerprint", z->info->fingerprint,
 			 "samples", json_u64(z->info->samples),
@@ -153,7 +160,8 @@ int render_status(struct zfs *z, struct buf *out)
 			 "journal", z->cfg->journal,
 			 "layouts", layouts,
 			 "cursors", cursors,
-			 "counters", counters);
+			 "counters", counters,
+			 "last_error", last_error);
 	return dump_json(root, out);
 }
 

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "opts.h"
 #include "serve.h"
@@ -51,6 +52,9 @@ void zfs_free_open_files(struct zfs *z);
 /* Log a message: to stderr in the foreground, to syslog when daemonized (fs/cmd_mount.c).
  * Also the server's log sink. */
 void zfs_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The latest warning or error zfs_log() wrote, and when (0: none yet). */
+time_t zfs_last_error(char *out, size_t len);
 
 /* The low-level operations of the mount. */
 extern const struct fuse_lowlevel_ops zfs_ops;

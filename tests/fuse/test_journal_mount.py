@@ -199,6 +199,17 @@ def test_control_checkpoint_rewind_and_status(ds, mount, tmp_path):
             with open(m.path('control'), 'w') as f:
                 f.write(bad)
         assert e.value.errno == errno.EINVAL, bad
+    # one command per write, all or nothing: a later bad line must not let an earlier
+    # good one through (the caller sees EINVAL and must be able to trust nothing changed)
+    for bad in [b'rewind 1\nbogus\n', b'checkpoint 2\ncheckpoint 99\n', b'rewind 1\nrewind 1\n']:
+        fd = os.open(m.path('control'), os.O_WRONLY)
+        with pytest.raises(OSError) as e:
+            os.write(fd, bad)
+        os.close(fd)
+        assert e.value.errno == errno.EINVAL, bad
+    status = json.loads(read_all(m.path('status')))
+    assert status['cursors']['0'] == {'step': 5, 'micro': 0}
+    assert 'one command per write' in status['last_error']['message']
     with open(m.path('control'), 'w') as f:
         f.write('rewind 2\n')
     assert read_all(m.path('rank', 1, 'next')) == batch(ds, opts, 1, 2)
@@ -209,6 +220,8 @@ def test_control_checkpoint_rewind_and_status(ds, mount, tmp_path):
     assert status['resume'].startswith('auto')
     m.stop(check=False)
     assert 'control: refused checkpoint 99: no served rank has reached that step' in m.stderr_text
+    marks = json.loads(run('journal', 'show', '--json', tmp_path / 'j.sqlite').stdout)['checkpoints']
+    assert [c['step'] for c in marks] == [3]   # not 2: that write was refused whole
     # the remount resumes at the latest position statement: the rewind to step 2
     m2 = mount(ds, opts, name='again')
     status = json.loads(read_all(m2.path('status')))
