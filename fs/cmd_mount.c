@@ -270,6 +270,11 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 	return 0;
 }
 
+void zfs_ready(void)
+{
+	daemon_ready(0);
+}
+
 static int serve(struct zfs *z, struct fuse_session *se, const struct mount_options *o)
 {
 	struct serve_config sc = {
@@ -338,12 +343,14 @@ int cmd_mount(int argc, char **argv)
 		goto out_opts;
 	}
 	if (o.show_version) {
-		printf("zephon %s (libfuse %d)\n", ZEPHON_VERSION, fuse_version());
+		printf("zephon %s (libfuse %s)\n", ZEPHON_VERSION, fuse_pkgversion());
 		status = 0;
 		goto out_opts;
 	}
 	if (!o.dataset || !o.mountpoint || o.extra_nonopt) {
-		mount_usage(stderr);
+		die_msg(o.extra_nonopt ? "mount takes two arguments, DATASET and MOUNTPOINT, and "
+			"-o OPTIONS; see zephon mount --help" : "mount needs DATASET and MOUNTPOINT; "
+			"see zephon mount --help");
 		goto out_opts;
 	}
 	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
@@ -402,7 +409,6 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
 		goto out_handlers;
 	}
-	daemon_ready(0);
 	status = serve(&z, se, &o);
 	fuse_session_unmount(se);
 out_handlers:

@@ -661,6 +661,7 @@ static void zfs_statfs(fuse_req_t req, fuse_ino_t ino)
 static void zfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
+	zfs_ready();
 	/* Batches are read whole and once: no readahead into the page cache. */
 	conn->max_readahead = 0;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)

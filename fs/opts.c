@@ -53,7 +53,7 @@ const char mount_options_help[] =
 	"  epochs=E              stop after E epochs (default 0: endless)\n"
 	"  format=lines|tar|npy|bin  batch encoding (default by dataset kind)\n"
 	"  journal=PATH          cursor journal (default DATASET/journal.sqlite)\n"
-	"  resume=auto|fresh|samples:G|step:S  where the stream starts (default auto)\n"
+	"  resume=auto|fresh|samples:G[@S]|step:S  where the stream starts (default auto)\n"
 	"  prefetch=K            decoded micro-batches kept ready per rank (default 2)\n"
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
 	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
@@ -67,7 +67,7 @@ static const char *const fuse_passthrough[] = {
 	"auto_unmount", "allow_root", "nodev", "dev", "nosuid", "suid", "noexec", "exec",
 	"noatime", "atime", "nodiratime", "relatime", "ro", "rw", "sync", "async", "dirsync",
 };
-static const char *const fuse_passthrough_prefix[] = { "fsname=", "subtype=", "max_read=" };
+static const char *const fuse_passthrough_prefix[] = { "fsname=", "subtype=" };
 /* fstab/mount(8) keys that mean nothing to a FUSE daemon: dropped silently. */
 static const char *const fstab_only[] = {
 	"defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
@@ -224,7 +224,8 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	}
 	if (o->resume) {
 		if (journal_resume_parse(o->resume, &c->resume))
-			return WHY("resume=%s: expected auto, fresh, samples:G or step:S", o->resume);
+			return WHY("resume=%s: expected auto, fresh, samples:G, samples:G@S or step:S",
+				   o->resume);
 	} else {
 		c->resume.rule = RESUME_AUTO;
 	}
@@ -250,6 +251,11 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		return WHY("journal= needs a path");
 	if (o->journal && !(c->journal = strdup(o->journal)))
 		return -ENOMEM;
+	if (o->ranks && !*o->ranks) {
+		free(c->journal);
+		c->journal = NULL;
+		return WHY("ranks= needs a list such as 0-3 or 8,9 (leave it out to serve every rank)");
+	}
 	rc = rankset_parse(o->ranks, w, &c->ranks, why, why_len);
 	if (rc) {
 		free(c->journal);

@@ -53,6 +53,10 @@ void zfs_free_open_files(struct zfs *z);
  * Also the server's log sink. */
 void zfs_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The kernel's INIT reached the daemon: the mount is live. A daemonizing `zephon mount`
+ * returns success to its caller only now and detaches from the terminal. */
+void zfs_ready(void);
+
 /* The latest warning or error zfs_log() wrote, and when (0: none yet). */
 time_t zfs_last_error(char *out, size_t len);
 

@@ -341,10 +341,12 @@ def test_corrupt_sample_is_eio_and_cursor_stays(records, mount):
     ('world_size=0', 'world_size must be at least 1'),
     ('shuffle=random', 'shuffle=random: expected global or none'),
     ('format=npy', 'npy'),
-    ('resume=yesterday', 'resume=yesterday: expected auto, fresh, samples:G or step:S'),
+    ('resume=yesterday', 'resume=yesterday: expected auto, fresh, samples:G, samples:G@S or step:S'),
     ('sync=sometimes', 'sync=sometimes: expected normal or full'),
     ('prefetch=1000', 'prefetch=1000 is above the limit of 64'),
     ('bogus_option=1', "unknown mount option 'bogus_option=1'"),
+    ('max_read=4096', "unknown mount option 'max_read=4096'"),
+    ('world_size=2,ranks=', 'ranks= needs a list'),
 ])
 def test_invalid_options_exit_2_before_mounting(records, tmp_path, opts, msg):
     ds, _ = records
@@ -419,7 +421,7 @@ def test_allow_other_implies_default_permissions(records, mount):
 def test_help_and_version():
     p = run('mount', '--help')
     out = p.stdout.decode()
-    assert 'world_size=W' in out and 'resume=auto|fresh|samples:G|step:S' in out
+    assert 'world_size=W' in out and 'resume=auto|fresh|samples:G[@S]|step:S' in out
     assert run('mount', '--version').stdout.decode().startswith('zephon ')
     assert 'usage: zephon batch' in run('batch', '--help').stdout.decode()
 
