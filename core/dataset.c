@@ -164,10 +164,30 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 #undef BAD
 }
 
+/* An open of a dataset file failed for a reason that is not corruption: say so (the
+ * dataset keeps one open file per shard). 0 when errno means the file is bad. */
+static int open_error(const struct dataset *ds, const char *what, const char *file,
+		      char *err, size_t errlen)
+{
+	if (errno == EMFILE || errno == ENFILE) {
+		set_err(err, errlen, "%s %s: %s: the dataset has %zu shards and keeps one file "
+			"open per shard; raise the open-file limit (ulimit -n, LimitNOFILE=) or "
+			"repack with a larger --shard-size", what, file, strerror(errno),
+			ds->cat.nshards);
+		return -EMFILE;
+	}
+	if (errno == EACCES) {
+		set_err(err, errlen, "%s %s: %s", what, file, strerror(errno));
+		return -EACCES;
+	}
+	return 0;
+}
+
 static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 {
 	uint64_t next = 0;
 	char why[256];
+	int rc;
 
 	ds->shards = calloc(ds->cat.nshards ? ds->cat.nshards : 1, sizeof(*ds->shards));
 	if (!ds->shards)
@@ -205,6 +225,8 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		}
 
 		s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
+			return rc;
 		if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
 			set_err(err, errlen, "shard %s: %s", cs->file, strerror(errno));
 			return -EBADMSG;
@@ -216,6 +238,8 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		}
 
 		ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
+			return rc;
 		if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 			set_err(err, errlen, "index %s: %s", cs->index_file,
 				ifd < 0 ? strerror(errno) : "not a regular file");

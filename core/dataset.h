@@ -86,7 +86,8 @@ struct catalog;
  * against the catalog. On failure returns -errno and writes a one-line reason into err:
  * -ENOENT (no catalog), -EPROTO (unknown format version), -EBADMSG (catalog and shard
  * files disagree: missing/truncated index or shard, bad magic, counts differ),
- * -ENOMEM, -EIO. *out is set only on success; free with dataset_close(). */
+ * -EMFILE (more shards than the open-file limit allows: one fd is kept per shard),
+ * -EACCES, -ENOMEM, -EIO. *out is set only on success; free with dataset_close(). */
 int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen);
 void dataset_close(struct dataset *ds);
 

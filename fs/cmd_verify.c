@@ -97,7 +97,7 @@ int cmd_verify(int argc, char **argv)
 	rc = dataset_open(argv[optind], &ds, err, sizeof(err));
 	if (rc) {
 		die_msg("verify: %s", err);
-		if (rc != -ENOENT)
+		if (rc == -EBADMSG || rc == -EPROTO)
 			die_msg("verify: %s is corrupt; repack it from its inputs", argv[optind]);
 		return 1;
 	}

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cmd.h"
 #include "zephon_config.h"
@@ -52,8 +53,22 @@ static void usage(FILE *f)
 		"Unmount with: fusermount3 -u MOUNTPOINT\n");
 }
 
+/* A dataset holds one open file per shard and index: lift the soft limit on open
+ * files to the hard limit (1024 by default, a ~1 TB dataset at the default 1 GiB
+ * shards) so large datasets open wherever the administrator allows it. */
+static void raise_nofile_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
 int main(int argc, char **argv)
 {
+	raise_nofile_limit();
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

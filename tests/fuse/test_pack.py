@@ -712,3 +712,26 @@ def test_reads_refuse_a_corrupt_sample(packed, data):
     for good in (0, bad - 1, bad + 1):
         p = run('batch', packed, '-o', opts, '--rank', '0', '--step', good)
         assert p.stdout == want[good] + b'\n'
+
+
+def test_many_shards_and_the_open_file_limit(tmp_path):
+    """One open file per shard: zephon lifts the soft limit to the hard one, and where
+    even that is too low it says so; it never calls such a dataset corrupt."""
+    import resource
+    with open(tmp_path / 'u.jsonl', 'w') as f:
+        for i in range(2000):
+            f.write(json.dumps({'i': i, 'pad': 'x' * (i % 50)}) + '\n')
+    ds = tmp_path / 'sh'
+    run('pack', tmp_path / 'u.jsonl', '-o', ds, '-q', '--shard-size', '400')
+    nshards = len(list(ds.glob('shard-*.idx')))
+    assert nshards > 100
+
+    def limit(soft, hard):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    p = subprocess.run([ZEPHON, 'verify', str(ds)], preexec_fn=limit(50, 4096),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([ZEPHON, 'verify', str(ds)], preexec_fn=limit(50, 50),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and 'open-file limit' in err and 'corrupt' not in err, err
