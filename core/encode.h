@@ -34,7 +34,8 @@ int batch_format_check(const struct dataset_info *info, enum batch_format f,
 
 /* Append the encoding of samples ids[0..count) to out. 0, or -EIO (a sample failed its
  * checksum or is corrupt: *bad_id names it, out is left as it was), -ENOMEM, -EINVAL
- * (format not defined for the dataset). */
+ * (format not defined for the dataset), -EOVERFLOW (the batch size does not fit in
+ * size_t), -ERANGE (an id >= N). On any error out is left as it was. */
 int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id);
