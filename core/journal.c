@@ -1376,10 +1376,25 @@ int journal_resume_point_files(const char *const *paths, size_t npaths,
 /* ---- starting a layout ---- */
 
 /* S0 for samples:G, G0 for step:S, from the history (caller holds j->mu). */
+/* Did some rank of layout e get as far as step S (its cursor at S or beyond)? */
+static int layout_reached(struct journal *j, const struct hev *e, uint64_t step)
+{
+	struct journal_cursor *cur;
+	size_t n;
+	int yes = e->step == step;
+
+	if (!yes && load_cursors(j->db, e->layout_id, &cur, &n) == 0) {
+		for (size_t i = 0; i < n && !yes; i++)
+			yes = cur[i].step >= step;
+		free(cur);
+	}
+	return yes;
+}
+
 static int map_rule(struct journal *j, const struct hist *h, const struct journal_resume *r,
 		    struct layout *l, char *applied, size_t alen)
 {
-	const struct hev *best = NULL;
+	const struct hev *best = NULL, *reached = NULL;
 
 	for (size_t k = 0; k < h->nev; k++) {
 		const struct hev *e = &h->ev[k];
@@ -1388,7 +1403,14 @@ static int map_rule(struct journal *j, const struct hist *h, const struct journa
 			continue;
 		if (r->rule == RESUME_SAMPLES ? e->gsn <= r->value : e->step <= r->value)
 			best = e; /* events are in seq order: the latest wins */
+		if (r->rule == RESUME_STEP && e->step <= r->value && layout_reached(j, e, r->value))
+			reached = e;
 	}
+	/* step:S names a step of the run that saved the checkpoint: the latest layout that
+	 * served up to S, not a later one that started below S and stopped short of it
+	 * (after a restart from an older checkpoint, step numbers repeat). */
+	if (reached)
+		best = reached;
 	if (r->rule == RESUME_SAMPLES) {
 		l->start_samples = r->value;
 		if (r->has_step) {

@@ -248,3 +248,22 @@ def test_repack_with_force_keeps_the_default_journal(tmp_path):
     run('pack', tmp_path / 'b.jsonl', '-o', ds, '--force')
     code, err = mount_fails(ds, tmp_path, 'world_size=1')
     assert code == 1 and status['fingerprint'] in err, err
+
+
+def test_resume_step_maps_through_the_layout_that_reached_it(ds, tmp_path):
+    """resume=step:S takes the gsn of S from the layout that served up to S, not from a
+    later layout that started below S (a restart from an older checkpoint) and stopped
+    short of it."""
+    j = tmp_path / 'j.sqlite'
+    def session(opts, claims):
+        with Mount(ds, tmp_path / 'mp', opts + ',journal=%s' % j) as m:
+            for _ in range(claims):
+                read_all(m.path('rank', 0, 'next'))
+            return json.loads(read_all(m.path('status')))
+    session('global_batch=8', 10)                                  # steps 0-9, gsn 0-79
+    st = session('global_batch=4', 6)                              # steps 10-15 from gsn 80
+    assert (st['start_step'], st['start_samples']) == (10, 80)
+    st = session('global_batch=4,resume=step:5', 0)                # reads nothing
+    assert (st['start_step'], st['start_samples']) == (5, 40)
+    st = session('global_batch=4,resume=step:12', 0)
+    assert (st['start_step'], st['start_samples']) == (12, 88)
