@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <archive.h>
+#include <archive_entry.h>
 #include <zstd.h>
 
 #define RAW_CHUNK (256 * 1024)
@@ -24,6 +26,8 @@ struct instream {
 	uint64_t lineno;
 	XXH3_state_t *hash;
 	ZSTD_DStream *ds;
+	struct archive *ar;      /* gzip, xz or bzip2 input, through libarchive's raw format */
+	size_t ar_first;         /* sniffed bytes the first read callback hands over */
 	size_t zret;             /* last ZSTD_decompressStream() hint: 0 at a frame end */
 	uint8_t *raw;            /* compressed bytes read but not yet decoded */
 	size_t chunk;            /* read size: RAW_CHUNK, less for small files */
@@ -48,6 +52,18 @@ static int is_zstd_magic(const uint8_t *p, size_t n)
 	return m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u;
 }
 
+/* gzip (RFC 1952), xz and bzip2 magic: inputs libarchive decompresses for us. */
+static const char *other_compression(const uint8_t *p, size_t n)
+{
+	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+		return "gzip";
+	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
+		return "xz";
+	if (n >= 3 && !memcmp(p, "BZh", 3))
+		return "bzip2";
+	return NULL;
+}
+
 /* read() up to cap bytes into dst, hashing and counting them. 0 at end of file. */
 static ssize_t read_file(struct instream *in, uint8_t *dst, size_t cap)
 {
@@ -62,6 +78,47 @@ static ssize_t read_file(struct instream *in, uint8_t *dst, size_t cap)
 		in->bytes_read += (uint64_t)n;
 	}
 	return n;
+}
+
+/* libarchive's read callback: first the sniffed bytes, then the file. */
+static la_ssize_t ar_read(struct archive *a, void *ctx, const void **buffer)
+{
+	struct instream *in = ctx;
+	ssize_t n;
+
+	*buffer = in->raw;
+	if (in->ar_first) {
+		n = (ssize_t)in->ar_first;
+		in->ar_first = 0;
+		return n;
+	}
+	n = read_file(in, in->raw, in->chunk);
+	if (n < 0)
+		archive_set_error(a, errno, "read error at byte %" PRIu64 ": %s", in->bytes_read,
+				  strerror(errno));
+	return n;
+}
+
+static int open_archive_stream(struct instream *in, const char *kind, size_t sniffed,
+			       char *err, size_t errlen)
+{
+	struct archive_entry *e;
+
+	in->ar = archive_read_new();
+	if (!in->ar)
+		return -ENOMEM;
+	archive_read_support_filter_gzip(in->ar);
+	archive_read_support_filter_xz(in->ar);
+	archive_read_support_filter_bzip2(in->ar);
+	archive_read_support_format_raw(in->ar);
+	in->ar_first = sniffed;
+	if (archive_read_open(in->ar, in, NULL, ar_read, NULL) != ARCHIVE_OK ||
+	    archive_read_next_header(in->ar, &e) != ARCHIVE_OK) {
+		snprintf(err, errlen, "%s: cannot read it as %s: %s", in->path, kind,
+			 archive_error_string(in->ar) ? archive_error_string(in->ar) : "unknown error");
+		return -EBADMSG;
+	}
+	return 0;
 }
 
 int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, char *err,
@@ -125,6 +182,11 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 			rc = -ENOMEM;
 			goto err_free;
 		}
+	} else if (other_compression(in->raw, (size_t)n)) {
+		rc = open_archive_stream(in, other_compression(in->raw, (size_t)n), (size_t)n,
+					 err, errlen);
+		if (rc)
+			goto err_free;
 	} else if (buf_append(&in->data, in->raw, (size_t)n)) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -141,6 +203,8 @@ void instream_close(struct instream *in)
 {
 	if (!in)
 		return;
+	if (in->ar)
+		archive_read_free(in->ar);
 	if (in->fd >= 0)
 		close(in->fd);
 	ZSTD_freeDStream(in->ds);
@@ -166,6 +230,24 @@ static int refill(struct instream *in, char *err, size_t errlen)
 	ssize_t n;
 
 	compact(in);
+	if (in->ar) {
+		la_ssize_t got;
+
+		if (buf_reserve(&in->data, RAW_CHUNK))
+			return -ENOMEM;
+		got = archive_read_data(in->ar, in->data.data + in->data.len, RAW_CHUNK);
+		if (got < 0) {
+			snprintf(err, errlen, "%s: corrupt or truncated compressed data near byte %"
+				 PRIu64 " (after line %" PRIu64 "): %s", in->path, in->bytes_read,
+				 in->lineno, archive_error_string(in->ar) ?
+				 archive_error_string(in->ar) : "unknown error");
+			return -EBADMSG;
+		}
+		in->data.len += (size_t)got;
+		if (got == 0)
+			in->eof = in->done = 1;
+		return 0;
+	}
 	if (!in->zstd) {
 		if (buf_reserve(&in->data, in->chunk))
 			return -ENOMEM;

@@ -5,7 +5,9 @@
  * 3.1.1: 0xFD2FB528 little-endian, or a skippable frame 0x184D2A5?) in the first bytes,
  * not by the file name, and decoded with zstd's streaming API, so frames without a
  * content size and several concatenated frames (what lm_dataformat / The Pile write)
- * work; a stream that ends inside a frame is reported as truncated. Every byte read from
+ * work; a stream that ends inside a frame is reported as truncated. gzip (RFC 1952,
+ * Dolma's *.json.gz), xz and bzip2 are detected by their magic too and decoded through
+ * libarchive's raw format. Every byte read from
  * the file (compressed bytes for zstd) goes into the caller's XXH3-128 state, if any.
  *
  * Lines end at '\n'; a trailing '\r' is dropped too; the last line may lack '\n'.

@@ -70,12 +70,25 @@ static enum source_format by_name(const char *path)
 		".tar.bz2", ".tbz2", ".tar.zst", ".tzst" };
 	size_t n = strlen(path);
 
-	if (ends_with(path, ".jsonl") || ends_with(path, ".jsonl.zst") ||
-	    ends_with(path, ".ndjson") || ends_with(path, ".ndjson.zst") ||
-	    ends_with(path, ".json.zst"))
-		return SOURCE_JSONL;
-	if (ends_with(path, ".txt") || ends_with(path, ".txt.zst"))
-		return SOURCE_LINES;
+	static const char *const jsonl_ext[] = { ".jsonl", ".ndjson", ".json.zst", ".json.gz",
+		".json.xz", ".json.bz2" };
+	static const char *const zext[] = { "", ".zst", ".gz", ".xz", ".bz2" };
+
+	for (size_t i = 0; i < sizeof(jsonl_ext) / sizeof(jsonl_ext[0]); i++)
+		for (size_t z = 0; z < (i < 2 ? sizeof(zext) / sizeof(zext[0]) : 1); z++) {
+			char ext[32];
+
+			snprintf(ext, sizeof(ext), "%s%s", jsonl_ext[i], zext[z]);
+			if (ends_with(path, ext))
+				return SOURCE_JSONL;
+		}
+	for (size_t z = 0; z < sizeof(zext) / sizeof(zext[0]); z++) {
+		char ext[32];
+
+		snprintf(ext, sizeof(ext), ".txt%s", zext[z]);
+		if (ends_with(path, ext))
+			return SOURCE_LINES;
+	}
 	for (size_t i = 0; i < sizeof(tar_ext) / sizeof(tar_ext[0]); i++)
 		if (ends_with(path, tar_ext[i]))
 			return SOURCE_TAR;

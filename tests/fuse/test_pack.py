@@ -735,3 +735,27 @@ def test_many_shards_and_the_open_file_limit(tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = p.stderr.decode()
     assert p.returncode == 1 and 'open-file limit' in err and 'corrupt' not in err, err
+
+
+@pytest.mark.parametrize('suffix,tool', [('.jsonl.gz', 'gzip'), ('.json.gz', 'gzip'),
+                                         ('.jsonl.xz', 'xz'), ('.jsonl.bz2', 'bzip2')])
+def test_gzip_xz_bzip2_jsonl(tmp_path, data, suffix, tool):
+    """Dolma ships *.json.gz: compressed JSONL is detected by magic and packs to the same
+    samples (and fingerprint) as the plain file; a truncated one is refused."""
+    src = data / 'jsonl' / 'cc_en_head-0091.jsonl'
+    comp = subprocess.run([tool, '-c', str(src)], check=True, stdout=subprocess.PIPE).stdout
+    (tmp_path / ('in' + suffix)).write_bytes(comp)
+    plain = json.loads(run('info', '--json', run_pack(tmp_path, src, 'plain')).stdout)
+    packed = json.loads(run('info', '--json', run_pack(tmp_path, tmp_path / ('in' + suffix), 'c')).stdout)
+    assert packed['samples'] == plain['samples'] == 10
+    assert packed['fingerprint'] == plain['fingerprint']
+    (tmp_path / ('cut' + suffix)).write_bytes(comp[:len(comp) // 2])
+    p = run('pack', tmp_path / ('cut' + suffix), '-o', tmp_path / 'cut', check=False)
+    assert p.returncode == 1 and 'cut' + suffix in p.stderr and tool in p.stderr.lower(), p.stderr
+    assert not (tmp_path / 'cut').exists()
+
+
+def run_pack(tmp_path, src, name):
+    out = tmp_path / name
+    run('pack', src, '-o', out, '-q')
+    return out
