@@ -36,7 +36,7 @@
 #define CATALOG_FORMAT_VERSION 1
 
 #define SHARD_INDEX_MAGIC "ZPHIDX\0\1" /* 8 bytes; the last byte is the index format */
-#define SHARD_INDEX_VERSION 1
+#define SHARD_INDEX_VERSION 2  /* 2: checksum is shard_index_checksum() (XXH3), was XXH32 */
 
 struct shard_index_header {
 	char magic[8];          /* SHARD_INDEX_MAGIC */

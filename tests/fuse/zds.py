@@ -53,7 +53,7 @@ def read_dataset(path):
         data = (path / file).read_bytes()
         assert len(data) == nbytes
         magic, version, esize, n, first_sample = INDEX_HEADER.unpack_from(idx, 0)
-        assert (magic, version, esize, n, first_sample) == (INDEX_MAGIC, 1, 24, count, first)
+        assert (magic, version, esize, n, first_sample) == (INDEX_MAGIC, 2, 24, count, first)
         assert len(idx) == 32 + 24 * n
         assert first == len(out)
         for i in range(n):
