@@ -951,6 +951,18 @@ struct hist {
 	size_t ncur;
 };
 
+/* Why hist_load() failed: SQLite's message, or, when SQLite saw nothing wrong, that a
+ * recorded value failed our range checks (SQLite would say "not an error"). */
+static const char *hist_errmsg(sqlite3 *db)
+{
+	int c = sqlite3_errcode(db);
+
+	if (c == SQLITE_OK || c == SQLITE_ROW || c == SQLITE_DONE)
+		return "a recorded value is out of range (the journal was edited or is corrupt; "
+		       "start a new one with journal=PATH)";
+	return sqlite3_errmsg(db);
+}
+
 static void hist_release(struct hist *h)
 {
 	free(h->ev);
@@ -1292,7 +1304,7 @@ int journal_resume_point_ex(struct journal *j, struct journal_point *info)
 		hist_release(&h);
 	} else {
 		jfail(j, rc, "journal %s: cannot read the history: %s", j->path,
-		      sqlite3_errmsg(j->db));
+		      hist_errmsg(j->db));
 	}
 	pthread_mutex_unlock(&j->mu);
 	return rc;
@@ -1343,7 +1355,7 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 			rc = hist_load(j->db, i, &hs[i]);
 			if (rc)
 				fail(err, errlen, rc, "cannot read journal %s: %s", paths[i],
-				     sqlite3_errmsg(j->db));
+				     hist_errmsg(j->db));
 			else
 				loaded = i + 1;
 		}
@@ -1538,7 +1550,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	rc = hist_load(j->db, 0, &h);
 	if (rc) {
 		rc = jfail(j, rc == -ENOMEM ? rc : -EIO, "journal %s: cannot read the history: %s",
-			   j->path, sqlite3_errmsg(j->db));
+			   j->path, hist_errmsg(j->db));
 		goto out;
 	}
 	desc[0] = 0;
