@@ -336,7 +336,9 @@ int cmd_pack(int argc, char **argv)
 		printf("  %s of input in %.2f s (%s/s)\n", human((double)res.input_bytes, c, sizeof(c)),
 		       el, human(el > 0 ? (double)res.input_bytes / el : 0, a, sizeof(a)));
 		if (res.skipped)
-			printf("  skipped %" PRIu64 " bad records or files (--skip-bad)\n", res.skipped);
+			printf(o.skip_bad ? "  skipped %" PRIu64 " bad records or files (--skip-bad)\n" :
+			       "  skipped %" PRIu64 " symlinks or special files (never followed)\n",
+			       res.skipped);
 		if (res.kind == DATASET_TOKENS && res.remainder_tokens)
 			printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
 			       res.remainder_tokens);
