@@ -7,6 +7,7 @@
  * there is to say about claims: every position below it was handed out).
  */
 #include "journal.h"
+#include "parse.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -220,23 +221,7 @@ static int u64_col(sqlite3_stmt *st, int col, uint64_t *out)
 
 /* ---- resume rules ---- */
 
-/* A decimal uint64 with nothing around it. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-/* The same, below 2^62 (gsns, steps, sample counts). */
+/* A decimal (parse_u64) below 2^62: gsns, steps, sample counts. */
 static int parse_u62(const char *s, uint64_t *out)
 {
 	uint64_t v;

@@ -13,6 +13,7 @@
 
 #include "cmd.h"
 #include "opts.h"
+#include "parse.h"
 #include "serve.h"
 
 static void batch_usage(FILE *f)
@@ -38,10 +39,7 @@ static void batch_usage(FILE *f)
 
 static int parse_u64_arg(const char *name, const char *s, uint64_t *out)
 {
-	char *end;
-
-	errno = 0;
-	if (!s || *s < '0' || *s > '9' || ((*out = strtoull(s, &end, 10)), errno) || *end) {
+	if (parse_u64(s, out)) {
 		die_msg("batch: %s wants a non-negative whole number, not '%s'", name, s ? s : "");
 		return -1;
 	}

@@ -1,4 +1,5 @@
 #include "opts.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -156,21 +157,6 @@ void mount_options_release(struct mount_options *o)
 	}
 }
 
-/* Strict decimal: digits only, no sign, no trailing junk, fits in 64 bits. */
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
 
 #define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
 
