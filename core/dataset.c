@@ -23,7 +23,7 @@
 struct ds_shard {
 	const char *file;        /* points into ds->cat */
 	int fd;
-	const uint8_t *data;     /* raw shards: the payload file mapped read-only, or NULL */
+	const uint8_t *data;     /* the payload file mapped read-only, or NULL (then pread) */
 	const uint8_t *index;    /* mmapped .idx */
 	size_t index_len;
 	uint64_t first_sample;
@@ -239,11 +239,12 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 			return -EBADMSG;
 		}
 
-		/* Raw samples are copied straight out of a mapping of the shard: one pread
-		 * syscall per sample was the largest cost of serving token batches. Faults
-		 * (truncation, I/O errors) become EIO through guard_copy(). Compressed shards
-		 * keep pread: zstd reads its input in place and cannot be guarded. */
-		if (!ds->info.compressed && cs->bytes) {
+		/* Samples are copied straight out of a mapping of the shard (raw samples into
+		 * the batch, zstd frames into the reader's scratch buffer, which zstd then
+		 * decodes: zstd itself never reads the mapping, a fault could not be caught
+		 * there): one pread syscall per sample was the largest cost of serving
+		 * batches. Faults (truncation, I/O errors) become EIO through guard_copy(). */
+		if (cs->bytes) {
 			void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
 
 			s->data = d == MAP_FAILED ? NULL : d;
@@ -527,7 +528,8 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 		rc = buf_reserve(&r->scratch, e.stored_len);
 		if (rc)
 			return rc;
-		rc = pread_full(s->fd, r->scratch.data, e.stored_len, e.offset);
+		rc = s->data ? guard_copy(r->scratch.data, s->data + e.offset, e.stored_len) :
+			       pread_full(s->fd, r->scratch.data, e.stored_len, e.offset);
 		if (rc)
 			READ_FAIL("read failed: %s", strerror(-rc));
 		/* Bytes from disk are untrusted: the frame must fill its slot exactly and
