@@ -385,8 +385,8 @@ static int bad_file(sqlite3 *db, int src, const char *path, char *err, size_t er
 
 	if (e == -EBUSY)
 		return fail(err, errlen, -EBUSY, "journal %s is in use by another process (a "
-			    "running mount?); unmount it first, or give each mount its own "
-			    "journal=PATH", path);
+			    "running mount holds it): read that mount's /status, or unmount it "
+			    "first; two mounts need two journal=PATHs", path);
 	if (e == -ENOMEM)
 		return fail(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
 	return fail(err, errlen, -EBADMSG, "journal %s cannot be read (%s): it is corrupt or "
