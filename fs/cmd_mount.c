@@ -397,6 +397,18 @@ int cmd_mount(int argc, char **argv)
 	status = start_journal(&z, &ident);
 	if (status)
 		goto out_ds;
+	if (cfg.epochs) { /* a finite stream that is already over: say so before serving */
+		struct order ord;
+		uint64_t limit, g0 = cfg.layout.start_samples, b = cfg.layout.global_batch;
+
+		order_init(&ord, z.info->samples, cfg.seed, cfg.shuffle);
+		limit = order_limit(&ord, cfg.epochs);
+		if (g0 > limit || b > limit - g0)
+			zfs_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
+				", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
+				": no full step is left, every open of next will fail with ENODATA",
+				cfg.epochs, limit, g0, b);
+	}
 	status = 1;
 	if (add_fuse_defaults(&args, &o, dataset))
 		goto out_journal;
