@@ -515,8 +515,14 @@ static int take_cursor_batch(struct server *s, struct rank_state *rs, struct bat
 	uint64_t bad = 0;
 	int rc;
 
-	while (sl && sl->state == SLOT_DECODING && sl->ci == rs->ci)
+	if (sl && sl->state == SLOT_DECODING && sl->ci == rs->ci) {
+		/* The lock is let go while waiting: another opener of this rank may take
+		 * this batch and move the cursor (maybe past the end). Start over. */
 		pthread_cond_wait(&rs->decoded, &rs->lock);
+		return -EAGAIN;
+	}
+	if (sl && sl->state != SLOT_EMPTY && sl->state != SLOT_DECODING && sl->ci != rs->ci)
+		slot_clear(s, sl); /* decoded for a claim index the cursor has passed */
 	*hit = 0;
 	if (sl && sl->ci == rs->ci && sl->state == SLOT_READY) {
 		*out = sl->batch;
@@ -610,11 +616,9 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 	if (!rs)
 		return -ENOENT;
 	pthread_mutex_lock(&rs->lock);
-	if (past_end(s, rs->ci)) {
-		rc = -ENODATA;
-		goto out;
-	}
-	rc = take_cursor_batch(s, rs, &b, &hit);
+	do
+		rc = past_end(s, rs->ci) ? -ENODATA : take_cursor_batch(s, rs, &b, &hit);
+	while (rc == -EAGAIN);
 	if (rc)
 		goto out;
 	if (s->journal) {
@@ -675,15 +679,13 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out)
 	if (!rs)
 		return -ENOENT;
 	pthread_mutex_lock(&rs->lock);
-	if (past_end(s, rs->ci)) {
-		rc = -ENODATA;
-	} else {
-		rc = take_cursor_batch(s, rs, &b, &hit);
-		if (!rc) {
-			*out = batch_copy(b);
-			rc = *out ? 0 : -ENOMEM;
-			return_cursor_batch(s, rs, b); /* peek leaves the ring as it was */
-		}
+	do
+		rc = past_end(s, rs->ci) ? -ENODATA : take_cursor_batch(s, rs, &b, &hit);
+	while (rc == -EAGAIN);
+	if (!rc) {
+		*out = batch_copy(b);
+		rc = *out ? 0 : -ENOMEM;
+		return_cursor_batch(s, rs, b); /* peek leaves the ring as it was */
 	}
 	pthread_mutex_unlock(&rs->lock);
 	return rc;

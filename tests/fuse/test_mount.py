@@ -466,3 +466,31 @@ def test_truncated_shard_under_a_live_mount_is_eio(tokens, records, mount, kind)
     assert errno.EIO in errs
     assert m.proc.poll() is None   # the daemon lives
     assert json.loads(read_all(m.path('status')))['counters']['decode_errors'] >= 1
+
+
+def test_many_openers_of_one_rank_at_the_end_of_a_finite_stream(records, mount):
+    """16 threads race on one rank of a finite stream with a 1-deep prefetch ring and one
+    decode worker (openers wait on in-flight decodes): every micro-batch is handed out
+    exactly once, nothing past the end of the stream, then ENODATA for everyone."""
+    ds, _ = records
+    opts = 'world_size=1,global_batch=6,micro_batch=2,epochs=2,prefetch=1,workers=1'
+    m = mount(ds, opts)
+    got, ends, lock = [], [0], threading.Lock()
+
+    def worker(_):
+        while True:
+            try:
+                data = read_all(m.path('rank', 0, 'next'))
+            except OSError as e:
+                assert e.errno == errno.ENODATA
+                with lock:
+                    ends[0] += 1
+                return
+            with lock:
+                got.append(data)
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        list(ex.map(worker, range(16)))
+    steps = 200 // 6            # full steps within epochs * N = 200 samples
+    want = [batch(ds, opts, 0, t, k) for t in range(steps) for k in range(3)]
+    assert sorted(got) == sorted(want)
+    assert ends[0] == 16
