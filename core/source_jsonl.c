@@ -9,12 +9,17 @@
 #include <jansson.h>
 
 #include "instream.h"
+#include "json_check.h"
 
 int jsonl_check_line(const uint8_t *line, size_t len, char *why, size_t why_len)
 {
 	json_error_t e;
 	json_t *v;
 
+	/* simdjson validates without building values; jansson decides the rest and says
+	 * what is wrong (column and reason) */
+	if (json_check_fast(line, len))
+		return 0;
 	/* JSON_DECODE_ANY: a line may hold any JSON value, as Python's json.loads takes;
 	 * JSON_ALLOW_NUL: "\u0000" is valid JSON (RFC 8259 section 7). */
 	v = json_loadb((const char *)line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);

@@ -1,8 +1,12 @@
 /* fuzz_jsonl.c: one JSONL line (jsonl_check_line) and a whole JSONL input, plain or zstd,
  * through the jsonl source (line splitting, zstd streaming, skip-bad). */
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "fuzz.h"
+#include "json_check.h"
 #include "source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -14,6 +18,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int fd;
 
 	jsonl_check_line(data, size, why, sizeof(why));
+	/* The fast validator may refuse more than jansson (it then decides), never accept
+	 * more: whatever simdjson takes, jansson must take too. */
+	if (json_check_fast(data, size)) {
+		json_error_t e;
+		json_t *v = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+
+		if (!v)
+			abort();
+		json_decref(v);
+	}
 	path = fuzz_memfile(data, size, &fd);
 	if (!path)
 		return 0;
