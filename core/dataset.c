@@ -487,14 +487,14 @@ static int pread_full(int fd, void *dst, size_t len, uint64_t off)
 	return -EIO; \
 } while (0)
 
-int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
+/* The shard and the checked index entry of sample id (the common start of a read). */
+static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **shard,
+		  struct shard_index_entry *entry)
 {
 	const struct dataset *ds = r->ds;
 	const struct ds_shard *s;
 	struct shard_index_entry e;
 	char why[200];
-	uint8_t *dst;
-	int rc;
 
 	r->err[0] = 0;
 	if (id >= ds->info.samples) {
@@ -509,6 +509,60 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 	if (ds->info.kind == DATASET_TOKENS && e.raw_len != ds->info.seq_len * ds->info.itemsize)
 		READ_FAIL("index says %" PRIu32 " bytes, a window of %" PRIu64 " tokens is %" PRIu64,
 			  e.raw_len, ds->info.seq_len, ds->info.seq_len * ds->info.itemsize);
+	*shard = s;
+	*entry = e;
+	return 0;
+}
+
+struct checksum_args {
+	const uint8_t *p;
+	size_t n;
+	uint32_t sum;
+};
+
+static void do_checksum(void *ctx)
+{
+	struct checksum_args *a = ctx;
+
+	a->sum = shard_index_checksum(a->p, a->n);
+}
+
+int sample_reader_view(struct sample_reader *r, uint64_t id, const uint8_t **ptr,
+		       uint32_t *raw_len)
+{
+	const struct ds_shard *s;
+	struct shard_index_entry e;
+	struct checksum_args a;
+	int rc;
+
+	if (r->ds->info.compressed)
+		return -ENOTSUP;
+	rc = locate(r, id, &s, &e);
+	if (rc)
+		return rc;
+	if (!s->data)
+		return -ENOTSUP;
+	a = (struct checksum_args){ s->data + e.offset, e.raw_len, 0 };
+	if (guard_run(do_checksum, &a))
+		READ_FAIL("read failed: %s", strerror(EIO));
+	if (a.sum != e.checksum)
+		READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
+	*ptr = a.p;
+	*raw_len = e.raw_len;
+	return 0;
+}
+
+int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
+{
+	const struct dataset *ds = r->ds;
+	const struct ds_shard *s;
+	struct shard_index_entry e;
+	uint8_t *dst;
+	int rc;
+
+	rc = locate(r, id, &s, &e);
+	if (rc)
+		return rc;
 	rc = buf_reserve(out, e.raw_len);
 	if (rc)
 		return rc;

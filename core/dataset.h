@@ -119,6 +119,14 @@ void sample_reader_free(struct sample_reader *r);
  * corrupt frame, read error, size differs from the index: out is left as it was),
  * -ENOMEM. Never returns wrong bytes. */
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out);
+/* Zero-copy access to a sample of an uncompressed dataset: *ptr points at its raw_len
+ * bytes inside the shard's read-only mapping (valid until dataset_close()), after their
+ * checksum was verified (a fault while hashing is caught). 0, or -ERANGE (id >= N),
+ * -ENOTSUP (compressed dataset, or the shard is not mapped: use sample_reader_read),
+ * -EIO (checksum mismatch, fault, bad index entry; see sample_reader_last_error). */
+int sample_reader_view(struct sample_reader *r, uint64_t id, const uint8_t **ptr,
+		       uint32_t *raw_len);
+
 /* Why the last sample_reader_read() of r failed, one line naming the sample id and shard
  * file ("sample 17 (shard-00000.zst): content checksum mismatch"); "" after a success.
  * Owned by r, valid until the next read. */

@@ -401,6 +401,38 @@ out:
 	return rc;
 }
 
+int batch_views_possible(const struct dataset_info *info, enum batch_format f)
+{
+	return info->kind == DATASET_TOKENS && !info->compressed &&
+	       (f == FORMAT_NPY || f == FORMAT_BIN) &&
+	       info->seq_len * info->itemsize >= BATCH_VIEW_MIN;
+}
+
+int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
+		       enum batch_format f, const uint64_t *ids, size_t count,
+		       struct buf *head, struct iovec *views, uint64_t *bad_id)
+{
+	size_t start = head->len;
+	int rc = 0;
+
+	if (!batch_views_possible(info, f))
+		return -ENOTSUP;
+	if (f == FORMAT_NPY)
+		rc = npy_header(head, npy_descr(info->dtype), count, info->seq_len);
+	for (size_t i = 0; i < count && !rc; i++) {
+		const uint8_t *p;
+		uint32_t len;
+
+		rc = sample_reader_view(r, ids[i], &p, &len);
+		if (rc == -EIO && bad_id)
+			*bad_id = ids[i];
+		views[i] = (struct iovec){ (void *)p, len };
+	}
+	if (rc)
+		buf_truncate(head, start);
+	return rc;
+}
+
 int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id)

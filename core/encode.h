@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/uio.h>
+
 #include "buf.h"
 #include "dataset.h"
 
@@ -39,5 +41,22 @@ int batch_format_check(const struct dataset_info *info, enum batch_format f,
 int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id);
+
+/* Views: a batch of an uncompressed token dataset in npy or bin, with samples of at
+ * least BATCH_VIEW_MIN bytes, can be served without copying its samples: a header (the
+ * npy preamble; nothing for bin) followed by each sample's bytes in the dataset's shard
+ * mapping. (The floor keeps a 1 MiB read within the kernel's 1,024 iovecs.) */
+#define BATCH_VIEW_MIN 4096
+
+/* Can batches of format f of this dataset be served as views? 1 or 0. */
+int batch_views_possible(const struct dataset_info *info, enum batch_format f);
+
+/* The views encoding of samples ids[0..count): the header appended to head, then
+ * views[i] = sample ids[i] (count entries, checksums verified). 0, or -ENOTSUP (not
+ * possible here: encode with batch_encode), -EIO (*bad_id names the sample; head is left
+ * as it was), -EOVERFLOW, -ENOMEM. */
+int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
+		       enum batch_format f, const uint64_t *ids, size_t count,
+		       struct buf *head, struct iovec *views, uint64_t *bad_id);
 
 #endif

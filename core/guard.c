@@ -44,7 +44,7 @@ static void guard_install(void)
 	sigaction(SIGBUS, &sa, &guard_previous);
 }
 
-int guard_copy(void *dst, const void *src, size_t n)
+int guard_run(void (*fn)(void *ctx), void *ctx)
 {
 	sigjmp_buf jump;
 
@@ -54,7 +54,27 @@ int guard_copy(void *dst, const void *src, size_t n)
 		return -EIO;
 	}
 	guard_jump = &jump;
-	memcpy(dst, src, n);
+	fn(ctx);
 	guard_jump = NULL;
 	return 0;
+}
+
+struct copy_args {
+	void *dst;
+	const void *src;
+	size_t n;
+};
+
+static void do_copy(void *ctx)
+{
+	struct copy_args *a = ctx;
+
+	memcpy(a->dst, a->src, a->n);
+}
+
+int guard_copy(void *dst, const void *src, size_t n)
+{
+	struct copy_args a = { dst, src, n };
+
+	return guard_run(do_copy, &a);
 }

@@ -20,4 +20,8 @@
  * faulted (dst then holds an unspecified prefix). */
 int guard_copy(void *dst, const void *src, size_t n);
 
+/* fn(ctx), which reads a file mapping and touches nothing it would have to undo: 0, or
+ * -EIO when it faulted (it was cut short). */
+int guard_run(void (*fn)(void *ctx), void *ctx);
+
 #endif

@@ -18,8 +18,38 @@ void batch_free(struct batch *b)
 	if (!b)
 		return;
 	buf_release(&b->data);
+	free(b->views);
 	free(b->ids);
 	free(b);
+}
+
+uint64_t batch_len(const struct batch *b)
+{
+	return b->data.len + b->views_len;
+}
+
+size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iovec *iov,
+		   size_t max, size_t *bytes)
+{
+	size_t n = 0, got = 0;
+	uint64_t pos = 0;
+
+	/* the segments: data, then each view; take the part of each inside the window */
+	for (size_t k = 0; k <= b->nviews && got < size && n < max; k++) {
+		const uint8_t *base = k ? b->views[k - 1].iov_base : b->data.data;
+		uint64_t len = k ? b->views[k - 1].iov_len : b->data.len;
+
+		if (off < pos + len && len) {
+			uint64_t from = off > pos ? off - pos : 0;
+			uint64_t take = len - from < size - got ? len - from : size - got;
+
+			iov[n++] = (struct iovec){ (void *)(base + from), (size_t)take };
+			got += (size_t)take;
+		}
+		pos += len;
+	}
+	*bytes = got;
+	return n;
 }
 
 /* serve_build() into `data`, an empty buffer whose capacity may be reused (it is the
@@ -241,14 +271,55 @@ void server_batch_free(struct server *s, struct batch *b)
 	batch_free(b);
 }
 
+/* The batch of one claim as views of the dataset's mappings: sample ids, the header
+ * into a small buffer, one iovec per sample. -ENOTSUP when some shard is not mapped. */
+static int build_views(struct server *s, struct sample_reader *r, uint64_t rank,
+		       uint64_t step, uint64_t micro, struct batch **out, uint64_t *bad_id)
+{
+	const struct layout *l = &s->cfg.layout;
+	struct batch *b = calloc(1, sizeof(*b));
+	uint64_t gsn;
+	int rc = -ENOMEM;
+
+	if (!b)
+		return -ENOMEM;
+	b->ids = malloc(l->micro_batch * sizeof(*b->ids));
+	b->views = malloc(l->micro_batch * sizeof(*b->views));
+	if (!b->ids || !b->views)
+		goto fail;
+	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
+	if (!rc)
+		rc = order_fill(&s->cfg.order, gsn, l->micro_batch, b->ids);
+	if (!rc)
+		rc = batch_encode_views(r, s->info, s->cfg.format, b->ids, l->micro_batch,
+					&b->data, b->views, bad_id);
+	if (rc)
+		goto fail;
+	*b = (struct batch){ b->data, b->views, l->micro_batch, 0, rank, step, micro, 1, gsn,
+			     l->micro_batch, gsn / s->cfg.order.n, b->ids };
+	for (size_t i = 0; i < b->nviews; i++)
+		b->views_len += b->views[i].iov_len;
+	*out = b;
+	return 0;
+fail:
+	batch_free(b);
+	return rc;
+}
+
 static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, uint64_t ci,
 		    struct batch **out, uint64_t *bad_id)
 {
 	uint64_t step, micro;
+	int rc;
 
 	if (!r)
 		return -ENOMEM;
 	ci_to_cursor(s, ci, &step, &micro);
+	if (batch_views_possible(s->info, s->cfg.format)) {
+		rc = build_views(s, r, rank, step, micro, out, bad_id);
+		if (rc != -ENOTSUP)
+			return rc;
+	}
 	return build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
 			   rank, step, micro, 1, pool_take(s), out, bad_id);
 }
@@ -587,7 +658,7 @@ static void count_claim(struct server *s, int rc, double t0, double journal_s,
 	pthread_mutex_lock(&s->qlock);
 	if (rc == 0) {
 		s->stats.claims++;
-		s->stats.batch_bytes += b->data.len;
+		s->stats.batch_bytes += batch_len(b);
 		s->stats.claim_latency[k]++;
 		s->stats.claim_latency_sum_s += us * 1e-6;
 		if (hit)
@@ -661,11 +732,15 @@ static struct batch *batch_copy(const struct batch *b)
 		return NULL;
 	*c = *b;
 	c->data = (struct buf)BUF_INIT;
+	c->views = b->nviews ? malloc(b->nviews * sizeof(*c->views)) : NULL;
 	c->ids = malloc(b->count * sizeof(*c->ids));
-	if (!c->ids || buf_append(&c->data, b->data.data, b->data.len)) {
+	if (!c->ids || (b->nviews && !c->views) ||
+	    buf_append(&c->data, b->data.data, b->data.len)) {
 		batch_free(c);
 		return NULL;
 	}
+	if (b->nviews)
+		memcpy(c->views, b->views, b->nviews * sizeof(*c->views));
 	memcpy(c->ids, b->ids, b->count * sizeof(*c->ids));
 	return c;
 }

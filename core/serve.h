@@ -30,9 +30,15 @@
 #include "journal.h"
 #include "order.h"
 
-/* One encoded micro-batch (or several, for a whole step share) and where it came from. */
+/* One encoded micro-batch (or several, for a whole step share) and where it came from.
+ * Its bytes are data followed by the nviews ranges of views (batch_views_possible():
+ * samples served straight from the dataset's mappings, never copied); views is NULL for
+ * every other batch. */
 struct batch {
-	struct buf data;        /* the encoded bytes the reader gets */
+	struct buf data;        /* the encoded bytes (or the header, before the views) */
+	struct iovec *views;    /* owned array; the ranges belong to the dataset */
+	size_t nviews;
+	uint64_t views_len;     /* total bytes of the views */
 	uint64_t rank, step, micro;
 	uint64_t micros;        /* micro-batches covered: 1 for a claim, A for a step share */
 	uint64_t gsn;           /* first gsn */
@@ -42,6 +48,15 @@ struct batch {
 };
 
 void batch_free(struct batch *b);
+
+/* Bytes of the batch: data plus views. */
+uint64_t batch_len(const struct batch *b);
+
+/* The iovecs of the batch's bytes [off, off + size), clipped at its end, into iov
+ * (room for max entries; a slice needs at most 2 + size / BATCH_VIEW_MIN). Returns the
+ * number used (0 at or past the end); *bytes receives their total length. */
+size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iovec *iov,
+		   size_t max, size_t *bytes);
 
 /* The batch of micro-batches [micro, micro + micros) of rank at step under layout l.
  * *out is malloc'd (free with batch_free). 0, or -EINVAL (rank/step/micro outside the

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "inode.h"
 #include "zfs.h"
 
@@ -81,9 +82,10 @@ static struct zfs *zfs_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-static const struct buf *file_bytes(const struct open_file *f)
+/* Bytes of a handle's content. */
+static uint64_t file_len(const struct open_file *f)
 {
-	return f->batch ? &f->batch->data : &f->text;
+	return f->batch ? batch_len(f->batch) : f->text.len;
 }
 
 static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
@@ -170,19 +172,19 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid)
 		/* npy and bin batches all have one size: the peeked batch tells it */
 		if (!found && (z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN) &&
 		    server_peek(z->srv, inode_rank(ino), &b) == 0)
-			size = b->data.len;
+			size = batch_len(b);
 		break;
 	case NODE_PEEK:
 		if (server_peek(z->srv, inode_rank(ino), &b) == 0)
-			size = b->data.len;
+			size = batch_len(b);
 		break;
 	case NODE_STEP:
 		if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0)
-			size = b->data.len;
+			size = batch_len(b);
 		break;
 	case NODE_SAMPLE:
 		if (server_sample(z->srv, inode_id(ino), &b) == 0)
-			size = b->data.len;
+			size = batch_len(b);
 		break;
 	default:
 		break;
@@ -236,7 +238,7 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 	if (type == NODE_SAMPLE && inode_id(ino) >= z->info->samples)
 		return -ENOENT;
 	if (S_ISREG(st->st_mode))
-		st->st_size = (off_t)(f ? file_bytes(f)->len : node_size(z, ino, pid));
+		st->st_size = (off_t)(f ? file_len(f) : node_size(z, ino, pid));
 	st->st_blocks = (st->st_size + 511) / 512;
 	return 0;
 }
@@ -451,7 +453,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	case NODE_NEXT:
 		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
 		if (!rc)
-			pid_claim_record(z, fuse_req_ctx(req)->pid, inode_rank(ino), f->batch->data.len);
+			pid_claim_record(z, fuse_req_ctx(req)->pid, inode_rank(ino), batch_len(f->batch));
 		break;
 	case NODE_PEEK:
 		rc = server_peek(z->srv, inode_rank(ino), &f->batch);
@@ -497,6 +499,29 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
+struct touch_args {
+	const struct iovec *iov;
+	size_t n;
+};
+
+/* Read one byte of every page the iovecs span (the views of a batch in the dataset's
+ * mappings), so that a fault happens here, under guard_run(). */
+static void touch_pages(void *ctx)
+{
+	const struct touch_args *t = ctx;
+	long page = sysconf(_SC_PAGESIZE);
+
+	for (size_t i = 0; i < t->n; i++) {
+		const volatile uint8_t *p = t->iov[i].iov_base;
+		size_t len = t->iov[i].iov_len;
+
+		for (size_t k = 0; k < len; k += (size_t)page)
+			(void)p[k];
+		if (len)
+			(void)p[len - 1];
+	}
+}
+
 /* Replies: buf (the bytes at [off, off + size) of the handle's content; short or empty
  * at its end). Any offset is honoured. */
 static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -504,17 +529,42 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct zfs *z = zfs_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
-	const struct buf *b = file_bytes(f);
 	size_t n = 0;
 
 	(void)ino;
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
-	if (off >= 0 && (uint64_t)off < b->len)
-		n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
+	if (f->batch && f->batch->nviews && off >= 0) {
+		/* Samples go from the dataset's mapping to the reader in the kernel's one
+		 * copy. A fault there (a shard truncated under us) fails the writev with
+		 * EFAULT instead of a SIGBUS: the read then fails with EIO. */
+		struct iovec iov[2 + (1u << 20) / BATCH_VIEW_MIN + 2];
+		size_t max = sizeof(iov) / sizeof(iov[0]);
+		size_t cnt = batch_slice(f->batch, (uint64_t)off, size, iov, max, &n);
+		struct touch_args t = { iov, cnt };
+
+		/* Touch every page first, guarded: a shard truncated under a live mount (or
+		 * an I/O error of a network file system) then fails this read with EIO here.
+		 * The kernel's copy would turn such a fault into a failed writev, after which
+		 * the request could not be answered at all. */
+		if (guard_run(touch_pages, &t)) {
+			zfs_log(LOG_ERR, "rank %" PRIu64 ": a shard of step %" PRIu64 " can no longer "
+				"be read (truncated or an I/O error); this read fails with EIO",
+				f->batch->rank, f->batch->step);
+			n = 0;
+			fuse_reply_err(req, EIO);
+		} else {
+			fuse_reply_iov(req, iov, (int)cnt); /* frees req whatever happens */
+		}
+	} else {
+		const struct buf *b = f->batch ? &f->batch->data : &f->text;
+
+		if (off >= 0 && (uint64_t)off < b->len)
+			n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
+		fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
+	}
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);
-	fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
 	open_file_put(z, f);
 }
 

@@ -494,3 +494,66 @@ def test_many_openers_of_one_rank_at_the_end_of_a_finite_stream(records, mount):
     want = [batch(ds, opts, 0, t, k) for t in range(steps) for k in range(3)]
     assert sorted(got) == sorted(want)
     assert ends[0] == 16
+
+
+@pytest.fixture
+def big_tokens(tmp_path):
+    """48 windows of 4,096 uint16 tokens (8 KiB samples), uncompressed: batches of npy and
+    bin are served as views of the shard mapping, without a copy in the daemon."""
+    arr = write_tokens(tmp_path / 'big.bin', 48 * 4096, seed=3)
+    ds = pack(tmp_path / 'bds', [tmp_path / 'big.bin'], '--format', 'tokens',
+              '--dtype', 'uint16', '--seq-len', '4096', '--compress', 'none')
+    return ds, arr.reshape(48, 4096)
+
+
+def odd_reads(p, sizes=(1, 4095, 4097, 8192, 12345, 1 << 20)):
+    """Read p in a cycle of awkward read sizes (slices start and end inside samples)."""
+    out = bytearray()
+    with open(p, 'rb', buffering=0) as f:
+        k = 0
+        while True:
+            chunk = f.read(sizes[k % len(sizes)])
+            if not chunk:
+                return bytes(out)
+            out += chunk
+            k += 1
+
+
+@pytest.mark.parametrize('fmt', ['bin', 'npy'])
+def test_views_serve_the_same_bytes(big_tokens, mount, fmt):
+    ds, windows = big_tokens
+    opts = 'world_size=2,global_batch=8,micro_batch=2,seed=4,format=%s' % fmt
+    m = mount(ds, opts)
+    readers = [read_all, odd_reads, READERS['cat'], READERS['dd4k'], READERS['dd1M']]
+    for k, (step, micro) in enumerate(claims((2, 8, 2), 1, 10)):
+        want = batch(ds, opts, 1, step, micro)          # zephon batch copies: the reference
+        peek = read_all(m.path('rank', 1, 'peek'))
+        got = readers[k % len(readers)](m.path('rank', 1, 'next'))
+        assert got == want == peek, (step, micro)
+        ids = json.loads(read_all(m.path('rank', 1, 'state')))['last']['samples']
+        arr = np.load(io.BytesIO(got)) if fmt == 'npy' else np.frombuffer(got, '<u2').reshape(2, 4096)
+        assert np.array_equal(arr, windows[ids])
+    # seeks and reads anywhere in an open batch
+    with open(m.path('rank', 0, 'next'), 'rb') as f:
+        whole = f.read()
+        for off in (0, 1, 8191, 8192, 8193, len(whole) - 3, len(whole), len(whole) + 10):
+            f.seek(off)
+            assert f.read(5000) == whole[off:off + 5000]
+        assert os.fstat(f.fileno()).st_size == len(whole)
+
+
+def test_views_of_a_shard_truncated_under_a_live_mount(big_tokens, mount):
+    """A batch claimed and checksummed, whose shard is then truncated before it is read:
+    the kernel's copy from the mapping faults, and the read fails with EIO; the daemon
+    lives and the next claim fails its checksum with EIO too."""
+    ds, _ = big_tokens
+    m = mount(ds, 'world_size=1,global_batch=4,format=bin,prefetch=0', allow_errors=True)
+    shard = sorted(ds.glob('shard-*.raw'))[0]
+    with open(m.path('rank', 0, 'next'), 'rb', buffering=0) as f:
+        os.chmod(shard, 0o644)
+        os.truncate(shard, 64)
+        with pytest.raises(OSError) as e:
+            f.read(1 << 20)
+        assert e.value.errno == errno.EIO
+    assert open_errno(m.path('rank', 0, 'next')) == errno.EIO
+    assert m.proc.poll() is None
