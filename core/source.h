@@ -92,6 +92,11 @@ struct source {
 
 extern const struct source_ops source_jsonl_ops;
 extern const struct source_ops source_lines_ops;
+
+/* open/close of the line-based sources (lines, jsonl): s->priv is a struct instream of
+ * s->path (source_lines.c). open returns 0 or -errno with s->err set. */
+int source_text_open(struct source *s);
+void source_text_close(struct source *s);
 extern const struct source_ops source_dir_ops;
 extern const struct source_ops source_tar_ops;
 extern const struct source_ops source_bin_ops;

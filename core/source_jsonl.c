@@ -42,19 +42,6 @@ static int blank(const uint8_t *p, size_t n)
 	return 1;
 }
 
-static int jsonl_open(struct source *s)
-{
-	struct instream *in;
-	int rc = instream_open(s->path, s->hash, &in, s->err, sizeof(s->err));
-
-	if (rc)
-		return rc;
-	s->priv = in;
-	s->content = CONTENT_TEXT;
-	s->bytes_total = instream_file_size(in);
-	return 0;
-}
-
 static int jsonl_next(struct source *s, struct buf *out)
 {
 	struct instream *in = s->priv;
@@ -86,15 +73,9 @@ static int jsonl_next(struct source *s, struct buf *out)
 	return rc ? rc : 1;
 }
 
-static void jsonl_close(struct source *s)
-{
-	instream_close(s->priv);
-	s->priv = NULL;
-}
-
 const struct source_ops source_jsonl_ops = {
 	.name = "jsonl",
-	.open = jsonl_open,
+	.open = source_text_open,
 	.next = jsonl_next,
-	.close = jsonl_close,
+	.close = source_text_close,
 };

@@ -1,4 +1,5 @@
-/* source_lines.c: one sample per non-empty line of a text file (plain or zstd). */
+/* source_lines.c: one sample per non-empty line of a text file (plain or compressed);
+ * the open and close of every line-based source (JSONL too). */
 #include "source.h"
 
 #include <errno.h>
@@ -6,7 +7,7 @@
 
 #include "instream.h"
 
-static int lines_open(struct source *s)
+int source_text_open(struct source *s)
 {
 	struct instream *in;
 	int rc = instream_open(s->path, s->hash, &in, s->err, sizeof(s->err));
@@ -37,7 +38,7 @@ static int lines_next(struct source *s, struct buf *out)
 	return rc ? rc : 1;
 }
 
-static void lines_close(struct source *s)
+void source_text_close(struct source *s)
 {
 	instream_close(s->priv);
 	s->priv = NULL;
@@ -45,7 +46,7 @@ static void lines_close(struct source *s)
 
 const struct source_ops source_lines_ops = {
 	.name = "lines",
-	.open = lines_open,
+	.open = source_text_open,
 	.next = lines_next,
-	.close = lines_close,
+	.close = source_text_close,
 };
