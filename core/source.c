@@ -185,6 +185,30 @@ void source_close(struct source *s)
 	memset(s, 0, sizeof(*s));
 }
 
+int source_read_chunk(struct source *s, int fd, const char *path, uint64_t offset,
+		      size_t want, struct buf *out)
+{
+	uint8_t *dst = out->data + out->len;
+	size_t got = 0;
+
+	while (got < want) {
+		ssize_t r = pread(fd, dst + got, want - got, (off_t)(offset + got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju: %s", path,
+				 (uintmax_t)(offset + got),
+				 r < 0 ? strerror(errno) : "the file shrank while being packed");
+			return -EIO;
+		}
+		got += (size_t)r;
+	}
+	XXH3_128bits_update(s->hash, dst, want);
+	out->len += want;
+	return 0;
+}
+
 void source_notice(struct source *s, const char *fmt, ...)
 {
 	char msg[1024];

@@ -93,6 +93,13 @@ struct source {
 extern const struct source_ops source_jsonl_ops;
 extern const struct source_ops source_lines_ops;
 
+/* Read want bytes at offset of fd (path names it in the message) into the free space of
+ * out (reserved by the caller), hash them into s->hash and append them: the chunk read
+ * of the token sources. 0, or -EIO with s->err naming the file and byte (a read error,
+ * or the file shrank while being packed). */
+int source_read_chunk(struct source *s, int fd, const char *path, uint64_t offset,
+		      size_t want, struct buf *out);
+
 /* open/close of the line-based sources (lines, jsonl): s->priv is a struct instream of
  * s->path (source_lines.c). open returns 0 or -errno with s->err set. */
 int source_text_open(struct source *s);

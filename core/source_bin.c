@@ -70,30 +70,15 @@ static int bin_next(struct source *s, struct buf *out)
 	struct bin_src *b = s->priv;
 	uint64_t left = s->bytes_total - s->bytes_read;
 	size_t want = left < BIN_CHUNK ? (size_t)left : BIN_CHUNK;
-	size_t got = 0;
 	int rc;
 
 	if (want == 0)
 		return 0;
 	rc = buf_reserve(out, want);
+	if (!rc)
+		rc = source_read_chunk(s, b->fd, s->path, s->bytes_read, want, out);
 	if (rc)
 		return rc;
-	while (got < want) {
-		ssize_t n = pread(b->fd, out->data + out->len + got, want - got,
-				  (off_t)(s->bytes_read + got));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju: %s", s->path,
-				 (uintmax_t)(s->bytes_read + got),
-				 n < 0 ? strerror(errno) : "the file shrank while being packed");
-			return -EIO;
-		}
-		got += (size_t)n;
-	}
-	XXH3_128bits_update(s->hash, out->data + out->len, want);
-	out->len += want;
 	s->bytes_read += want;
 	return 1;
 }

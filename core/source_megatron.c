@@ -189,7 +189,6 @@ static int meg_next(struct source *s, struct buf *out)
 {
 	struct meg_src *g = s->priv;
 	uint64_t size, ptr, want;
-	size_t got = 0;
 	int rc;
 
 	for (;;) {
@@ -206,22 +205,9 @@ static int meg_next(struct source *s, struct buf *out)
 	rc = buf_reserve(out, (size_t)want);
 	if (rc)
 		return rc;
-	while (got < want) {
-		ssize_t r = pread(g->bin, out->data + out->len + got, (size_t)want - got,
-				  (off_t)(ptr + got));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju (sequence %ju): "
-				 "%s", g->bin_path, (uintmax_t)(ptr + got), (uintmax_t)g->seq,
-				 r < 0 ? strerror(errno) : "the file shrank while being packed");
-			return -EIO;
-		}
-		got += (size_t)r;
-	}
-	XXH3_128bits_update(s->hash, out->data + out->len, (size_t)want);
-	out->len += (size_t)want;
+	rc = source_read_chunk(s, g->bin, g->bin_path, ptr, (size_t)want, out);
+	if (rc)
+		return rc;
 	g->done += want;
 	s->bytes_read += want;
 	return 1;

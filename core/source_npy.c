@@ -323,7 +323,7 @@ static int npy_next(struct source *s, struct buf *out)
 {
 	struct npy_src *n = s->priv;
 	uint64_t left = n->data_end - n->pos;
-	size_t want = left < NPY_CHUNK ? (size_t)left : NPY_CHUNK, got = 0;
+	size_t want = left < NPY_CHUNK ? (size_t)left : NPY_CHUNK;
 	uint8_t *dst;
 	int rc;
 
@@ -333,21 +333,10 @@ static int npy_next(struct source *s, struct buf *out)
 	if (rc)
 		return rc;
 	dst = out->data + out->len;
-	while (got < want) {
-		ssize_t r = pread(n->fd, dst + got, want - got, (off_t)(n->pos + got));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju: %s", s->path,
-				 (uintmax_t)(n->pos + got),
-				 r < 0 ? strerror(errno) : "the file shrank while being packed");
-			return -EIO;
-		}
-		got += (size_t)r;
-	}
-	XXH3_128bits_update(s->hash, dst, want);
-	if (n->swap) {
+	rc = source_read_chunk(s, n->fd, s->path, n->pos, want, out);
+	if (rc)
+		return rc;
+	if (n->swap) { /* the file's bytes were hashed as they are; samples are little-endian */
 		for (size_t i = 0; i < want; i += n->itemsize) {
 			if (n->itemsize == 2) {
 				uint8_t t = dst[i];
@@ -362,7 +351,6 @@ static int npy_next(struct source *s, struct buf *out)
 			}
 		}
 	}
-	out->len += want;
 	n->pos += want;
 	s->bytes_read = n->pos;
 	return 1;
