@@ -955,9 +955,10 @@ static void hist_release(struct hist *h)
 	memset(h, 0, sizeof(*h));
 }
 
-/* A SQLite rc from a read that found impossible values is reported as corruption. */
-static int load_cursors(sqlite3 *db, int64_t layout_id, struct journal_cursor **out,
-			size_t *count)
+/* Rows (rank, step, micro) of `sql` with ?1 = key, into a malloc'd array. 0 or -errno; a
+ * read that found impossible values is reported as corruption. */
+static int load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
+			    struct journal_cursor **out, size_t *count)
 {
 	sqlite3_stmt *st;
 	struct journal_cursor *v = NULL;
@@ -966,11 +967,10 @@ static int load_cursors(sqlite3 *db, int64_t layout_id, struct journal_cursor **
 
 	*out = NULL;
 	*count = 0;
-	rc = sqlite3_prepare_v2(db, "SELECT rank, step, micro FROM cursor WHERE layout = ?1 "
-				"ORDER BY rank", -1, &st, NULL);
+	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
 	if (rc != SQLITE_OK)
 		return sql_errno(rc);
-	sqlite3_bind_int64(st, 1, layout_id);
+	sqlite3_bind_int64(st, 1, key);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (n == cap) {
 			size_t ncap = cap ? cap * 2 : 16;
@@ -998,6 +998,13 @@ static int load_cursors(sqlite3 *db, int64_t layout_id, struct journal_cursor **
 	*out = v;
 	*count = n;
 	return 0;
+}
+
+static int load_cursors(sqlite3 *db, int64_t layout_id, struct journal_cursor **out,
+			size_t *count)
+{
+	return load_cursor_rows(db, "SELECT rank, step, micro FROM cursor WHERE layout = ?1 "
+				"ORDER BY rank", layout_id, out, count);
 }
 
 static int hist_load(sqlite3 *db, size_t src, struct hist *h)
@@ -2061,9 +2068,7 @@ int journal_rewinds(struct journal *j, struct journal_event **out, size_t *count
 int journal_rewind_cursors(struct journal *j, int64_t rewind_id,
 			   struct journal_cursor **out, size_t *count)
 {
-	struct journal_cursor *v = NULL;
 	sqlite3_stmt *st;
-	size_t n = 0, cap = 0;
 	int rc, found = 0;
 
 	*out = NULL;
@@ -2083,42 +2088,10 @@ int journal_rewind_cursors(struct journal *j, int64_t rewind_id,
 		rc = jfail(j, -ENOENT, "journal %s has no rewind %" PRId64, j->path, rewind_id);
 		goto out;
 	}
-	rc = sqlite3_prepare_v2(j->db, "SELECT rank, step, micro FROM rewind_cursor "
-				"WHERE rewind = ?1 ORDER BY rank", -1, &st, NULL);
-	if (rc != SQLITE_OK) {
-		rc = jfail_sql(j, rc, "cannot read a rewind");
-		goto out;
-	}
-	sqlite3_bind_int64(st, 1, rewind_id);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			struct journal_cursor *nv = realloc(v, ncap * sizeof(*nv));
-
-			if (!nv) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			v = nv;
-			cap = ncap;
-		}
-		if (u64_col(st, 0, &v[n].rank) || u64_col(st, 1, &v[n].step) ||
-		    u64_col(st, 2, &v[n].micro)) {
-			rc = SQLITE_CORRUPT;
-			break;
-		}
-		n++;
-	}
-	sqlite3_finalize(st);
-	if (rc != SQLITE_DONE) {
-		free(v);
-		rc = sql_errno(rc) ? sql_errno(rc) : -EIO;
+	rc = load_cursor_rows(j->db, "SELECT rank, step, micro FROM rewind_cursor "
+			      "WHERE rewind = ?1 ORDER BY rank", rewind_id, out, count);
+	if (rc)
 		jfail(j, rc, "journal %s: cannot read a rewind", j->path);
-		goto out;
-	}
-	rc = 0;
-	*out = v;
-	*count = n;
 out:
 	pthread_mutex_unlock(&j->mu);
 	return rc;
