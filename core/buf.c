@@ -77,3 +77,14 @@ uint8_t *buf_detach(struct buf *b, size_t *len)
 	b->len = b->cap = 0;
 	return p;
 }
+
+void err_printf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}

@@ -29,6 +29,11 @@ int buf_append(struct buf *b, const void *src, size_t n);
 /* Append printf-formatted text (no NUL counted in len, but data stays NUL-terminated). */
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Write a one-line message into a caller's error buffer (err may be NULL or errlen 0:
+ * then nothing). The errors of core/ travel this way: core never prints. */
+void err_printf(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* Free the memory; b becomes BUF_INIT. */
 void buf_release(struct buf *b);
 

@@ -17,19 +17,6 @@
 /* schema/catalog.sql, embedded by schema/embed.py. */
 extern const char schema_catalog_sql[];
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* The one place SQLite codes become -errno. */
 static int sqlite_errno(int rc)
@@ -102,7 +89,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (sqlite3_column_type(st, 0) != SQLITE_TEXT ||
 		    sqlite3_column_type(st, 1) != SQLITE_TEXT) {
-			set_err(err, errlen, "meta row is not text");
+			err_printf(err, errlen, "meta row is not text");
 			rc = SQLITE_MISMATCH;
 			goto fail;
 		}
@@ -126,7 +113,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 		int n = sqlite3_column_bytes(st, 0);
 
 		if (sqlite3_column_type(st, 0) != SQLITE_BLOB || n <= 0) {
-			set_err(err, errlen, "dictionary row is not a blob");
+			err_printf(err, errlen, "dictionary row is not a blob");
 			rc = SQLITE_MISMATCH;
 			goto fail;
 		}
@@ -165,7 +152,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 		snprintf(s->checksum, sizeof(s->checksum), "%s", sum ? (const char *)sum : "");
 		if (col_u64(st, 2, &s->size) || col_u64(st, 4, &s->first_sample) ||
 		    col_u64(st, 5, &s->samples)) {
-			set_err(err, errlen, "source %zu has a non-integer or negative field",
+			err_printf(err, errlen, "source %zu has a non-integer or negative field",
 				c->nsources - 1);
 			rc = SQLITE_MISMATCH;
 			goto fail;
@@ -198,7 +185,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 		}
 		if (col_u64(st, 2, &sh->first_sample) || col_u64(st, 3, &sh->samples) ||
 		    col_u64(st, 4, &sh->bytes)) {
-			set_err(err, errlen, "shard %zu has a non-integer or negative field",
+			err_printf(err, errlen, "shard %zu has a non-integer or negative field",
 				c->nshards - 1);
 			rc = SQLITE_MISMATCH;
 			goto fail;
@@ -210,7 +197,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 	return 0;
 
 sql_fail:
-	set_err(err, errlen, "%s", sqlite3_errmsg(db));
+	err_printf(err, errlen, "%s", sqlite3_errmsg(db));
 fail:
 	sqlite3_finalize(st);
 	return sqlite_errno(rc) ? sqlite_errno(rc) : -EBADMSG;
@@ -226,16 +213,16 @@ int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen
 
 	if (stat(path, &sb) != 0) {
 		rc = -errno;
-		set_err(err, errlen, "%s: %s", path, strerror(errno));
+		err_printf(err, errlen, "%s: %s", path, strerror(errno));
 		return rc;
 	}
 	if (!S_ISREG(sb.st_mode)) {
-		set_err(err, errlen, "%s: not a regular file", path);
+		err_printf(err, errlen, "%s: not a regular file", path);
 		return -EBADMSG;
 	}
 	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
 	if (rc != SQLITE_OK) {
-		set_err(err, errlen, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
+		err_printf(err, errlen, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
 		rc = sqlite_errno(rc);
 		goto out;
 	}
@@ -243,7 +230,7 @@ int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen
 	if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
 		c.user_version = sqlite3_column_int(st, 0);
 	else {
-		set_err(err, errlen, "%s: %s", path, sqlite3_errmsg(db));
+		err_printf(err, errlen, "%s: %s", path, sqlite3_errmsg(db));
 		rc = sqlite_errno(rc ? rc : sqlite3_errcode(db));
 		if (!rc)
 			rc = -EBADMSG;
@@ -257,7 +244,7 @@ int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen
 		char why[256];
 
 		snprintf(why, sizeof(why), "%s", err ? err : "");
-		set_err(err, errlen, "%s: %s", path, why);
+		err_printf(err, errlen, "%s: %s", path, why);
 		goto out;
 	}
 	*out = c;
@@ -287,7 +274,7 @@ int catalog_save(const char *path, const struct catalog *c, char *err, size_t er
 	int rc, fd;
 
 	if (access(path, F_OK) == 0) {
-		set_err(err, errlen, "%s already exists", path);
+		err_printf(err, errlen, "%s already exists", path);
 		return -EEXIST;
 	}
 	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
@@ -376,7 +363,7 @@ int catalog_save(const char *path, const struct catalog *c, char *err, size_t er
 		rc = -errno;
 		if (fd >= 0)
 			close(fd);
-		set_err(err, errlen, "%s: %s", path, strerror(-rc));
+		err_printf(err, errlen, "%s: %s", path, strerror(-rc));
 		unlink(path);
 		return rc;
 	}
@@ -384,7 +371,7 @@ int catalog_save(const char *path, const struct catalog *c, char *err, size_t er
 	return 0;
 
 fail:
-	set_err(err, errlen, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot create");
+	err_printf(err, errlen, "%s: %s", path, db ? sqlite3_errmsg(db) : "cannot create");
 	sqlite3_finalize(st);
 	sqlite3_close(db);
 	unlink(path);

@@ -86,19 +86,6 @@ static int name_index(const char *s, const char *const *names, unsigned n)
 	return -1;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /* A file name from the (untrusted) catalog must stay inside the dataset directory. */
 static int plain_name(const char *s)
@@ -118,12 +105,12 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 	if (c->user_version != CATALOG_FORMAT_VERSION ||
 	    catalog_meta_u64(c, "format_version", &u) || u != CATALOG_FORMAT_VERSION) {
 		v = catalog_meta_get(c, "format_version");
-		set_err(err, errlen, "catalog format version %s is not supported (this zephon "
+		err_printf(err, errlen, "catalog format version %s is not supported (this zephon "
 			"reads version %d); repack the inputs with this zephon",
 			v ? v : "(missing)", CATALOG_FORMAT_VERSION);
 		return -EPROTO;
 	}
-#define BAD(...) do { set_err(err, errlen, __VA_ARGS__); return -EBADMSG; } while (0)
+#define BAD(...) do { err_printf(err, errlen, __VA_ARGS__); return -EBADMSG; } while (0)
 	if ((i = name_index(catalog_meta_get(c, "kind"), kind_names, 2)) < 0)
 		BAD("catalog meta 'kind' is missing or unknown");
 	in->kind = (enum dataset_kind)i;
@@ -172,14 +159,14 @@ static int open_error(const struct dataset *ds, const char *what, const char *fi
 		      char *err, size_t errlen)
 {
 	if (errno == EMFILE || errno == ENFILE) {
-		set_err(err, errlen, "%s %s: %s: the dataset has %zu shards and keeps one file "
+		err_printf(err, errlen, "%s %s: %s: the dataset has %zu shards and keeps one file "
 			"open per shard; raise the open-file limit (ulimit -n, LimitNOFILE=) or "
 			"repack with a larger --shard-size", what, file, strerror(errno),
 			ds->cat.nshards);
 		return -EMFILE;
 	}
 	if (errno == EACCES) {
-		set_err(err, errlen, "%s %s: %s", what, file, strerror(errno));
+		err_printf(err, errlen, "%s %s: %s", what, file, strerror(errno));
 		return -EACCES;
 	}
 	return 0;
@@ -209,19 +196,19 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		s->count = cs->samples;
 		s->bytes = cs->bytes;
 		if (!plain_name(cs->file) || !plain_name(cs->index_file)) {
-			set_err(err, errlen, "catalog names shard file '%s' outside the dataset",
+			err_printf(err, errlen, "catalog names shard file '%s' outside the dataset",
 				cs->file);
 			return -EBADMSG;
 		}
 		if (cs->first_sample != next || cs->samples == 0) {
-			set_err(err, errlen, "catalog shard %zu (%s) starts at sample %" PRIu64
+			err_printf(err, errlen, "catalog shard %zu (%s) starts at sample %" PRIu64
 				" with %" PRIu64 " samples; expected a non-empty shard at %" PRIu64,
 				k, cs->file, cs->first_sample, cs->samples, next);
 			return -EBADMSG;
 		}
 		next += cs->samples;
 		if (next > ds->info.samples) {
-			set_err(err, errlen, "catalog shards hold more samples than its %" PRIu64,
+			err_printf(err, errlen, "catalog shards hold more samples than its %" PRIu64,
 				ds->info.samples);
 			return -EBADMSG;
 		}
@@ -230,11 +217,11 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
 			return rc;
 		if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
-			set_err(err, errlen, "shard %s: %s", cs->file, strerror(errno));
+			err_printf(err, errlen, "shard %s: %s", cs->file, strerror(errno));
 			return -EBADMSG;
 		}
 		if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != cs->bytes) {
-			set_err(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
+			err_printf(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
 				" (truncated or replaced)", cs->file, (intmax_t)sb.st_size, cs->bytes);
 			return -EBADMSG;
 		}
@@ -254,7 +241,7 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
 			return rc;
 		if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-			set_err(err, errlen, "index %s: %s", cs->index_file,
+			err_printf(err, errlen, "index %s: %s", cs->index_file,
 				ifd < 0 ? strerror(errno) : "not a regular file");
 			if (ifd >= 0)
 				close(ifd);
@@ -262,14 +249,14 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		}
 		if (sb.st_size < (off_t)sizeof(h)) {
 			close(ifd);
-			set_err(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
+			err_printf(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
 				(intmax_t)sb.st_size);
 			return -EBADMSG;
 		}
 		map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
 		close(ifd);
 		if (map == MAP_FAILED) {
-			set_err(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
+			err_printf(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
 			return -EIO;
 		}
 		s->index = map;
@@ -278,18 +265,18 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		 * a page per lookup, not the neighbourhood of each (B3's resident memory). */
 		madvise(map, s->index_len, MADV_RANDOM);
 		if (shard_index_parse_header(map, s->index_len, &h, why, sizeof(why))) {
-			set_err(err, errlen, "index %s: %s", cs->index_file, why);
+			err_printf(err, errlen, "index %s: %s", cs->index_file, why);
 			return -EBADMSG;
 		}
 		if (h.count != cs->samples || h.first_sample != cs->first_sample) {
-			set_err(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
+			err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
 				"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
 				h.first_sample, h.count, cs->first_sample, cs->samples);
 			return -EBADMSG;
 		}
 	}
 	if (next != ds->info.samples) {
-		set_err(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
+		err_printf(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
 			next, ds->info.samples);
 		return -EBADMSG;
 	}
@@ -315,7 +302,7 @@ int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen
 	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0) {
 		rc = -errno;
-		set_err(err, errlen, "%s: %s", dir, strerror(errno));
+		err_printf(err, errlen, "%s: %s", dir, strerror(errno));
 		if (rc == -ENOTDIR)
 			rc = -ENOENT;
 		goto err_free;
@@ -323,24 +310,24 @@ int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen
 	rc = catalog_load(path, &ds->cat, why, sizeof(why));
 	if (rc) {
 		if (rc == -ENOENT)
-			set_err(err, errlen, "%s is not a zephon dataset (no %s); make one with "
+			err_printf(err, errlen, "%s is not a zephon dataset (no %s); make one with "
 				"zephon pack", dir, CATALOG_FILE);
 		else
-			set_err(err, errlen, "%s", why);
+			err_printf(err, errlen, "%s", why);
 		goto err_free;
 	}
 	rc = read_meta(ds, why, sizeof(why));
 	if (rc == 0)
 		rc = open_shards(ds, dirfd, why, sizeof(why));
 	if (rc) {
-		set_err(err, errlen, "%s: %s", dir, why);
+		err_printf(err, errlen, "%s: %s", dir, why);
 		goto err_free;
 	}
 	if (ds->info.compressed && ds->cat.dict) {
 		ds->ddict = ZSTD_createDDict(ds->cat.dict, ds->cat.dict_len);
 		if (!ds->ddict) {
 			rc = -EBADMSG;
-			set_err(err, errlen, "%s: the catalog's zstd dictionary is unusable", dir);
+			err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable", dir);
 			goto err_free;
 		}
 	}
