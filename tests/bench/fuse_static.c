@@ -2,7 +2,13 @@
  * fuse_static: the FUSE transport's ceiling for benchmark B1 (tests/bench/run).
  *
  * A minimal low-level libfuse 3 filesystem with `files` regular files /0, /1, ... that
- * all serve one static in-memory buffer of `size` bytes. It uses the session settings
+ * all serve one static in-memory buffer of `size` bytes. With `pool=BYTES` the buffer
+ * is `pool` bytes instead and each open serves the next `size`-byte window of it (round
+ * robin over pool / size windows): the same transport, with the bytes spread over as
+ * much memory as a dataset's (Zephon serves each batch from different pages of the page
+ * cache; a 1 MiB buffer served again and again stays in the CPU caches and TLB).
+ * `source=FILE` maps FILE (read-only, shared) as the buffer instead: the windows are
+ * then the very page-cache pages a dataset's reads come from. It uses the session settings
  * Zephon uses for /rank/<r>/next, so that the only difference between this and Zephon
  * is Zephon's own work (claiming, journaling, decoding):
  *   - open: direct_io (no page cache; each read is a FUSE READ request), seekable,
@@ -19,8 +25,8 @@
  *     straight into the reader's pinned pages); `-o splice` replies with fuse_reply_data
  *     and FUSE_CAP_SPLICE_WRITE instead, to measure whether vmsplice pays off.
  *
- * usage: fuse_static MOUNTPOINT [-f] [-s] [-o size=BYTES,files=K,attr_timeout=S,
- *        splice,clone_fd,max_threads=N,max_idle_threads=N]
+ * usage: fuse_static MOUNTPOINT [-f] [-s] [-o size=BYTES,files=K,pool=BYTES,source=FILE,
+ *        attr_timeout=S,splice,clone_fd,max_threads=N,max_idle_threads=N]
  * A benchmark tool, not part of Zephon; it prints errors to stderr and exits 1.
  */
 #define FUSE_USE_VERSION 314
@@ -32,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,14 +49,17 @@
 
 struct static_opts {
 	unsigned long long size;
+	unsigned long long pool; /* bytes of the buffer; 0: size */
 	unsigned files;
+	char *source;            /* a file to map as the buffer, or NULL */
 	double attr_timeout;
 	int splice;
 };
 
 struct static_fs {
 	struct static_opts o;
-	char *data; /* o.size bytes */
+	char *data;           /* o.pool bytes */
+	unsigned long long next_window; /* windows handed out so far (atomic) */
 };
 
 static struct static_fs fs;
@@ -56,6 +67,8 @@ static struct static_fs fs;
 static const struct fuse_opt static_opt_spec[] = {
 	{ "size=%llu", offsetof(struct static_opts, size), 0 },
 	{ "files=%u", offsetof(struct static_opts, files), 0 },
+	{ "pool=%llu", offsetof(struct static_opts, pool), 0 },
+	{ "source=%s", offsetof(struct static_opts, source), 0 },
 	{ "attr_timeout=%lf", offsetof(struct static_opts, attr_timeout), 0 },
 	{ "splice", offsetof(struct static_opts, splice), 1 },
 	FUSE_OPT_END
@@ -147,6 +160,9 @@ static void static_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	}
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
+	/* fh: where this open's window starts in the buffer */
+	fi->fh = (__atomic_fetch_add(&fs.next_window, 1, __ATOMIC_RELAXED) %
+		  (fs.o.pool / fs.o.size)) * fs.o.size;
 	fuse_reply_open(req, fi);
 }
 
@@ -154,10 +170,10 @@ static void static_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 static void static_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
+	const char *window = fs.data + fi->fh;
 	size_t n = 0;
 
 	(void)ino;
-	(void)fi;
 	if (off >= 0 && (unsigned long long)off < fs.o.size) {
 		n = fs.o.size - (unsigned long long)off;
 		if (n > size)
@@ -166,10 +182,10 @@ static void static_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (fs.o.splice) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
 
-		bv.buf[0].mem = fs.data + (n ? off : 0);
+		bv.buf[0].mem = (char *)window + (n ? off : 0);
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 	} else {
-		fuse_reply_buf(req, fs.data + (n ? off : 0), n);
+		fuse_reply_buf(req, window + (n ? off : 0), n);
 	}
 }
 
@@ -223,8 +239,8 @@ int main(int argc, char **argv)
 	if (fuse_parse_cmdline(&args, &opts) != 0)
 		return 1;
 	if (opts.show_help || !opts.mountpoint) {
-		printf("usage: %s MOUNTPOINT [-f] [-s] [-o size=BYTES,files=K,attr_timeout=S,"
-		       "splice,clone_fd,max_threads=N]\n", argv[0]);
+		printf("usage: %s MOUNTPOINT [-f] [-s] [-o size=BYTES,files=K,pool=BYTES,"
+		       "source=FILE,attr_timeout=S,splice,clone_fd,max_threads=N]\n", argv[0]);
 		fuse_cmdline_help();
 		ret = opts.show_help ? 0 : 2;
 		goto err_free_opts;
@@ -233,14 +249,43 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fuse_static: size and files must be at least 1\n");
 		goto err_free_opts;
 	}
-	fs.data = malloc(fs.o.size);
+	if (fs.o.source) {
+		int fd = open(fs.o.source, O_RDONLY);
+		struct stat st;
+
+		if (fd < 0 || fstat(fd, &st) || st.st_size < (off_t)fs.o.size) {
+			fprintf(stderr, "fuse_static: %s: cannot open, or smaller than size\n",
+				fs.o.source);
+			goto err_free_opts;
+		}
+		fs.o.pool = (unsigned long long)st.st_size;
+		fs.data = mmap(NULL, fs.o.pool, PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (fs.data == MAP_FAILED) {
+			fprintf(stderr, "fuse_static: cannot map %s\n", fs.o.source);
+			goto err_free_opts;
+		}
+		/* read every page now (into the page cache and the mapping), like a
+		 * dataset read for a while */
+		for (unsigned long long i = 0, sum = 0; i < fs.o.pool; i += 4096)
+			__atomic_store_n(&sum, sum + (unsigned char)fs.data[i], __ATOMIC_RELAXED);
+		goto loaded;
+	}
+	if (!fs.o.pool)
+		fs.o.pool = fs.o.size;
+	if (fs.o.pool < fs.o.size) {
+		fprintf(stderr, "fuse_static: pool must be at least size\n");
+		goto err_free_opts;
+	}
+	fs.data = malloc(fs.o.pool);
 	if (!fs.data) {
-		fprintf(stderr, "fuse_static: cannot allocate %llu bytes\n", fs.o.size);
+		fprintf(stderr, "fuse_static: cannot allocate %llu bytes\n", fs.o.pool);
 		goto err_free_opts;
 	}
 	/* Touch every page now, so the first reads do not pay page faults. */
-	for (unsigned long long i = 0; i < fs.o.size; i++)
+	for (unsigned long long i = 0; i < fs.o.pool; i++)
 		fs.data[i] = (char)('a' + i % 26);
+loaded:
 
 	se = fuse_session_new(&args, &static_ops, sizeof(static_ops), NULL);
 	if (!se)
@@ -272,7 +317,10 @@ err_signals:
 err_destroy:
 	fuse_session_destroy(se);
 err_free_data:
-	free(fs.data);
+	if (fs.o.source)
+		munmap(fs.data, fs.o.pool);
+	else
+		free(fs.data);
 err_free_opts:
 	free(opts.mountpoint);
 	fuse_opt_free_args(&args);
