@@ -501,41 +501,77 @@ static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **
 	return 0;
 }
 
-struct checksum_args {
-	const uint8_t *p;
+/* Samples located per round of sample_reader_views(): their expected checksums live on
+ * the stack. */
+#define VIEW_CHUNK 64
+/* Cache lines of the next sample prefetched while one is hashed: enough to start its TLB
+ * walk and its first DRAM fetches, after which the hardware prefetcher follows the
+ * sequential reads of the hash. Measured on random 4 KiB samples of a mapped shard:
+ * 9 GB/s hashed without, 17 GB/s with (1 to 4 samples ahead, 8 to 64 lines: alike). */
+#define VIEW_PREFETCH_LINES 8
+
+struct verify_args {
+	const struct iovec *views;
+	const uint32_t *sums;
 	size_t n;
-	uint32_t sum;
+	volatile size_t done; /* samples verified; stored each time, read after a fault */
 };
 
-static void do_checksum(void *ctx)
+/* Hash views[done..n) in order, prefetching the next one; stops at the first mismatch. */
+static void verify_views(void *ctx)
 {
-	struct checksum_args *a = ctx;
+	struct verify_args *a = ctx;
 
-	a->sum = shard_index_checksum(a->p, a->n);
+	for (size_t i = a->done; i < a->n; i = ++a->done) {
+		if (i + 1 < a->n) {
+			const char *next = a->views[i + 1].iov_base;
+			size_t len = a->views[i + 1].iov_len;
+
+			for (size_t k = 0; k < VIEW_PREFETCH_LINES && k * 64 < len; k++)
+				__builtin_prefetch(next + k * 64);
+		}
+		if (shard_index_checksum(a->views[i].iov_base, a->views[i].iov_len) != a->sums[i])
+			return;
+	}
 }
 
-int sample_reader_view(struct sample_reader *r, uint64_t id, const uint8_t **ptr,
-		       uint32_t *raw_len)
+int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t count,
+			struct iovec *views, uint64_t *bad_id)
 {
-	const struct ds_shard *s;
-	struct shard_index_entry e;
-	struct checksum_args a;
-	int rc;
+	uint32_t sums[VIEW_CHUNK];
 
 	if (r->ds->info.compressed)
 		return -ENOTSUP;
-	rc = locate(r, id, &s, &e);
-	if (rc)
-		return rc;
-	if (!s->data)
-		return -ENOTSUP;
-	a = (struct checksum_args){ s->data + e.offset, e.raw_len, 0 };
-	if (guard_run(do_checksum, &a))
-		READ_FAIL("read failed: %s", strerror(EIO));
-	if (a.sum != e.checksum)
-		READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
-	*ptr = a.p;
-	*raw_len = e.raw_len;
+	for (size_t base = 0; base < count; base += VIEW_CHUNK) {
+		size_t n = count - base < VIEW_CHUNK ? count - base : VIEW_CHUNK;
+		struct verify_args a = { views + base, sums, n, 0 };
+		int faulted;
+
+		for (size_t i = 0; i < n; i++) {
+			const struct ds_shard *s;
+			struct shard_index_entry e;
+			int rc = locate(r, ids[base + i], &s, &e);
+
+			if (rc || !s->data) {
+				if (rc == -EIO && bad_id)
+					*bad_id = ids[base + i];
+				return rc ? rc : -ENOTSUP;
+			}
+			views[base + i] = (struct iovec){ (void *)(s->data + e.offset), e.raw_len };
+			sums[i] = e.checksum;
+		}
+		faulted = guard_run(verify_views, &a);
+		if (a.done < n) {
+			uint64_t id = ids[base + a.done];
+			const struct ds_shard *s = find_shard(r->ds, id);
+
+			if (bad_id)
+				*bad_id = id;
+			if (faulted)
+				READ_FAIL("read failed: %s", strerror(EIO));
+			READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
+		}
+	}
 	return 0;
 }
 

@@ -419,15 +419,8 @@ int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
 		return -ENOTSUP;
 	if (f == FORMAT_NPY)
 		rc = npy_header(head, npy_descr(info->dtype), count, info->seq_len);
-	for (size_t i = 0; i < count && !rc; i++) {
-		const uint8_t *p;
-		uint32_t len;
-
-		rc = sample_reader_view(r, ids[i], &p, &len);
-		if (rc == -EIO && bad_id)
-			*bad_id = ids[i];
-		views[i] = (struct iovec){ (void *)p, len };
-	}
+	if (!rc)
+		rc = sample_reader_views(r, ids, count, views, bad_id);
 	if (rc)
 		buf_truncate(head, start);
 	return rc;

@@ -542,6 +542,33 @@ def test_views_serve_the_same_bytes(big_tokens, mount, fmt):
         assert os.fstat(f.fileno()).st_size == len(whole)
 
 
+@pytest.mark.parametrize('bad', [0, 63, 64, 79])
+def test_corrupt_token_sample_served_as_a_view_is_eio(tmp_path, mount, bad):
+    """Views are verified 64 samples at a time (located, then hashed with a prefetch of
+    the next): a flipped byte in any sample of a claim, first or last of a round, fails
+    that open with EIO naming the sample, and the cursor stays."""
+    import struct
+    arr = write_tokens(tmp_path / 't.bin', 160 * 2048, seed=5)
+    ds = pack(tmp_path / 'tds', [tmp_path / 't.bin'], '--format', 'tokens',
+              '--dtype', 'uint16', '--seq-len', '2048', '--compress', 'none')
+    opts = 'world_size=1,global_batch=80,format=bin,shuffle=none,prefetch=0'
+    idx = sorted(ds.glob('shard-*.idx'))[0].read_bytes()
+    offset = struct.unpack_from('<Q', idx, 32 + 24 * bad)[0]
+    shard = sorted(ds.glob('shard-*.raw'))[0]
+    data = bytearray(shard.read_bytes())
+    data[offset + 1000] ^= 0x01
+    os.chmod(shard, 0o644)
+    shard.write_bytes(bytes(data))
+    m = mount(ds, opts, allow_errors=True)
+    assert open_errno(m.path('rank', 0, 'next')) == errno.EIO
+    state = json.loads(read_all(m.path('rank', 0, 'state')))
+    assert (state['step'], state['micro'], state['last']) == (0, 0, None)
+    assert read_all(m.path('rank', 0, 'step', 1)) == arr.reshape(160, 2048)[80:].tobytes()
+    m.stop(check=False)
+    assert 'sample %d in shard-' % bad in m.stderr_text
+    assert 'failed its checksum' in m.stderr_text
+
+
 def test_views_of_a_shard_truncated_under_a_live_mount(big_tokens, mount):
     """A batch claimed and checksummed, whose shard is then truncated before it is read:
     the kernel's copy from the mapping faults, and the read fails with EIO; the daemon
