@@ -105,17 +105,24 @@ int main(void)
 		CHECK((long)bad == 0);
 	}
 
-	/* outside a guarded call the signal keeps its default action */
+	/* Outside a guarded call the previous action runs: the default (death by SIGBUS),
+	 * or under ASan its own handler, which reports the fault and exits with 1. */
 	pid = fork();
 	REQUIRE(pid >= 0);
 	if (pid == 0) {
-		volatile uint8_t x = m.p[3 * 4096];
+		int null = open("/dev/null", O_WRONLY);
+		volatile uint8_t x;
+
+		if (null >= 0)
+			dup2(null, 2); /* ASan's report of the expected fault */
+		x = m.p[3 * 4096];
 
 		(void)x;
 		_exit(0);
 	}
 	REQUIRE(waitpid(pid, &status, 0) == pid);
-	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS);
+	CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) ||
+	      (WIFEXITED(status) && WEXITSTATUS(status) != 0));
 
 	munmap(m.p, m.len);
 	close(m.fd);
