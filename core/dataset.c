@@ -575,6 +575,32 @@ int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t cou
 	return 0;
 }
 
+void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payload)
+{
+	const struct dataset *ds = r->ds;
+	const struct ds_shard *s;
+	struct shard_index_entry e;
+
+	if (id >= ds->info.samples)
+		return;
+	s = find_shard(ds, id);
+	if (!payload) {
+		const uint8_t *entry = s->index + shard_index_size(id - s->first_sample);
+
+		__builtin_prefetch(entry);
+		__builtin_prefetch(entry + sizeof(struct shard_index_entry) - 1);
+		return;
+	}
+	if (!s->data)
+		return;
+	shard_index_entry_get(s->index, id - s->first_sample, &e);
+	/* an entry is checked only when the sample is read; a prefetch never faults, but
+	 * stay inside the mapping all the same */
+	for (uint64_t k = 0; k < VIEW_PREFETCH_LINES * 64 && k < e.stored_len &&
+	     e.offset < s->bytes && k < s->bytes - e.offset; k += 64)
+		__builtin_prefetch(s->data + e.offset + k);
+}
+
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 {
 	const struct dataset *ds = r->ds;

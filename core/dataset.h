@@ -120,6 +120,12 @@ void sample_reader_free(struct sample_reader *r);
  * corrupt frame, read error, size differs from the index: out is left as it was),
  * -ENOMEM. Never returns wrong bytes. */
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out);
+/* A hint that sample id is read soon: its index entry (payload 0) or, from the entry,
+ * the first 512 bytes of its stored bytes in the shard mapping (payload 1; do that once
+ * the entry had time to arrive). Prefetch instructions only: no fault, no error, nothing
+ * for an id out of range or a shard read with pread. Readers of random samples issue it
+ * for the sample after next (entry) and the next (payload) before reading one. */
+void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payload);
 /* Zero-copy access to count samples of an uncompressed dataset: views[i] is set to the
  * raw_len bytes of sample ids[i] inside its shard's read-only mapping (valid until
  * dataset_close()), after their checksum was verified; a fault while hashing (a shard
