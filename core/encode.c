@@ -101,10 +101,10 @@ static void buf_truncate(struct buf *b, size_t len)
 		b->data[len] = 0;
 }
 
-/* One sample read with the error contract of batch_encode: -EIO names the sample. */
-/* Append sample ids[i] to out, first asking for the index entry of the sample after
- * next and the bytes of the next: random samples otherwise each start with a cache and
- * TLB miss in the index and another in the shard. */
+/* Append sample ids[i] to out, with the error contract of batch_encode (-EIO names the
+ * sample). First asks for the index entry of the sample after next and the bytes of the
+ * next: random samples otherwise each start with a cache and TLB miss in the index and
+ * another in the shard. */
 static int read_sample(struct sample_reader *r, const uint64_t *ids, size_t count, size_t i,
 		       struct buf *out, uint64_t *bad_id)
 {
