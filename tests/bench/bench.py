@@ -86,7 +86,12 @@ class Bench:
             subprocess.run(['fusermount3', '-uz', str(mnt)])
         mnt.mkdir(parents=True, exist_ok=True)
         errf = open(self.work / ('daemon-%s.log' % mnt.name), 'w+')
-        p = subprocess.Popen([str(c) for c in cmd], stdout=errf, stderr=errf)
+        # Each daemon in a session of its own, as a mount daemon runs (zephon mount
+        # without -f, fuse_daemonize, a systemd unit). With the scheduler's autogroups
+        # (kernel.sched_autogroup_enabled=1) a session shares the CPUs with other sessions
+        # as one: a daemon left in the readers' session splits their share with them.
+        p = subprocess.Popen([str(c) for c in cmd], stdout=errf, stderr=errf,
+                             start_new_session=True)
         try:
             deadline = time.time() + 30
             while not os.path.exists(ready):
