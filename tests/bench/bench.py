@@ -164,13 +164,13 @@ class Bench:
         return out, time.perf_counter() - t0
 
     def interleaved(self, named, **kw):
-        """One reader on each of several files in turn, --repeat rounds; the best run of
-        each. In alternation, so that a noisy minute of this shared machine falls on all
-        of them alike and their ratio holds."""
+        """The readloop on each of several lists of files in turn, --repeat rounds; the
+        best run of each. In alternation, so that a noisy minute of this shared machine
+        falls on all of them alike and their ratios hold."""
         runs = {k: [] for k in named}
         for _ in range(self.a.repeat):
-            for k, path in named.items():
-                runs[k].append(self.readloop([path], repeat=1, **kw))
+            for k, paths in named.items():
+                runs[k].append(self.readloop(paths, repeat=1, **kw))
         return {k: max(v, key=lambda d: d['bytes_per_s']) for k, v in runs.items()}
 
     # ---------------------------------------------------------------- B1 / B4
@@ -219,7 +219,8 @@ class Bench:
                                             'micro_batch=%d,format=bin' % (4 * m, m))
                 with ctx:
                     nexts = [zm / 'rank' / str(r) / 'next' for r in range(4)]
-                    # one reader: Zephon, (a) and (a') measured in alternation
+                    # one reader of Zephon, (a) and (a'), and Zephon's 4 ranks, in
+                    # alternation: the targets are ratios between them
                     with contextlib.ExitStack() as st:
                         ma, ms = self.work / 'mnt-static-a', self.work / 'mnt-static-src'
                         st.enter_context(self.mounted(
@@ -228,11 +229,11 @@ class Bench:
                         st.enter_context(self.mounted(
                             [self.fuse_static, ms, '-f', '-o',
                              'size=%d,files=1,source=%s' % (size, shard)], ms, ms / '0'))
-                        one = self.interleaved({'a': ma / '0', "a'": ms / '0',
-                                                'zephon': nexts[0]}, expect=size)
-                    a1, a2, z1 = one['a'], one["a'"], one['zephon']
+                        one = self.interleaved({'a': [ma / '0'], "a'": [ms / '0'],
+                                                'zephon': nexts[:1], 'zephon 4': nexts},
+                                               expect=size)
+                    a1, a2, z1, z4 = one['a'], one["a'"], one['zephon'], one['zephon 4']
                     res[label].update(static_1=a1, static_dataset_pages_1=a2)
-                    z4 = self.readloop(nexts, expect=size)
                     lat = paced = None
                     if size == MiB:
                         lat = self.readloop(nexts, first='4096', expect=size)
