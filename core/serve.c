@@ -13,6 +13,12 @@ const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1] = {
 	25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000,
 };
 
+/* A claim that comes this long after the rank's last close is a paced reader's: its
+ * ring's refill waits for the close of the batch it claims (server_release). Readers
+ * that read back to back (a close, then the next open within microseconds) refill at
+ * once. */
+#define PACED_GAP_S 0.002
+
 void batch_free(struct batch *b)
 {
 	if (!b)
@@ -127,6 +133,8 @@ struct rank_state {
 	uint64_t generation;     /* bumped by a rewind: in-flight decodes are dropped */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
+	double last_release;     /* when a handle of next was last closed (now_s) */
+	int refill_pending;      /* a claim left its refill to that close, see server_release */
 };
 
 struct job {
@@ -433,6 +441,8 @@ static struct rank_state *find_rank(struct server *s, uint64_t rank)
 	return NULL;
 }
 
+/* Enqueue a decode for every claim index of rank's ring (run_job skips the slots that
+ * are decoding, ready, or left behind). With rs->lock held, or before serving. */
 static void fill_ring(struct server *s, struct rank_state *rs)
 {
 	for (unsigned i = 0; i < s->cfg.prefetch; i++)
@@ -715,13 +725,42 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 	}
 	record_last(rs, b);
 	rs->ci++;
-	if (s->cfg.prefetch)
-		enqueue(s, rs, rs->ci + s->cfg.prefetch - 1, rs->generation);
+	if (s->cfg.prefetch) {
+		/* A reader that paces itself (a training step between claims) gets its batch
+		 * read before the refill's decode competes with it for the CPU: the refill
+		 * waits for the close. One that reads back to back keeps its lookahead.
+		 * At most one refill waits, whatever the reader does with its handles, and
+		 * only when the ring holds a batch beyond this one (prefetch >= 2). */
+		if (!rs->refill_pending && s->cfg.prefetch > 1 &&
+		    t0 - rs->last_release > PACED_GAP_S) {
+			rs->refill_pending = 1;
+		} else if (rs->refill_pending) {
+			rs->refill_pending = 0;
+			fill_ring(s, rs);
+		} else {
+			enqueue(s, rs, rs->ci + s->cfg.prefetch - 1, rs->generation);
+		}
+	}
 	*out = b;
 out:
 	pthread_mutex_unlock(&rs->lock);
 	count_claim(s, rc, t0, journal_s, b, hit);
 	return rc;
+}
+
+void server_release(struct server *s, uint64_t rank)
+{
+	struct rank_state *rs = find_rank(s, rank);
+
+	if (!rs)
+		return;
+	pthread_mutex_lock(&rs->lock);
+	rs->last_release = now_s();
+	if (rs->refill_pending) {
+		rs->refill_pending = 0;
+		fill_ring(s, rs);
+	}
+	pthread_mutex_unlock(&rs->lock);
 }
 
 static struct batch *batch_copy(const struct batch *b)

@@ -128,6 +128,11 @@ void server_free(struct server *s);
  *   -ENOMEM. */
 int server_claim(struct server *s, uint64_t rank, struct batch **out);
 
+/* A handle of rank's next was closed: the refill of a paced reader's prefetch ring,
+ * left by its last claim, starts now (so the decode never competes with the reads of
+ * the batch just handed out). Unknown ranks are ignored. */
+void server_release(struct server *s, uint64_t rank);
+
 /* What the next claim of rank would get, claiming nothing (a copy). Errors as above. */
 int server_peek(struct server *s, uint64_t rank, struct batch **out);
 

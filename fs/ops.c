@@ -640,8 +640,9 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct zfs *z = zfs_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 
-	(void)ino;
 	fuse_reply_err(req, 0); /* close() need not wait for the free */
+	if (inode_type(ino) == NODE_NEXT)
+		server_release(z->srv, inode_rank(ino));
 	if (f)
 		open_file_put(z, f);
 }

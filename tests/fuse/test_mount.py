@@ -10,6 +10,7 @@ import stat
 import subprocess
 import tarfile
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -240,6 +241,37 @@ def test_tree_and_modes(records, mount):
     # find / du / ls -R stay instant: step/ and samples/ list nothing
     out = subprocess.run(['find', str(m.mp)], check=True, stdout=subprocess.PIPE, timeout=10).stdout
     assert len(out.splitlines()) == 1 + 6 + 2 + 2 * 4
+
+
+def metric(m, name):
+    for line in read_all(m.path('metrics')).decode().splitlines():
+        if line.startswith(name + ' '):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize('keep_open', [False, True])
+def test_paced_reader_is_served_from_the_prefetch_ring(records, mount, keep_open):
+    """A reader that pauses between claims has its ring refilled when it closes its
+    batch; one that keeps every handle open has it refilled at its next claim. Either way
+    no claim waits for a decode it did not ask for, and the bytes are the stream's."""
+    ds, _ = records
+    opts = 'world_size=1,global_batch=4,prefetch=2'
+    m = mount(ds, opts)
+    time.sleep(0.2)  # the ring filled at mount
+    held = []
+    for step in range(8):
+        time.sleep(0.03)  # a training step
+        f = open(m.path('rank', 0, 'next'), 'rb', buffering=0)
+        assert f.read() == batch(ds, opts, 0, step)
+        if keep_open:
+            held.append(f)
+        else:
+            f.close()
+    for f in held:
+        f.close()
+    assert metric(m, 'zephon_claims_total') == 8
+    assert metric(m, 'zephon_prefetch_hits_total') == 8
 
 
 def test_concurrent_openers_get_every_micro_batch_once(records, mount):
