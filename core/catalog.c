@@ -13,10 +13,10 @@
 #include <sqlite3.h>
 
 #include "dataset.h"
+#include "parse.h"
 
 /* schema/catalog.sql, embedded by schema/embed.py. */
 extern const char schema_catalog_sql[];
-
 
 /* The one place SQLite codes become -errno. */
 static int sqlite_errno(int rc)
@@ -390,19 +390,10 @@ const char *catalog_meta_get(const struct catalog *c, const char *key)
 int catalog_meta_u64(const struct catalog *c, const char *key, uint64_t *out)
 {
 	const char *v = catalog_meta_get(c, key);
-	char *end;
-	unsigned long long x;
 
 	if (!v)
 		return -ENOENT;
-	if (*v < '0' || *v > '9')
-		return -EBADMSG;
-	errno = 0;
-	x = strtoull(v, &end, 10);
-	if (errno || *end)
-		return -EBADMSG;
-	*out = x;
-	return 0;
+	return parse_u64(v, out) ? -EBADMSG : 0;
 }
 
 int catalog_meta_set(struct catalog *c, const char *key, const char *value)

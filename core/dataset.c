@@ -86,7 +86,6 @@ static int name_index(const char *s, const char *const *names, unsigned n)
 	return -1;
 }
 
-
 /* A file name from the (untrusted) catalog must stay inside the dataset directory. */
 static int plain_name(const char *s)
 {

@@ -157,7 +157,6 @@ void mount_options_release(struct mount_options *o)
 	}
 }
 
-
 #define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
 
 static int number(const char *name, const char *text, uint64_t dflt, uint64_t *out,
