@@ -229,7 +229,9 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		 * the batch, zstd frames into the reader's scratch buffer, which zstd then
 		 * decodes: zstd itself never reads the mapping, a fault could not be caught
 		 * there): one pread syscall per sample was the largest cost of serving
-		 * batches. Faults (truncation, I/O errors) become EIO through guard_copy(). */
+		 * batches. Uncompressed token batches are even served from it without a copy
+		 * (sample_reader_views). Faults (truncation, I/O errors) become EIO through
+		 * guard_copy() and guard_run(). */
 		if (cs->bytes) {
 			void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
 
@@ -260,8 +262,9 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		}
 		s->index = map;
 		s->index_len = (size_t)sb.st_size;
-		/* Lookups jump around the index: no readahead, so a mount at 10^9 samples maps
-		 * a page per lookup, not the neighbourhood of each (B3's resident memory). */
+		/* Lookups jump around the index: no readahead around each. (Pages already in
+		 * the page cache in large folios, e.g. just after a pack, are still mapped a
+		 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
 		madvise(map, s->index_len, MADV_RANDOM);
 		if (shard_index_parse_header(map, s->index_len, &h, why, sizeof(why))) {
 			err_printf(err, errlen, "index %s: %s", cs->index_file, why);

@@ -1,13 +1,14 @@
 /*
- * guard.h: copying out of a file mapping without dying of SIGBUS.
+ * guard.h: reading a file mapping without dying of SIGBUS.
  *
  * A read fault in a MAP_SHARED mapping (the file was truncated under us, or the disk or
  * the network file system returned an I/O error) is delivered as SIGBUS, which kills the
- * process. guard_copy() turns that into -EIO for the one copy that faulted: a
- * thread-local sigjmp_buf is armed for the copy, and a SIGBUS handler (installed once,
- * process-wide) jumps back to it when the fault happened inside a guarded copy of the
- * faulting thread; any other SIGBUS is re-raised with the default action. This is the
- * technique of POSIX sigsetjmp/siglongjmp out of a synchronous signal handler.
+ * process. guard_copy() and guard_run() turn that into -EIO for the one call that
+ * faulted: a thread-local sigjmp_buf is armed for the call, and a SIGBUS handler
+ * (installed once, process-wide) jumps back to it when the fault happened inside a
+ * guarded call of the faulting thread; any other SIGBUS goes to the handler installed
+ * before (ASan's, say) or is re-raised with the default action. This is the technique
+ * of POSIX sigsetjmp/siglongjmp out of a synchronous signal handler.
  *
  * Thread-safe; async-signal-safe only in the sense above.
  */

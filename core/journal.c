@@ -1379,7 +1379,6 @@ int journal_resume_point_files(const char *const *paths, size_t npaths,
 
 /* ---- starting a layout ---- */
 
-/* S0 for samples:G, G0 for step:S, from the history (caller holds j->mu). */
 /* Did some rank of layout e get as far as step S (its cursor at S or beyond)? */
 static int layout_reached(struct journal *j, const struct hev *e, uint64_t step)
 {
@@ -1395,6 +1394,7 @@ static int layout_reached(struct journal *j, const struct hev *e, uint64_t step)
 	return yes;
 }
 
+/* S0 for samples:G, G0 for step:S, from the history (caller holds j->mu). */
 static int map_rule(struct journal *j, const struct hist *h, const struct journal_resume *r,
 		    struct layout *l, char *applied, size_t alen)
 {

@@ -18,7 +18,6 @@
 
 #include "dataset.h"
 
-/* Bytes of an index of `count` entries: 32 + 24 * count. */
 /* The index entry's checksum of a decoded sample of len bytes: the low 32 bits of
  * XXH3_64bits (seed 0) of its bytes (xxHash, https://github.com/Cyan4973/xxHash, the
  * XXH3 algorithm; several times faster than XXH32 on samples of kilobytes, which every
@@ -34,6 +33,7 @@ static inline uint32_t shard_index_checksum(const void *data, size_t len)
 #endif
 }
 
+/* Bytes of an index of `count` entries: 32 + 24 * count. */
 static inline uint64_t shard_index_size(uint64_t count)
 {
 	return sizeof(struct shard_index_header) + count * sizeof(struct shard_index_entry);

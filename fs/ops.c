@@ -535,8 +535,7 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
 	if (f->batch && f->batch->nviews && off >= 0) {
 		/* Samples go from the dataset's mapping to the reader in the kernel's one
-		 * copy. A fault there (a shard truncated under us) fails the writev with
-		 * EFAULT instead of a SIGBUS: the read then fails with EIO. */
+		 * copy (fuse_reply_iov). */
 		struct iovec iov[2 + (1u << 20) / BATCH_VIEW_MIN + 2];
 		size_t max = sizeof(iov) / sizeof(iov[0]);
 		size_t cnt = batch_slice(f->batch, (uint64_t)off, size, iov, max, &n);
