@@ -59,10 +59,12 @@ size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iove
 }
 
 /* serve_build() into `data`, an empty buffer whose capacity may be reused (it is the
- * batch's on success and released on failure). */
+ * batch's on success and released on failure). With views, the samples are views of
+ * the dataset's mappings and data holds the header only (batch_encode_views: -ENOTSUP
+ * when that is not possible here). */
 static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 		       const struct order *o, const struct layout *l, enum batch_format f,
-		       uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
+		       uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros, int views,
 		       struct buf data, struct batch **out, uint64_t *bad_id)
 {
 	struct batch *b;
@@ -78,10 +80,13 @@ static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 	if (!rc && count > SIZE_MAX / sizeof(uint64_t))
 		rc = -ENOMEM;
 	b = rc ? NULL : calloc(1, sizeof(*b));
-	if (b)
+	if (b) {
 		b->ids = malloc(count * sizeof(*b->ids));
-	if (!b || !b->ids) {
-		free(b);
+		if (views)
+			b->views = malloc(count * sizeof(*b->views));
+	}
+	if (!b || !b->ids || (views && !b->views)) {
+		batch_free(b);
 		buf_release(&data);
 		return rc ? rc : -ENOMEM;
 	}
@@ -95,8 +100,14 @@ static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 	b->count = count;
 	b->epoch = gsn / o->n;
 	rc = order_fill(o, gsn, count, b->ids);
-	if (!rc)
+	if (!rc && views) {
+		rc = batch_encode_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);
+		b->nviews = rc ? 0 : count;
+		for (size_t i = 0; i < b->nviews; i++)
+			b->views_len += b->views[i].iov_len;
+	} else if (!rc) {
 		rc = batch_encode(r, info, f, b->ids, count, &b->data, bad_id);
+	}
 	if (rc) {
 		batch_free(b);
 		return rc;
@@ -110,8 +121,8 @@ int serve_build(struct sample_reader *r, const struct dataset_info *info,
 		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
 		struct batch **out, uint64_t *bad_id)
 {
-	return build_batch(r, info, o, l, f, rank, step, micro, micros, (struct buf)BUF_INIT,
-			   out, bad_id);
+	return build_batch(r, info, o, l, f, rank, step, micro, micros, 0,
+			   (struct buf)BUF_INIT, out, bad_id);
 }
 
 /* A prefetch slot holds the batch of one claim index ci = (step - S0) * A + micro. */
@@ -279,41 +290,6 @@ void server_batch_free(struct server *s, struct batch *b)
 	batch_free(b);
 }
 
-/* The batch of one claim as views of the dataset's mappings: sample ids, the header
- * into a small buffer, one iovec per sample. -ENOTSUP when some shard is not mapped. */
-static int build_views(struct server *s, struct sample_reader *r, uint64_t rank,
-		       uint64_t step, uint64_t micro, struct batch **out, uint64_t *bad_id)
-{
-	const struct layout *l = &s->cfg.layout;
-	struct batch *b = calloc(1, sizeof(*b));
-	uint64_t gsn;
-	int rc = -ENOMEM;
-
-	if (!b)
-		return -ENOMEM;
-	b->ids = malloc(l->micro_batch * sizeof(*b->ids));
-	b->views = malloc(l->micro_batch * sizeof(*b->views));
-	if (!b->ids || !b->views)
-		goto fail;
-	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
-	if (!rc)
-		rc = order_fill(&s->cfg.order, gsn, l->micro_batch, b->ids);
-	if (!rc)
-		rc = batch_encode_views(r, s->info, s->cfg.format, b->ids, l->micro_batch,
-					&b->data, b->views, bad_id);
-	if (rc)
-		goto fail;
-	*b = (struct batch){ b->data, b->views, l->micro_batch, 0, rank, step, micro, 1, gsn,
-			     l->micro_batch, gsn / s->cfg.order.n, b->ids };
-	for (size_t i = 0; i < b->nviews; i++)
-		b->views_len += b->views[i].iov_len;
-	*out = b;
-	return 0;
-fail:
-	batch_free(b);
-	return rc;
-}
-
 static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, uint64_t ci,
 		    struct batch **out, uint64_t *bad_id)
 {
@@ -324,12 +300,13 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 		return -ENOMEM;
 	ci_to_cursor(s, ci, &step, &micro);
 	if (batch_views_possible(s->info, s->cfg.format)) {
-		rc = build_views(s, r, rank, step, micro, out, bad_id);
+		rc = build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
+				 rank, step, micro, 1, 1, (struct buf)BUF_INIT, out, bad_id);
 		if (rc != -ENOTSUP)
 			return rc;
 	}
 	return build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
-			   rank, step, micro, 1, pool_take(s), out, bad_id);
+			   rank, step, micro, 1, 0, pool_take(s), out, bad_id);
 }
 
 static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
