@@ -126,6 +126,7 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 {
 	struct instream *in;
 	struct stat sb;
+	const char *kind;
 	ssize_t n;
 	int rc;
 
@@ -182,9 +183,8 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 			rc = -ENOMEM;
 			goto err_free;
 		}
-	} else if (other_compression(in->raw, (size_t)n)) {
-		rc = open_archive_stream(in, other_compression(in->raw, (size_t)n), (size_t)n,
-					 err, errlen);
+	} else if ((kind = other_compression(in->raw, (size_t)n))) {
+		rc = open_archive_stream(in, kind, (size_t)n, err, errlen);
 		if (rc)
 			goto err_free;
 	} else if (buf_append(&in->data, in->raw, (size_t)n)) {
