@@ -92,6 +92,11 @@ struct source {
 
 extern const struct source_ops source_jsonl_ops;
 extern const struct source_ops source_lines_ops;
+extern const struct source_ops source_dir_ops;
+extern const struct source_ops source_tar_ops;
+extern const struct source_ops source_bin_ops;
+extern const struct source_ops source_npy_ops;
+extern const struct source_ops source_megatron_ops;
 
 /* Read want bytes at offset of fd (path names it in the message) into the free space of
  * out (reserved by the caller), hash them into s->hash and append them: the chunk read
@@ -104,11 +109,6 @@ int source_read_chunk(struct source *s, int fd, const char *path, uint64_t offse
  * s->path (source_lines.c). open returns 0 or -errno with s->err set. */
 int source_text_open(struct source *s);
 void source_text_close(struct source *s);
-extern const struct source_ops source_dir_ops;
-extern const struct source_ops source_tar_ops;
-extern const struct source_ops source_bin_ops;
-extern const struct source_ops source_npy_ops;
-extern const struct source_ops source_megatron_ops;
 
 /* The concrete format of path: a directory is dir; otherwise by name: .jsonl/.ndjson
  * (optionally .zst) jsonl, .txt (optionally .zst) lines, .tar/.tgz/.tar.{gz,xz,bz2,zst}
