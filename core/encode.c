@@ -102,7 +102,8 @@ static void buf_truncate(struct buf *b, size_t len)
 }
 
 /* Append sample ids[i] to out, with the error contract of batch_encode (-EIO names the
- * sample). First asks for the index entry of the sample after next and the bytes of the
+ * sample). Before the first, starts the disk reads of the batch's pages that are not in
+ * memory. First asks for the index entry of the sample after next and the bytes of the
  * next: random samples otherwise each start with a cache and TLB miss in the index and
  * another in the shard. */
 static int read_sample(struct sample_reader *r, const uint64_t *ids, size_t count, size_t i,
@@ -110,6 +111,8 @@ static int read_sample(struct sample_reader *r, const uint64_t *ids, size_t coun
 {
 	int rc;
 
+	if (i == 0)
+		sample_reader_warm(r, ids, count);
 	if (i + 2 < count)
 		sample_reader_prefetch(r, ids[i + 2], 0);
 	if (i + 1 < count)
@@ -425,6 +428,7 @@ int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
 
 	if (!batch_views_possible(info, f))
 		return -ENOTSUP;
+	sample_reader_warm(r, ids, count);
 	if (f == FORMAT_NPY)
 		rc = npy_header(head, npy_descr(info->dtype), count, info->seq_len);
 	if (!rc)

@@ -5,6 +5,8 @@
  * Checks the bytes of lines/npy/bin exactly, reads tar batches back with libarchive
  * (Python's tarfile and numpy.load are checked by tests/fuse/test_encode.py), and the
  * failure contract: a corrupt sample gives -EIO naming it and leaves `out` as it was.
+ * Also that sample_reader_warm() reads the pages of a batch that are not in memory, and
+ * only those.
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -549,6 +552,93 @@ static void test_corrupt(void)
 	}
 }
 
+/* ------------------------------------------------------------------ read-ahead */
+
+/* Evict the page-cache pages of path (written back first). 0, or -1 when it cannot. */
+static int drop_cached(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	int rc;
+
+	REQUIRE(fd >= 0);
+	rc = fdatasync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0 ? 0 : -1;
+	close(fd);
+	return rc;
+}
+
+/* Whether byte off of the file mapped at map is in the page cache. */
+static int cached(const uint8_t *map, uint64_t off)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	unsigned char v = 0;
+
+	REQUIRE(mincore((void *)((uintptr_t)(map + off) & ~(page - 1)), 1, &v) == 0);
+	return v & 1;
+}
+
+static void test_warm(void)
+{
+	enum { L = 4096, N = 2048, SPREAD = 256 }; /* samples of 4 KiB, chosen 1 MiB apart */
+	const uint64_t ids[] = { 3 * SPREAD + 5, 1 * SPREAD + 7, 6 * SPREAD + 1, 4 * SPREAD };
+	const size_t n = sizeof(ids) / sizeof(ids[0]);
+	uint8_t *raw = malloc((size_t)L * N), *shard, *index;
+	char spath[600], ipath[600];
+	struct stat ss, is;
+	int sfd, ifd, ok = 1;
+
+	REQUIRE(raw);
+	for (size_t i = 0; i < (size_t)L * N; i++)
+		raw[i] = (uint8_t)(i * 2654435761u >> 13);
+	write_file(path_in("warm.bin"), raw, (size_t)L * N);
+	free(raw);
+	pack(path_in("warm"), path_in("warm.bin"), 0, 1, DTYPE_UINT8, L);
+	snprintf(spath, sizeof(spath), "%s/shard-00000.raw", path_in("warm"));
+	snprintf(ipath, sizeof(ipath), "%s/shard-00000.idx", path_in("warm"));
+	sfd = open(spath, O_RDONLY);
+	ifd = open(ipath, O_RDONLY);
+	REQUIRE(sfd >= 0 && ifd >= 0 && fstat(sfd, &ss) == 0 && fstat(ifd, &is) == 0);
+	REQUIRE(ss.st_size == (off_t)L * N);
+	shard = mmap(NULL, (size_t)ss.st_size, PROT_READ, MAP_SHARED, sfd, 0);
+	index = mmap(NULL, (size_t)is.st_size, PROT_READ, MAP_SHARED, ifd, 0);
+	REQUIRE(shard != MAP_FAILED && index != MAP_FAILED);
+	if (drop_cached(spath) || drop_cached(ipath) || cached(shard, ids[0] * L) ||
+	    cached(index, 32 + ids[0] * 24)) {
+		/* tmpfs, for one, keeps its pages: nothing to observe */
+		fprintf(stderr, "test_warm: skipped, the page cache of %s cannot be dropped\n",
+			spath);
+		goto out;
+	}
+
+	struct dataset *ds = open_ds(path_in("warm"));
+	struct sample_reader *r = sample_reader_new(ds);
+
+	REQUIRE(r);
+	sample_reader_warm(r, ids, n);
+	/* the reads were only started: give them up to 10 s */
+	for (int tries = 0; tries < 1000; tries++) {
+		ok = 1;
+		for (size_t i = 0; i < n; i++)
+			ok &= cached(shard, ids[i] * L) && cached(shard, ids[i] * L + L - 1) &&
+			      cached(index, 32 + ids[i] * 24);
+		if (ok)
+			break;
+		usleep(10000);
+	}
+	CHECK(ok);
+	/* only the batch's: a window of 128 KiB around each payload (the dataset fits in
+	 * memory), not the whole shard */
+	CHECK(cached(shard, 4 * SPREAD * (uint64_t)L + (64 << 10)));
+	CHECK(!cached(shard, 2 * SPREAD * (uint64_t)L));
+	CHECK(!cached(shard, (uint64_t)L * N - 1));
+	sample_reader_free(r);
+	dataset_close(ds);
+out:
+	munmap(shard, (size_t)ss.st_size);
+	munmap(index, (size_t)is.st_size);
+	close(sfd);
+	close(ifd);
+}
+
 int main(void)
 {
 	char cmd[600];
@@ -570,6 +660,7 @@ int main(void)
 	}
 	test_files_dir();
 	test_corrupt();
+	test_warm();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
 	if (!check_failures && system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", tmp);
