@@ -1548,6 +1548,18 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	desc[0] = 0;
 	switch (rule->rule) {
 	case RESUME_AUTO:
+		/* This journal holds only these ranks' progress: where the job stands is in
+		 * every node's journal together (checkpoint marks in one, cursors in all).
+		 * Resolved here alone, the nodes of one job would start at different steps. */
+		if (ranks->count < nl.world_size && h.nev) {
+			rc = jfail(j, -EINVAL, "resume=auto cannot resume a mount of %zu of the "
+				   "%" PRIu64 " ranks from its own journal: the other ranks' progress "
+				   "is in the other nodes' journals. Pass every node the same "
+				   "resume=samples:G@S that `zephon journal resume-point` prints over "
+				   "all of them (mountscripts/zephon-node resume-point does it), or "
+				   "resume=fresh", ranks->count, nl.world_size);
+			break;
+		}
 		rc = point_compute(&h, 1, NULL, &p);
 		if (rc)
 			break;

@@ -267,3 +267,33 @@ def test_resume_step_maps_through_the_layout_that_reached_it(ds, tmp_path):
     assert (st['start_step'], st['start_samples']) == (5, 40)
     st = session('global_batch=4,resume=step:12', 0)
     assert (st['start_step'], st['start_samples']) == (12, 88)
+
+
+def test_auto_refuses_a_node_of_a_job_once_its_journal_has_history(ds, tmp_path):
+    """A mount of some of the ranks (one node of a job) sees only its own journal, so
+    resume=auto there would start each node wherever its own journal says (the tester's
+    case: a checkpoint mark on node A, none on node B: step 5 against step 0). The first
+    mount of a job (empty journals) starts at 0; after that auto is refused with what to
+    pass instead, and the journal is left as it was; resume-point over both journals
+    gives the point that every node then mounts with."""
+    opts = 'world_size=4,global_batch=8,micro_batch=2'
+    ja, jb = tmp_path / 'a.sqlite', tmp_path / 'b.sqlite'
+    with Mount(ds, tmp_path / 'mpa', opts + ',ranks=0-1,journal=%s' % ja) as a, \
+            Mount(ds, tmp_path / 'mpb', opts + ',ranks=2-3,journal=%s' % jb) as b:
+        for _ in range(5):
+            for m, ranks in ((a, (0, 1)), (b, (2, 3))):
+                for r in ranks:
+                    read_all(m.path('rank', r, 'next'))
+        with open(a.path('control'), 'w') as f:
+            f.write('checkpoint 5\n')
+    before = ja.read_bytes(), jb.read_bytes()
+    for ranks, j in (('0-1', ja), ('2-3', jb)):
+        code, err = mount_fails(ds, tmp_path, opts + ',ranks=%s,journal=%s' % (ranks, j))
+        assert code == 2, err
+        assert 'resume=auto' in err and '2 of the 4 ranks' in err, err
+        assert 'journal resume-point' in err, err
+    assert (ja.read_bytes(), jb.read_bytes()) == before
+    point = run('journal', 'resume-point', ja, jb).stdout.decode().split()[-1]
+    assert point == 'samples:40@5', point
+    with Mount(ds, tmp_path / 'mpb2', opts + ',ranks=2-3,journal=%s,resume=%s' % (jb, point)) as b:
+        assert read_all(b.path('rank', 2, 'next')) == batch(ds, opts, 2, 5, 0)

@@ -527,6 +527,21 @@ static void test_start_and_claims(void)
 		CHECK(journal_cursors(j, ls[0].id + 100, &cs, &nc) == -ENOENT);
 		free(ls);
 	}
+	/* auto on a journal with history, for some of the ranks only: the other ranks'
+	 * progress is in journals it cannot see, so it is refused (a launcher passes
+	 * samples:G@S from all of them); nothing is recorded */
+	CHECK(start_text(j, "auto", 4, 16, 2, "1,3", &l) == -EINVAL);
+	journal_last_error(j, err, sizeof(err));
+	CHECK(strstr(err, "2 of the 4 ranks") && strstr(err, "journal resume-point"));
+	CHECK(start_text(j, "auto", 4, 16, 2, "0", &l) == -EINVAL);
+	CHECK(journal_current(j, &cur) == -ENOENT);
+	{
+		struct journal_layout *ls;
+		size_t nl;
+
+		CHECK(journal_layouts(j, &ls, &nl) == 0 && nl == 1);
+		free(ls);
+	}
 	/* serving every rank now: auto resumes at the min over ranks 0-3 of the last layout,
 	 * and the claims of the new layout continue from there */
 	CHECK(start_text(j, "auto", 4, 16, 2, "0-3", &l) == 0);
