@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
@@ -187,24 +188,14 @@ struct server {
 	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
 	 * munmap of a multi-threaded process is a TLB shootdown on every CPU; on this
 	 * project's VMs that alone cut `next` throughput threefold). */
+	pthread_mutex_t log_lock;  /* guards the log_ fields: slog()'s rate limit */
+	double log_tokens, log_t;
+	uint64_t log_dropped;
+
 	pthread_mutex_t pool_lock;
 	struct buf *pool;
 	size_t pool_count, pool_cap;
 };
-
-static void slog(struct server *s, int prio, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void slog(struct server *s, int prio, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!s->cfg.log)
-		return;
-	va_start(ap, fmt);
-	s->cfg.log(s->cfg.log_ctx, prio, fmt, ap);
-	va_end(ap);
-}
 
 static double now_s(void)
 {
@@ -212,6 +203,64 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Messages slog() passes in a burst, then one a second (a token bucket): a reader that
+ * retries a failing open in a loop (a full disk, a corrupt sample) would otherwise log a
+ * line per attempt, 3,000 identical lines in a minute of a trial. How many were held back
+ * is logged with the next one that passes, and at server_free(). */
+#define LOG_BURST 20
+#define LOG_REFILL_S 1.0
+
+static void slog_raw(struct server *s, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void slog_raw(struct server *s, int prio, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	s->cfg.log(s->cfg.log_ctx, prio, fmt, ap);
+	va_end(ap);
+}
+
+static void log_dropped(struct server *s, uint64_t n)
+{
+	if (n)
+		slog_raw(s, LOG_WARNING, "%" PRIu64 " more message%s of this mount were not logged "
+			 "(at most %d in a row, then one a second)", n, n == 1 ? "" : "s", LOG_BURST);
+}
+
+static void slog(struct server *s, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void slog(struct server *s, int prio, const char *fmt, ...)
+{
+	uint64_t dropped;
+	va_list ap;
+	double t;
+
+	if (!s->cfg.log)
+		return;
+	pthread_mutex_lock(&s->log_lock);
+	t = now_s();
+	s->log_tokens += (t - s->log_t) / LOG_REFILL_S;
+	if (s->log_tokens > LOG_BURST)
+		s->log_tokens = LOG_BURST;
+	s->log_t = t;
+	if (s->log_tokens < 1) {
+		s->log_dropped++;
+		pthread_mutex_unlock(&s->log_lock);
+		return;
+	}
+	s->log_tokens -= 1;
+	dropped = s->log_dropped;
+	s->log_dropped = 0;
+	pthread_mutex_unlock(&s->log_lock);
+	log_dropped(s, dropped);
+	va_start(ap, fmt);
+	s->cfg.log(s->cfg.log_ctx, prio, fmt, ap);
+	va_end(ap);
 }
 
 static struct sample_reader *reader_get(struct server *s)
@@ -452,6 +501,9 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	pthread_cond_init(&s->qcond, NULL);
 	pthread_mutex_init(&s->readers.lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
+	pthread_mutex_init(&s->log_lock, NULL);
+	s->log_tokens = LOG_BURST;
+	s->log_t = now_s();
 	/* enough buffers for every rank's ring, the batches being read, and the workers */
 	s->pool_cap = cfg->ranks->count * (cfg->prefetch + 2) + cfg->workers;
 	s->pool_cap = s->pool_cap > 4096 ? 4096 : s->pool_cap;
@@ -541,6 +593,9 @@ void server_free(struct server *s)
 		buf_release(&s->pool[i]);
 	free(s->pool);
 	pthread_mutex_destroy(&s->pool_lock);
+	if (s->cfg.log)
+		log_dropped(s, s->log_dropped);
+	pthread_mutex_destroy(&s->log_lock);
 	for (size_t i = 0; i < s->readers.count; i++)
 		sample_reader_free(s->readers.free[i]);
 	free(s->readers.free);
@@ -551,14 +606,16 @@ void server_free(struct server *s)
 	free(s);
 }
 
-static void log_decode_error(struct server *s, uint64_t rank, int err, uint64_t bad)
+/* Log why the batch `what` names ("rank 3 next", "rank 3 step 12", "samples/7") could
+ * not be built; nothing of it was served. */
+static void log_decode_error(struct server *s, const char *what, int err, uint64_t bad)
 {
 	if (err == -EIO)
-		slog(s, LOG_ERR, "rank %" PRIu64 ": sample %" PRIu64 " in %s failed its checksum; "
-		     "the claim was refused (run zephon verify on the dataset)",
-		     rank, bad, dataset_shard_name(s->ds, bad) ? dataset_shard_name(s->ds, bad) : "?");
+		slog(s, LOG_ERR, "%s: sample %" PRIu64 " in %s failed its checksum; nothing was "
+		     "served (run zephon verify on the dataset)", what, bad,
+		     dataset_shard_name(s->ds, bad) ? dataset_shard_name(s->ds, bad) : "?");
 	else
-		slog(s, LOG_ERR, "rank %" PRIu64 ": cannot build a batch: %s", rank, strerror(-err));
+		slog(s, LOG_ERR, "%s: cannot build the batch: %s", what, strerror(-err));
 }
 
 /*
@@ -600,7 +657,10 @@ static int take_cursor_batch(struct server *s, struct rank_state *rs, struct bat
 		reader_put(s, r);
 	}
 	if (rc) {
-		log_decode_error(s, rs->rank, rc, bad);
+		char what[48];
+
+		snprintf(what, sizeof(what), "rank %" PRIu64 " next", rs->rank);
+		log_decode_error(s, what, rc, bad);
 		pthread_mutex_lock(&s->qlock);
 		s->stats.decode_errors += rc == -EIO;
 		pthread_mutex_unlock(&s->qlock);
@@ -798,8 +858,12 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 	rc = serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
 			 0, layout_micros(&s->cfg.layout), out, &bad);
 	reader_put(s, r);
-	if (rc == -EIO)
-		log_decode_error(s, rank, rc, bad);
+	if (rc == -EIO) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "rank %" PRIu64 " step %" PRIu64, rank, step);
+		log_decode_error(s, what, rc, bad);
+	}
 	return rc;
 }
 
@@ -827,8 +891,12 @@ int server_sample(struct server *s, uint64_t id, struct batch **out)
 	rc = batch_encode(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
 	reader_put(s, r);
 	if (rc) {
-		if (rc == -EIO)
-			log_decode_error(s, UINT64_MAX, rc, bad);
+		if (rc == -EIO) {
+			char what[40];
+
+			snprintf(what, sizeof(what), "samples/%" PRIu64, id);
+			log_decode_error(s, what, rc, bad);
+		}
 		batch_free(b);
 		return rc;
 	}

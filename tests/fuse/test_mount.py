@@ -5,6 +5,7 @@ import errno
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -361,8 +362,30 @@ def test_corrupt_sample_is_eio_and_cursor_stays(records, mount):
     assert (state['step'], state['micro'], state['last']) == (0, 0, None)
     assert read_all(m.path('rank', 0, 'step', 1)) == good  # intact samples still serve
     assert open_errno(m.path('samples', 2)) == errno.EIO
+    assert open_errno(m.path('rank', 0, 'step', 0)) == errno.EIO
     m.stop(check=False)
-    assert 'sample 2 in shard-' in m.stderr_text and 'failed its checksum' in m.stderr_text
+    # each read named in the log as what it was: a claim of next, a sample, a step
+    for what in ('rank 0 next', 'samples/2', 'rank 0 step 0'):
+        assert ('%s: sample 2 in shard-' % what) in m.stderr_text, m.stderr_text
+    assert 'failed its checksum; nothing was served' in m.stderr_text
+    assert str(2**64 - 1) not in m.stderr_text
+
+
+def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount):
+    """100 opens of next failing in a row log at most a burst of 20 lines (one a second
+    after it), and how many were held back is logged when the mount stops."""
+    ds, _ = records
+    corrupt_sample(ds, 2)
+    m = mount(ds, 'world_size=1,global_batch=4,shuffle=none,prefetch=0', allow_errors=True)
+    t0 = time.monotonic()
+    for _ in range(100):
+        assert open_errno(m.path('rank', 0, 'next')) == errno.EIO
+    secs = time.monotonic() - t0
+    m.stop(check=False)
+    logged = m.stderr_text.count('failed its checksum')
+    assert 20 <= logged <= 20 + int(secs) + 1, (logged, secs)
+    held = re.findall(r'(\d+) more messages? of this mount were not logged', m.stderr_text)
+    assert held and sum(map(int, held)) + logged == 100, m.stderr_text[-2000:]
 
 
 @pytest.mark.parametrize('opts,msg', [
