@@ -88,7 +88,7 @@ int batch_format_check(const struct dataset_info *info, enum batch_format f,
 	}
 	if (why && why_len)
 		snprintf(why, why_len,
-			 "format=%s does not fit a dataset of %s content; use format=%s",
+			 "format=%s does not fit a dataset of %s; use format=%s",
 			 batch_format_name(f), dataset_content_name(info->content), fits);
 	return -EINVAL;
 }

@@ -693,6 +693,9 @@ static int open_common(const char *path, const struct journal_ident *want,
 		 * where SQLite would only say "unable to open". */
 		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 
+		if (fd < 0 && errno == ENOENT) /* open(O_CREAT) says so only of a directory */
+			return fail(err, errlen, -ENOENT, "cannot create journal %s: its directory "
+				    "does not exist; create it, or pass another journal=PATH", path);
 		if (fd < 0)
 			return fail(err, errlen, -errno, "cannot %s journal %s: %s; pass "
 				    "journal=PATH on a writable file system", create ? "create" :

@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -811,15 +813,61 @@ static int plan(struct packer *p, enum source_format *formats)
 	return 0;
 }
 
-/* Make the temporary directory beside out. */
+/* A pack killed by SIGKILL or a power loss leaves its temporary directory beside out
+ * (SIGINT and SIGTERM clean up); a running pack holds an flock on its own. Remove the
+ * ones of out whose pack is gone, saying so. (A ".zephon-old-" directory is the old
+ * dataset of a --force replace cut short between its two renames: it is left alone.) */
+static void remove_leftovers(struct packer *p, const char *parent, const char *base)
+{
+	DIR *d = opendir(parent);
+	struct dirent *de;
+	char *prefix = NULL;
+
+	if (!d || asprintf(&prefix, ".%s.zephon-tmp-", base) < 0) {
+		if (d)
+			closedir(d);
+		return;
+	}
+	while ((de = readdir(d))) {
+		char *path = NULL, msg[PATH_MAX + 96];
+		int fd;
+
+		if (strncmp(de->d_name, prefix, strlen(prefix)) || strstr(de->d_name, ".zephon-old-"))
+			continue;
+		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && asprintf(&path, "%s/%s", parent,
+								   de->d_name) >= 0) {
+			int rc = remove_flat_dir(path);
+
+			snprintf(msg, sizeof(msg), rc ? "cannot remove %s, left by an interrupted "
+				 "pack: %s" : "removed %s, left by an interrupted pack%s", path,
+				 rc ? strerror(-rc) : "");
+			if (p->o->notice)
+				p->o->notice(p->o->ctx, msg);
+			free(path);
+		}
+		close(fd);
+	}
+	free(prefix);
+	closedir(d);
+}
+
+/* Make the temporary directory beside out, locked as this pack's (remove_leftovers). */
 static int make_tmp(struct packer *p)
 {
 	char *copy1 = strdup(p->o->out), *copy2 = strdup(p->o->out);
 	int rc = 0;
 
-	if (!copy1 || !copy2 ||
-	    asprintf(&p->tmpdir, "%s/.%s.zephon-tmp-XXXXXX", dirname(copy1), basename(copy2)) < 0) {
-		p->tmpdir = NULL;
+	if (copy1 && copy2) {
+		char *parent = dirname(copy1), *base = basename(copy2);
+
+		remove_leftovers(p, parent, base);
+		if (asprintf(&p->tmpdir, "%s/.%s.zephon-tmp-XXXXXX", parent, base) < 0)
+			p->tmpdir = NULL;
+	}
+	if (!p->tmpdir) {
 		rc = -ENOMEM;
 	} else if (!mkdtemp(p->tmpdir)) {
 		rc = fail(p, -errno, "%s: cannot create a directory beside it: %s", p->o->out,
@@ -829,6 +877,7 @@ static int make_tmp(struct packer *p)
 	} else if ((p->dirfd = open(p->tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		rc = fail(p, -errno, "%s: %s", p->tmpdir, strerror(errno));
 	} else {
+		flock(p->dirfd, LOCK_EX); /* held until the pack ends: it is not a leftover */
 		/* mkdtemp makes 0700; a dataset is as readable as any new directory */
 		mode_t mask = umask(0);
 
@@ -838,6 +887,21 @@ static int make_tmp(struct packer *p)
 	free(copy1);
 	free(copy2);
 	return rc;
+}
+
+/* Whether path is a directory with nothing in it. */
+static int empty_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int empty = d != NULL;
+
+	while (d && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			empty = 0;
+	if (d)
+		closedir(d);
+	return empty;
 }
 
 /* Move the finished dataset into place (replacing an old one under --force). */
@@ -850,7 +914,8 @@ static int publish(struct packer *p)
 
 	if (!parent_copy)
 		return -ENOMEM;
-	if (lstat(out, &sb) == 0) {
+	/* rename(2) replaces an empty directory by itself */
+	if (lstat(out, &sb) == 0 && !(S_ISDIR(sb.st_mode) && empty_dir(out))) {
 		if (!p->o->force) {
 			rc = fail(p, -EEXIST, "%s already exists; choose another -o or pass --force "
 				  "to replace it", out);
@@ -885,7 +950,8 @@ done:
 	return rc;
 }
 
-/* An existing output under --force must be a dataset (or empty): never delete a stranger. */
+/* An existing output must be an empty directory (`mkdir out && zephon pack ... -o out`),
+ * or, under --force, a dataset: never delete a stranger. */
 static int check_out(struct packer *p)
 {
 	const struct pack_opts *o = p->o;
@@ -893,7 +959,7 @@ static int check_out(struct packer *p)
 	char *cat = NULL;
 	int ok;
 
-	if (lstat(o->out, &sb) != 0)
+	if (lstat(o->out, &sb) != 0 || (S_ISDIR(sb.st_mode) && empty_dir(o->out)))
 		return 0;
 	if (!o->force)
 		return fail(p, -EEXIST, "%s already exists; choose another -o or pass --force to "
@@ -905,18 +971,6 @@ static int check_out(struct packer *p)
 		return -ENOMEM;
 	ok = access(cat, F_OK) == 0;
 	free(cat);
-	if (!ok) {
-		/* an empty directory may be replaced too */
-		DIR *d = opendir(o->out);
-		struct dirent *de;
-
-		ok = d != NULL;
-		while (d && (de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-				ok = 0;
-		if (d)
-			closedir(d);
-	}
 	if (!ok)
 		return fail(p, -EEXIST, "%s exists and is not a zephon dataset; refusing to "
 			    "replace it", o->out);

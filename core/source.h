@@ -110,6 +110,18 @@ int source_read_chunk(struct source *s, int fd, const char *path, uint64_t offse
 int source_text_open(struct source *s);
 void source_text_close(struct source *s);
 
+/* Drop a UTF-8 byte order mark (EF BB BF) from the start of line 1 of a text file: editors
+ * on Windows write one, it is not text, and a JSON parser refuses it (RFC 8259 section
+ * 8.1 lets a parser ignore it; we do, for lines too). */
+static inline void source_text_skip_bom(uint64_t lineno, const uint8_t **line, size_t *len)
+{
+	if (lineno == 1 && *len >= 3 && (*line)[0] == 0xEF && (*line)[1] == 0xBB &&
+	    (*line)[2] == 0xBF) {
+		*line += 3;
+		*len -= 3;
+	}
+}
+
 /* The concrete format of path: a directory is dir; otherwise by name: .jsonl/.ndjson
  * (optionally .zst) jsonl, .txt (optionally .zst) lines, .tar/.tgz/.tar.{gz,xz,bz2,zst}
  * tar, .npy npy, .idx megatron, .bin megatron when PREFIX.idx exists beside it else bin,

@@ -24,10 +24,17 @@ int jsonl_check_line(const uint8_t *line, size_t len, char *why, size_t why_len)
 	 * JSON_ALLOW_NUL: "\u0000" is valid JSON (RFC 8259 section 7). */
 	v = json_loadb((const char *)line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
 	if (!v) {
+		char text[JSON_ERROR_TEXT_LENGTH + 16], *eof;
+
+		/* jansson parses the line as a whole text: its "end of file" is the end of
+		 * the line ("string or '}' expected near end of file" on line 4 of 10) */
+		snprintf(text, sizeof(text), "%s", e.text);
+		while ((eof = strstr(text, "end of file")))
+			memcpy(eof, "end of line", 11);
 		/* jansson says "unable to decode byte 0xff"; say what rule that breaks */
 		snprintf(why, why_len, "column %d: %s%s", e.column > 0 ? e.column : 1,
 			 json_error_code(&e) == json_error_invalid_utf8 ? "invalid UTF-8: " : "",
-			 e.text);
+			 text);
 		return -EINVAL;
 	}
 	json_decref(v);
@@ -55,6 +62,7 @@ static int jsonl_next(struct source *s, struct buf *out)
 		s->bytes_read = instream_bytes_read(in);
 		if (rc <= 0)
 			return rc;
+		source_text_skip_bom(instream_lineno(in), &line, &len);
 		if (blank(line, len))
 			continue;
 		s->record_line = instream_lineno(in);

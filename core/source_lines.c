@@ -32,6 +32,7 @@ static int lines_next(struct source *s, struct buf *out)
 		s->bytes_read = instream_bytes_read(in);
 		if (rc <= 0)
 			return rc;
+		source_text_skip_bom(instream_lineno(in), &line, &len);
 	} while (len == 0);
 	s->record_line = instream_lineno(in);
 	rc = buf_append(out, line, len);

@@ -141,8 +141,9 @@ int cmd_batch(int argc, char **argv)
 	    (have_micro && micro >= layout_micros(&cfg.layout))) {
 		die_msg("batch: rank %" PRIu64 " step %" PRIu64 " micro %" PRIu64 " is outside the "
 			"layout (world_size %" PRIu64 ", start step %" PRIu64 ", %" PRIu64
-			" micro-batches per step)", rank, step, micro, cfg.layout.world_size,
-			cfg.layout.start_step, layout_micros(&cfg.layout));
+			" micro-batch%s per step)", rank, step, micro, cfg.layout.world_size,
+			cfg.layout.start_step, layout_micros(&cfg.layout),
+			layout_micros(&cfg.layout) == 1 ? "" : "es");
 		goto out_cfg;
 	}
 	status = 1;

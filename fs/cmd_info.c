@@ -139,7 +139,8 @@ static void print_table(const struct dataset *ds)
 		printf("created       %s by zephon %s\n", created,
 		       catalog_meta_get(c, "zephon_version") ? catalog_meta_get(c, "zephon_version") : "?");
 	if (meta_u64(c, "skipped"))
-		printf("skipped       %" PRIu64 " bad records or files at pack time\n",
+		printf("skipped       %" PRIu64 " at pack time (bad records with --skip-bad, tar "
+		       "members without an extension, symlinks, special files)\n",
 		       meta_u64(c, "skipped"));
 	printf("sources       %zu\n", c->nsources);
 	for (size_t i = 0; i < c->nsources; i++) {

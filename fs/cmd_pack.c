@@ -335,10 +335,10 @@ int cmd_pack(int argc, char **argv)
 		       res.shards, res.shards == 1 ? "" : "s", res.dict_bytes);
 		printf("  %s of input in %.2f s (%s/s)\n", human((double)res.input_bytes, c, sizeof(c)),
 		       el, human(el > 0 ? (double)res.input_bytes / el : 0, a, sizeof(a)));
-		if (res.skipped)
-			printf(o.skip_bad ? "  skipped %" PRIu64 " bad records or files (--skip-bad)\n" :
-			       "  skipped %" PRIu64 " symlinks or special files (never followed)\n",
-			       res.skipped);
+		if (res.skipped) /* bad records (--skip-bad), tar members without an extension,
+				  * symlinks and special files: each had its warning */
+			printf("  skipped %" PRIu64 " record%s or file%s (see the warnings above)\n",
+			       res.skipped, res.skipped == 1 ? "" : "s", res.skipped == 1 ? "" : "s");
 		if (res.kind == DATASET_TOKENS && res.remainder_tokens)
 			printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
 			       res.remainder_tokens);

@@ -545,6 +545,90 @@ def test_interrupted_pack_leaves_nothing(tmp_path, data):
     assert list(parent.iterdir()) == []
 
 
+def test_killed_pack_leftover_is_removed_by_the_next(tmp_path, data):
+    """kill -9 cannot clean up: the next pack to the same output removes the temporary
+    directory the dead one left (its lock is free) and says so; a running pack's is kept."""
+    src = data / 'text/tinyshakespeare.txt'
+    big = tmp_path / 'big.txt'
+    big.write_bytes(src.read_bytes() * 16)
+    parent = tmp_path / 'outdir'
+    parent.mkdir()
+    slow = [ZEPHON, 'pack', str(big), '-o', str(parent / 'out'), '--level', '19', '--no-dict']
+    deadline = time.time() + 30
+
+    def tmpdirs():
+        return sorted(f for f in parent.iterdir() if '.zephon-tmp-' in f.name)
+
+    def start_and_wait_for_its_tmpdir():
+        before = tmpdirs()
+        proc = subprocess.Popen(slow, stderr=subprocess.PIPE, text=True)
+        while time.time() < deadline:
+            new = [f for f in tmpdirs() if f not in before]
+            if new:
+                return proc, new[0]
+            time.sleep(0.01)
+        raise AssertionError('no temporary directory appeared')
+
+    a, left_a = start_and_wait_for_its_tmpdir()
+    a.kill()
+    a.wait()
+    b, left_b = start_and_wait_for_its_tmpdir()      # removes a's leftover at its start
+    assert not left_a.exists()
+    small = tmp_path / 'small.txt'
+    small.write_text('a\nb\n')
+    p = run('pack', small, '-o', parent / 'other')
+    assert 'interrupted' not in p.stderr             # another output's are not its own
+    p = run('pack', small, '-o', parent / 'out')
+    assert 'interrupted' not in p.stderr and left_b.exists()   # b is alive: kept
+    b.kill()
+    _, err_b = b.communicate()
+    assert 'removed %s, left by an interrupted pack' % left_a in err_b, err_b
+    p = run('pack', small, '-o', parent / 'out', '--force')
+    assert 'removed %s, left by an interrupted pack' % left_b in p.stderr, p.stderr
+    assert tmpdirs() == []
+    assert zds.read_dataset(parent / 'out') == [b'a', b'b']
+
+
+def test_existing_empty_directory_as_output(tmp_path):
+    """mkdir then pack into it: an empty directory is taken without --force; one with
+    anything in it is not."""
+    f = tmp_path / 'in.jsonl'
+    f.write_text('{"a": 1}\n')
+    (tmp_path / 'empty').mkdir()
+    run('pack', f, '-o', tmp_path / 'empty')
+    assert zds.read_dataset(tmp_path / 'empty') == [b'{"a": 1}']
+    (tmp_path / 'full').mkdir()
+    (tmp_path / 'full' / 'notes').write_text('mine')
+    p = run('pack', f, '-o', tmp_path / 'full', check=False)
+    assert p.returncode == 1 and 'already exists' in p.stderr, p.stderr
+    assert (tmp_path / 'full' / 'notes').read_text() == 'mine'
+
+
+def test_utf8_byte_order_mark_is_not_part_of_the_first_record(tmp_path):
+    bom = b'\xef\xbb\xbf'
+    (tmp_path / 'bom.jsonl').write_bytes(bom + b'{"a": 1}\n{"a": 2}\n')
+    (tmp_path / 'bom.txt').write_bytes(bom + b'first\nsecond\n')
+    (tmp_path / 'plain.jsonl').write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    for name, want in (('bom.jsonl', [b'{"a": 1}', b'{"a": 2}']),
+                       ('bom.txt', [b'first', b'second']),
+                       ('plain.jsonl', [b'{"a": 1}', b'{"a": 2}'])):
+        run('pack', tmp_path / name, '-o', tmp_path / (name + '.ds'))
+        assert zds.read_dataset(tmp_path / (name + '.ds')) == want, name
+    assert info_json(tmp_path / 'bom.jsonl.ds')['fingerprint'] == \
+        info_json(tmp_path / 'plain.jsonl.ds')['fingerprint']
+    # only at the start of a file: elsewhere it is a character of the line
+    (tmp_path / 'mid.jsonl').write_bytes(b'{"a": 1}\n' + bom + b'{"a": 2}\n')
+    assert '%s:2: invalid JSON' % (tmp_path / 'mid.jsonl') in bad_pack(tmp_path, tmp_path / 'mid.jsonl')
+
+
+def test_json_error_names_the_end_of_the_line(tmp_path):
+    f = tmp_path / 'cut.jsonl'
+    f.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": "x"\n{"a": 4}\n')
+    err = bad_pack(tmp_path, f)
+    assert '%s:3: invalid JSON' % f in err and 'end of line' in err, err
+    assert 'end of file' not in err
+
+
 # ---------------------------------------------------------------------------
 # Corruption of a packed dataset: verify names it, reads refuse it.
 
