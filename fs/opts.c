@@ -249,10 +249,28 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	return rc;
 }
 
+/* Bytes a mount may hold in batches: each served rank keeps up to prefetch decoded
+ * micro-batches, one being read and one being decoded (DESIGN.md section 7: memory is
+ * O(served ranks x prefetch x batch bytes)). A micro-batch is estimated from the mean
+ * sample (raw_bytes / samples) plus its id and view (24 bytes), and a tar member's
+ * header and padding (1 KiB); a batch served as views holds no sample bytes at all. */
+static double batch_memory(const struct mount_config *c, const struct dataset_info *info)
+{
+	double per_sample = 24;
+
+	if (!batch_views_possible(info, c->format))
+		per_sample += info->samples ? (double)info->raw_bytes / (double)info->samples : 0;
+	if (c->format == FORMAT_TAR)
+		per_sample += 1024;
+	return (double)c->ranks.count * (c->prefetch + 2) * (double)c->layout.micro_batch *
+	       per_sample;
+}
+
 int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 			       char *why, size_t why_len)
 {
 	const struct dataset_info *info = dataset_info(ds);
+	double need, mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
 	int rc;
 
 	if (!c->format_given)
@@ -260,6 +278,15 @@ int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 	rc = batch_format_check(info, c->format, why, why_len);
 	if (rc)
 		return rc;
+	/* refused here, not by an ENOMEM at every open of next */
+	need = batch_memory(c, info);
+	if (need > mem)
+		return WHY("micro-batches of %" PRIu64 " samples need about %.1f GB for the %zu "
+			   "served rank%s (prefetch=%u, plus one being read and one being decoded "
+			   "per rank), more than this machine's %.1f GB of memory: lower global_batch "
+			   "or micro_batch, or prefetch, or serve fewer ranks per mount (ranks=)",
+			   c->layout.micro_batch, need / 1e9, c->ranks.count,
+			   c->ranks.count == 1 ? "" : "s", c->prefetch, mem / 1e9);
 	if (!c->journal) {
 		size_t n = strlen(dataset_dir(ds)) + sizeof("/journal.sqlite");
 

@@ -402,6 +402,10 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('bogus_option=1', "unknown mount option 'bogus_option=1'"),
     ('max_read=4096', "unknown mount option 'max_read=4096'"),
     ('world_size=2,ranks=', 'ranks= needs a list'),
+    # micro-batches that cannot fit in memory: refused here, not by ENOMEM at every open
+    ('global_batch=100000000000', 'micro-batches of 100000000000 samples need about'),
+    ('world_size=4,global_batch=400000000000,ranks=1-2,prefetch=6',
+     'for the 2 served ranks (prefetch=6'),
 ])
 def test_invalid_options_exit_2_before_mounting(records, tmp_path, opts, msg):
     ds, _ = records
