@@ -13,6 +13,8 @@
 #include <archive_entry.h>
 #include <zstd.h>
 
+#include "gunzip.h"
+
 #define RAW_CHUNK (256 * 1024)
 
 struct instream {
@@ -26,12 +28,13 @@ struct instream {
 	uint64_t lineno;
 	XXH3_state_t *hash;
 	ZSTD_DStream *ds;
-	struct archive *ar;      /* gzip, xz or bzip2 input, through libarchive's raw format */
+	struct gunzip *gz;       /* gzip input, through zlib: trailers checked (gunzip.h) */
+	struct archive *ar;      /* xz or bzip2 input, through libarchive's raw format */
 	size_t ar_first;         /* sniffed bytes the first read callback hands over */
 	size_t zret;             /* last ZSTD_decompressStream() hint: 0 at a frame end */
 	uint8_t *raw;            /* compressed bytes read but not yet decoded */
 	size_t chunk;            /* read size: RAW_CHUNK, less for small files */
-	ZSTD_inBuffer zin;
+	ZSTD_inBuffer zin;       /* compressed bytes of raw not yet decoded (zstd or gzip) */
 	struct buf data;         /* decoded bytes; [pos, len) not yet returned */
 	size_t pos;
 	size_t scan;             /* bytes after pos already searched for '\n' */
@@ -52,11 +55,15 @@ static int is_zstd_magic(const uint8_t *p, size_t n)
 	return m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u;
 }
 
-/* gzip (RFC 1952), xz and bzip2 magic: inputs libarchive decompresses for us. */
+/* gzip magic (RFC 1952, section 2.3.1: ID1 0x1f, ID2 0x8b). */
+static int is_gzip_magic(const uint8_t *p, size_t n)
+{
+	return n >= 2 && p[0] == 0x1f && p[1] == 0x8b;
+}
+
+/* xz and bzip2 magic: inputs libarchive decompresses for us. */
 static const char *other_compression(const uint8_t *p, size_t n)
 {
-	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
-		return "gzip";
 	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
 		return "xz";
 	if (n >= 3 && !memcmp(p, "BZh", 3))
@@ -107,7 +114,6 @@ static int open_archive_stream(struct instream *in, const char *kind, size_t sni
 	in->ar = archive_read_new();
 	if (!in->ar)
 		return -ENOMEM;
-	archive_read_support_filter_gzip(in->ar);
 	archive_read_support_filter_xz(in->ar);
 	archive_read_support_filter_bzip2(in->ar);
 	archive_read_support_format_raw(in->ar);
@@ -183,6 +189,12 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 			rc = -ENOMEM;
 			goto err_free;
 		}
+	} else if (is_gzip_magic(in->raw, (size_t)n)) {
+		in->gz = gunzip_new();
+		if (!in->gz) {
+			rc = -ENOMEM;
+			goto err_free;
+		}
 	} else if ((kind = other_compression(in->raw, (size_t)n))) {
 		rc = open_archive_stream(in, kind, (size_t)n, err, errlen);
 		if (rc)
@@ -208,6 +220,7 @@ void instream_close(struct instream *in)
 	if (in->fd >= 0)
 		close(in->fd);
 	ZSTD_freeDStream(in->ds);
+	gunzip_free(in->gz);
 	buf_release(&in->data);
 	free(in->raw);
 	free(in->path);
@@ -248,7 +261,7 @@ static int refill(struct instream *in, char *err, size_t errlen)
 			in->eof = in->done = 1;
 		return 0;
 	}
-	if (!in->zstd) {
+	if (!in->zstd && !in->gz) {
 		if (buf_reserve(&in->data, in->chunk))
 			return -ENOMEM;
 		n = read_file(in, in->data.data + in->data.len, in->chunk);
@@ -267,6 +280,14 @@ static int refill(struct instream *in, char *err, size_t errlen)
 		size_t before;
 
 		if (in->zin.pos == in->zin.size) {
+			if (in->eof && in->gz) {
+				int rc = gunzip_finish(in->gz, in->path, err, errlen);
+
+				if (rc)
+					return rc;
+				in->done = 1;
+				return 0;
+			}
 			if (in->eof) {
 				if (in->zret != 0) {
 					snprintf(err, errlen, "%s: truncated zstd frame: the input ends "
@@ -291,6 +312,19 @@ static int refill(struct instream *in, char *err, size_t errlen)
 		}
 		if (buf_reserve(&in->data, RAW_CHUNK))
 			return -ENOMEM;
+		if (in->gz) {
+			size_t made = 0;
+			int rc = gunzip_decode(in->gz, in->zin.src, in->zin.size, &in->zin.pos,
+					       in->data.data + in->data.len, RAW_CHUNK, &made,
+					       in->path, err, errlen);
+
+			if (rc)
+				return rc;
+			in->data.len += made;
+			if (made)
+				return 0;
+			continue;
+		}
 		zout.dst = in->data.data + in->data.len;
 		zout.size = RAW_CHUNK;
 		zout.pos = 0;

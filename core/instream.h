@@ -6,9 +6,11 @@
  * not by the file name, and decoded with zstd's streaming API, so frames without a
  * content size and several concatenated frames (what lm_dataformat / The Pile write)
  * work; a stream that ends inside a frame is reported as truncated. gzip (RFC 1952,
- * Dolma's *.json.gz), xz and bzip2 are detected by their magic too and decoded through
- * libarchive's raw format. Every byte read from
- * the file (compressed bytes for zstd) goes into the caller's XXH3-128 state, if any.
+ * Dolma's *.json.gz) is detected by its magic too and decoded with zlib (gunzip.h), which
+ * checks every member's CRC32 and ISIZE and reads concatenated members as one stream;
+ * xz and bzip2 are detected by magic and decoded through libarchive's raw format.
+ * Every byte read from the file (compressed bytes for zstd and gzip) goes into the
+ * caller's XXH3-128 state, if any.
  *
  * Lines end at '\n'; a trailing '\r' is dropped too; the last line may lack '\n'.
  * Not thread-safe; one reader per input.
@@ -34,8 +36,10 @@ void instream_close(struct instream *in);
 
 /* Next line, without its terminator: *line points into the stream's buffer, valid until
  * the next call. Returns 1 (a line), 0 (end of input), or -errno with a reason naming the
- * file and position in err: -EIO (read error), -EBADMSG (corrupt or truncated zstd
- * data), -EFBIG (a line longer than max_line bytes), -ENOMEM. */
+ * file and position in err: -EIO (read error), -EBADMSG (corrupt or truncated
+ * compressed data: a bad zstd frame, a gzip member whose CRC32 or ISIZE does not match,
+ * non-zero bytes after the last gzip member, bad xz or bzip2 data), -EFBIG (a line
+ * longer than max_line bytes), -ENOMEM. */
 int instream_getline(struct instream *in, size_t max_line, const uint8_t **line,
 		     size_t *len, char *err, size_t errlen);
 

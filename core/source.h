@@ -8,8 +8,9 @@
  *   dir       one sample per regular file under a directory, sorted by relative path
  *             (bytewise); symlinks and special files are skipped with a notice, never
  *             followed. The sample is a file group of one file named by its relative path.
- *   tar       a tar archive read with libarchive (ustar, pax, GNU long names; gzip, xz,
- *             bzip2 and zstd compression): WebDataset grouping, consecutive members
+ *   tar       a tar archive read with libarchive (ustar, pax, GNU long names; xz, bzip2
+ *             and zstd compression; gzip decoded with zlib, every member's trailer
+ *             checked, see gunzip.h): WebDataset grouping, consecutive members
  *             sharing a key (path up to the first dot of the base name) form one file
  *             group; member paths that are absolute or contain ".." are refused.
  *   bin       a raw little-endian token stream of --dtype.

@@ -1,4 +1,8 @@
-/* source_tar.c: tar archives with WebDataset grouping, read with libarchive. */
+/* source_tar.c: tar archives with WebDataset grouping, read with libarchive. gzip
+ * compression is decoded here with zlib (gunzip.h), not by libarchive, whose gzip filter
+ * never checks the CRC32 and ISIZE trailer (RFC 1952, section 2.3.1); and since the tar
+ * reader stops at the end-of-archive blocks, the rest of the gzip stream is decoded and
+ * checked after them (tar_drain()). */
 #include "source.h"
 
 #include <archive.h>
@@ -12,14 +16,22 @@
 #include <unistd.h>
 
 #include "filegroup.h"
+#include "gunzip.h"
 
 #define TAR_CHUNK (256 * 1024)
 
 struct tar_src {
 	struct archive *a;
 	int fd;
-	uint8_t *chunk;
+	uint8_t *chunk;          /* file bytes */
 	size_t chunk_len;        /* TAR_CHUNK, less for small files */
+	size_t chunk_pos;        /* chunk[chunk_pos, chunk_fill) not yet used */
+	size_t chunk_fill;
+	int file_eof;            /* read() returned 0 */
+	struct gunzip *gz;       /* gzip-compressed tar, else NULL */
+	uint8_t *plain;          /* TAR_CHUNK decoded bytes for libarchive (gz only) */
+	int read_rc;             /* a read or gzip error, with s->err set: reported as it
+	                          * is, not as whatever libarchive makes of it */
 	struct source *s;
 	/* The member that ended the previous group: it starts the next one. */
 	struct buf held;         /* a file group of one file, or empty */
@@ -69,22 +81,94 @@ int tar_member_path(const char *path, const char **clean, size_t *key_len,
 	return 0;
 }
 
-static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
+/* read() the next chunk of the file into chunk, hashing and counting it. 0 or -errno
+ * with s->err set. */
+static int read_chunk(struct source *s, struct tar_src *t)
 {
-	struct tar_src *t = ctx;
 	ssize_t n;
 
 	do
 		n = read(t->fd, t->chunk, t->chunk_len);
 	while (n < 0 && errno == EINTR);
 	if (n < 0) {
-		archive_set_error(a, errno, "read error: %s", strerror(errno));
-		return -1;
+		snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju: %s", s->path,
+			 (uintmax_t)s->bytes_read, strerror(errno));
+		return -EIO;
 	}
-	XXH3_128bits_update(t->s->hash, t->chunk, (size_t)n);
-	t->s->bytes_read += (uint64_t)n;
-	*buffer = t->chunk;
-	return n;
+	XXH3_128bits_update(s->hash, t->chunk, (size_t)n);
+	s->bytes_read += (uint64_t)n;
+	t->chunk_pos = 0;
+	t->chunk_fill = (size_t)n;
+	t->file_eof = n == 0;
+	return 0;
+}
+
+/* Decode gzip into plain: *made > 0 bytes, or 0 at the end of a stream whose every
+ * member was checked. 0 or -errno with s->err set (-EBADMSG corrupt or truncated). */
+static int gz_fill(struct source *s, struct tar_src *t, size_t *made)
+{
+	int rc;
+
+	*made = 0;
+	for (;;) {
+		if (t->chunk_pos == t->chunk_fill) {
+			if (t->file_eof)
+				return gunzip_finish(t->gz, s->path, s->err, sizeof(s->err));
+			rc = read_chunk(s, t);
+			if (rc)
+				return rc;
+			continue;
+		}
+		rc = gunzip_decode(t->gz, t->chunk, t->chunk_fill, &t->chunk_pos, t->plain,
+				   TAR_CHUNK, made, s->path, s->err, sizeof(s->err));
+		if (rc || *made)
+			return rc;
+	}
+}
+
+/* libarchive's read callback: the file's bytes, or for gzip the decoded tar. */
+static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
+{
+	struct tar_src *t = ctx;
+	struct source *s = t->s;
+	size_t n;
+
+	if (t->read_rc)
+		goto fail;
+	if (t->gz) {
+		t->read_rc = gz_fill(s, t, &n);
+		if (t->read_rc)
+			goto fail;
+		*buffer = t->plain;
+		return (ssize_t)n;
+	}
+	if (t->chunk_pos == t->chunk_fill && !t->file_eof) {
+		t->read_rc = read_chunk(s, t);
+		if (t->read_rc)
+			goto fail;
+	}
+	*buffer = t->chunk + t->chunk_pos;
+	n = t->chunk_fill - t->chunk_pos;
+	t->chunk_pos = t->chunk_fill;
+	return (ssize_t)n;
+fail:
+	archive_set_error(a, -t->read_rc, "%s", s->err);
+	return -1;
+}
+
+/* After the tar end-of-archive blocks: decode the rest of the gzip stream, so a bad
+ * trailer or a truncation after them is found too. 0 or -errno with s->err set. */
+static int tar_drain(struct source *s, struct tar_src *t)
+{
+	size_t made;
+	int rc;
+
+	if (!t->gz || t->read_rc)
+		return t->read_rc;
+	do
+		rc = gz_fill(s, t, &made);
+	while (!rc && made);
+	return rc;
 }
 
 static void tar_close(struct source *s)
@@ -95,6 +179,8 @@ static void tar_close(struct source *s)
 		archive_read_free(t->a);
 	if (t->fd >= 0)
 		close(t->fd);
+	gunzip_free(t->gz);
+	free(t->plain);
 	buf_release(&t->held);
 	free(t->held_key);
 	free(t->last_name);
@@ -131,11 +217,22 @@ static int tar_open(struct source *s)
 		return -EISDIR;
 	}
 	s->bytes_total = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
+	/* Sniff the gzip magic (RFC 1952, section 2.3.1: ID1 0x1f, ID2 0x8b); the bytes
+	 * stay in chunk for the first read callback. */
+	rc = read_chunk(s, t);
+	if (rc)
+		return rc;
+	if (t->chunk_fill >= 2 && t->chunk[0] == 0x1f && t->chunk[1] == 0x8b) {
+		t->gz = gunzip_new();
+		t->plain = malloc(TAR_CHUNK);
+		if (!t->gz || !t->plain)
+			return -ENOMEM;
+	}
 	t->a = archive_read_new();
 	if (!t->a)
 		return -ENOMEM;
-	/* In-process decompressors only: filter_all would also run external programs. */
-	archive_read_support_filter_gzip(t->a);
+	/* In-process decompressors only: filter_all would also run external programs.
+	 * No gzip filter: gzip is decoded above it, in tar_read_cb(). */
 	archive_read_support_filter_bzip2(t->a);
 	archive_read_support_filter_xz(t->a);
 	archive_read_support_filter_lzma(t->a);
@@ -143,6 +240,8 @@ static int tar_open(struct source *s)
 	archive_read_support_filter_lz4(t->a);
 	archive_read_support_format_tar(t->a);  /* ustar, pax, GNU (long names, sparse) */
 	if (archive_read_open(t->a, t, NULL, tar_read_cb, NULL) != ARCHIVE_OK) {
+		if (t->read_rc)
+			return t->read_rc;
 		snprintf(s->err, sizeof(s->err), "%s: not a tar archive: %s", s->path,
 			 archive_error_string(t->a));
 		return -EINVAL;
@@ -187,6 +286,8 @@ static int read_member(struct source *s, struct tar_src *t, struct buf *out, siz
 		}
 		n = archive_read_data(t->a, out->data + out->len + got, want);
 
+		if (n < 0 && t->read_rc)
+			return t->read_rc;
 		if (n <= 0) {
 			const char *why = n < 0 ? archive_error_string(t->a) : NULL;
 
@@ -243,11 +344,18 @@ static int tar_next(struct source *s, struct buf *out)
 		rc = archive_read_next_header(t->a, &e);
 		if (rc == ARCHIVE_EOF) {
 			t->at_end = 1;
+			rc = tar_drain(s, t);
+			if (rc)
+				goto fail;
 			break;
 		}
 		if (rc == ARCHIVE_WARN) {
 			/* e.g. an unknown pax keyword: the entry is usable */
 			rc = ARCHIVE_OK;
+		}
+		if (rc != ARCHIVE_OK && t->read_rc) {
+			rc = t->read_rc;
+			goto fail;
 		}
 		if (rc != ARCHIVE_OK) {
 			snprintf(s->err, sizeof(s->err), "%s: bad tar header at byte %jd%s%s: %s "

@@ -3,6 +3,7 @@
 Every packed dataset is read back with an independent Python reader (zds.py) and compared
 sample by sample with what a Python reader of the input yields.
 """
+import gzip
 import io
 import json
 import os
@@ -837,6 +838,94 @@ def test_gzip_xz_bzip2_jsonl(tmp_path, data, suffix, tool):
     p = run('pack', tmp_path / ('cut' + suffix), '-o', tmp_path / 'cut', check=False)
     assert p.returncode == 1 and 'cut' + suffix in p.stderr and tool in p.stderr.lower(), p.stderr
     assert not (tmp_path / 'cut').exists()
+
+
+# gzip's trailer (RFC 1952, section 2.3.1) is the last 8 bytes of a member: CRC32 of the
+# decoded data, then ISIZE (its length mod 2^32), both little-endian. libarchive's gzip
+# filter never checked them, and its tar reader stops at the end-of-archive blocks, before
+# the trailer; pack must refuse such files like a corrupt .zst, .xz or .bz2.
+
+def numbered_jsonl(n, tag):
+    return b''.join(b'{"i": %d, "part": "%s", "pad": "%s"}\n' % (i, tag, b'x' * (i % 37))
+                    for i in range(n))
+
+
+def small_tar(n):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w', format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(n):
+            for ext, body in (('txt', b'text %d' % i), ('cls', b'%d' % (i % 7))):
+                ti = tarfile.TarInfo('s%04d.%s' % (i, ext))
+                ti.size = len(body)
+                tf.addfile(ti, io.BytesIO(body))
+    return buf.getvalue()
+
+
+def damage_gzip(gz, how):
+    b = bytearray(gz)
+    if how == 'crc':
+        b[-6] ^= 0x01            # inside CRC32
+    elif how == 'isize':
+        b[-2] ^= 0x01            # inside ISIZE
+    elif how == 'cut_trailer':
+        del b[-4:]               # ISIZE missing: the data decodes, the member never ends
+    elif how == 'cut_half':
+        del b[len(b) // 2:]
+    elif how == 'garbage':
+        b += b'not gzip\n'
+    return bytes(b)
+
+
+GZIP_DAMAGE = {'crc': 'gzip CRC mismatch', 'isize': 'gzip length (ISIZE) mismatch',
+               'cut_trailer': 'truncated gzip data', 'cut_half': 'truncated gzip data',
+               'garbage': 'trailing garbage after the gzip data'}
+
+
+@pytest.mark.parametrize('how', GZIP_DAMAGE)
+def test_corrupt_gzip_jsonl(tmp_path, how):
+    f = tmp_path / ('%s.jsonl.gz' % how)
+    f.write_bytes(damage_gzip(gzip.compress(numbered_jsonl(500, b'a'), mtime=0), how))
+    err = bad_pack(tmp_path, f)
+    assert err.count('\n') == 1 and str(f) in err and GZIP_DAMAGE[how] in err, err
+
+
+@pytest.mark.parametrize('how', GZIP_DAMAGE)
+def test_corrupt_tar_gz(tmp_path, how):
+    """The tar end-of-archive blocks come before the gzip trailer: it is checked anyway."""
+    f = tmp_path / ('%s.tar.gz' % how)
+    f.write_bytes(damage_gzip(gzip.compress(small_tar(50), mtime=0), how))
+    err = bad_pack(tmp_path, f)
+    assert err.count('\n') == 1 and str(f) in err and GZIP_DAMAGE[how] in err, err
+
+
+def test_gzip_crc_mismatch_in_a_later_member(tmp_path):
+    a, b = numbered_jsonl(300, b'a'), numbered_jsonl(300, b'b')
+    first = gzip.compress(a, mtime=0)
+    f = tmp_path / 'two.jsonl.gz'
+    f.write_bytes(first + damage_gzip(gzip.compress(b, mtime=0), 'crc'))
+    err = bad_pack(tmp_path, f)
+    assert 'gzip CRC mismatch in the member at byte %d' % len(first) in err, err
+
+
+def test_multi_member_gzip_jsonl(tmp_path):
+    """`cat a.gz b.gz` (and pigz, bgzip) is one gzip file of several members (RFC 1952,
+    section 2.2): every record of every member is packed, and zero padding after the last
+    member is ignored, as gzip -t and Python's gzip module do."""
+    parts = [numbered_jsonl(n, t) for n, t in ((300, b'a'), (1, b'b'), (250, b'c'))]
+    f = tmp_path / 'cat.jsonl.gz'
+    f.write_bytes(b''.join(gzip.compress(p, mtime=0) for p in parts) + b'\0' * 1024)
+    want = b''.join(parts).splitlines()
+    assert zds.read_dataset(pack_ok(tmp_path, 'd', f)) == want
+    assert info_json(tmp_path / 'd')['samples'] == 551
+
+
+def test_multi_member_tar_gz(tmp_path):
+    raw = small_tar(40)
+    f = tmp_path / 'cat.tar.gz'
+    f.write_bytes(gzip.compress(raw[:3333], mtime=0) + gzip.compress(raw[3333:], mtime=0))
+    got = [zds.parse_file_group(s) for s in zds.read_dataset(pack_ok(tmp_path, 'd', f))]
+    assert got == [[('s%04d.txt' % i, b'text %d' % i), ('s%04d.cls' % i, b'%d' % (i % 7))]
+                   for i in range(40)]
 
 
 def run_pack(tmp_path, src, name):

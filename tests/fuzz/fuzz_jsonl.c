@@ -1,5 +1,5 @@
-/* fuzz_jsonl.c: one JSONL line (jsonl_check_line) and a whole JSONL input, plain or zstd,
- * through the jsonl source (line splitting, zstd streaming, skip-bad). */
+/* fuzz_jsonl.c: one JSONL line (jsonl_check_line) and a whole JSONL input, plain, zstd or
+ * gzip, through the jsonl source (line splitting, zstd and gzip streaming, skip-bad). */
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -4,6 +4,7 @@
 usage: tests/fuzz/make_corpus.py [ZEPHON_EXECUTABLE]
 Seeds are small on purpose: replay mutates each one a few hundred times per run.
 """
+import gzip
 import io
 import os
 import pathlib
@@ -50,6 +51,8 @@ def main():
     put('jsonl', 'frames.jsonl.zst',
         zstandard.ZstdCompressor(write_content_size=False).compress(b'{"z": 1}\n') +
         zstandard.ZstdCompressor().compress(b'{"z": 2}\n'))
+    put('jsonl', 'members.jsonl.gz',
+        gzip.compress(b'{"g": 1}\n', mtime=0) + gzip.compress(b'{"g": 2}\n', mtime=0))
     # tar
     put('tar', 'wds.tar', tar_bytes([('000.jpg', b'J0'), ('000.cls', b'1'),
                                      ('001.jpg', b'J1'), ('001.cls', b'2')]))
