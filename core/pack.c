@@ -49,6 +49,10 @@ struct packer {
 	const struct pack_opts *o;
 	char *err;
 	size_t errlen;
+	/* the inputs packed, as indexes into o->inputs: each names one source, after the
+	 * other names of a Megatron pair were folded into its first (see resolve_inputs) */
+	size_t *sources;
+	size_t nsources;
 	struct catalog cat;
 	char *tmpdir;
 	int dirfd;
@@ -494,6 +498,7 @@ static int cancelled(const struct packer *p)
 	return p->o->cancel && *p->o->cancel;
 }
 
+/* Pack o->inputs[i] as the next source (catalog row). */
 static int pack_input(struct packer *p, size_t i, enum source_format f,
 		      const struct source_opts *so)
 {
@@ -576,7 +581,7 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 	source_checksum(&s, row.checksum);
 	row.first_sample = first;
 	row.samples = p->samples - first;
-	p->source_tokens[i] = p->tokens - tokens_before;
+	p->source_tokens[p->cat.nsources] = p->tokens - tokens_before;
 	rc = catalog_add_source(&p->cat, &row);
 out:
 	buf_release(&rec);
@@ -755,6 +760,81 @@ static int out_outside_inputs(struct packer *p, const enum source_format *format
 	return rc;
 }
 
+/* Warn that input i names the same file as input j before it. */
+static void notice_repeat(struct packer *p, size_t i, size_t j)
+{
+	const char *a = p->o->inputs[i], *b = p->o->inputs[j];
+	char msg[1024];
+
+	if (!p->o->notice)
+		return;
+	if (!strcmp(a, b))
+		snprintf(msg, sizeof(msg), "%s: given twice; packing it again (drop one to pack "
+			 "it once)", a);
+	else
+		snprintf(msg, sizeof(msg), "%s: the same file as %s, given before it; packing it "
+			 "again (drop one to pack it once)", a, b);
+	p->o->notice(p->o->ctx, msg);
+}
+
+/*
+ * Decide which inputs become sources (p->sources). A Megatron pair is one dataset stored
+ * in two files, and a glob over its folder names both: every further name of a pair (its
+ * .idx, .bin or PREFIX) is folded into the pair's latest source that lacks that name,
+ * so the pair is packed once. A file named again (by any spelling: compared by device
+ * and inode) is packed again, since repeating an input is how one upsamples it, but with
+ * a warning, as it is as often a slip. An input that cannot be stat()ed is kept as it
+ * is: opening it reports the error with its name.
+ */
+static int resolve_inputs(struct packer *p, const enum source_format *formats)
+{
+	const struct pack_opts *o = p->o;
+	struct source_id *ids = calloc(o->ninputs, sizeof(*ids));
+	unsigned *roles = calloc(o->ninputs, sizeof(*roles)); /* names folded into source k */
+	int *have = calloc(o->ninputs, sizeof(*have));
+	int rc = 0;
+
+	p->sources = calloc(o->ninputs, sizeof(*p->sources));
+	if (!ids || !roles || !have || !p->sources) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < o->ninputs; i++) {
+		size_t k = p->nsources;
+
+		have[i] = source_identify(o->inputs[i], formats[i], &ids[i]) == 0;
+		if (have[i]) {
+			for (size_t j = 0; j < i; j++) {
+				if (have[j] && source_id_same(&ids[i], &ids[j]) &&
+				    ids[i].role == ids[j].role) {
+					notice_repeat(p, i, j);
+					break;
+				}
+			}
+			/* k: the latest source of the same pair, or nsources for none */
+			for (size_t m = p->nsources; ids[i].role != SOURCE_ROLE_FILE && m-- > 0;) {
+				size_t j = p->sources[m];
+
+				if (have[j] && source_id_same(&ids[i], &ids[j])) {
+					k = m;
+					break;
+				}
+			}
+			if (k < p->nsources && !(roles[k] & ids[i].role)) {
+				roles[k] |= ids[i].role;
+				continue;
+			}
+		}
+		roles[p->nsources] = have[i] ? ids[i].role : 0;
+		p->sources[p->nsources++] = i;
+	}
+out:
+	free(ids);
+	free(roles);
+	free(have);
+	return rc;
+}
+
 /* Check the inputs and options before any work. */
 static int plan(struct packer *p, enum source_format *formats)
 {
@@ -803,7 +883,10 @@ static int plan(struct packer *p, enum source_format *formats)
 	}
 	if (out_outside_inputs(p, formats))
 		return -EINVAL;
-	for (size_t i = 0; i < o->ninputs; i++) {
+	if (resolve_inputs(p, formats))
+		return -ENOMEM;
+	for (size_t k = 0; k < p->nsources; k++) {
+		size_t i = p->sources[k];
 		struct stat sb;
 
 		if (formats[i] != SOURCE_DIR && formats[i] != SOURCE_MEGATRON &&
@@ -1022,12 +1105,14 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 	so.dtype = p.dtype;
 	so.notice = o->notice;
 	so.ctx = o->ctx;
-	p.prog.inputs = o->ninputs;
+	p.prog.inputs = p.nsources;
 	p.training = o->compress && !o->no_dict && o->dict_size > 0;
 	if (!p.training && (rc = open_writer(&p)))
 		goto out;
-	for (size_t i = 0; i < o->ninputs; i++) {
-		p.prog.input = i;
+	for (size_t k = 0; k < p.nsources; k++) {
+		size_t i = p.sources[k];
+
+		p.prog.input = k;
 		rc = pack_input(&p, i, formats[i], &so);
 		if (rc)
 			goto out;
@@ -1083,6 +1168,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 	res->stored_bytes = shard_writer_stored_bytes(p.w);
 	res->input_bytes = p.input_done;
 	res->shards = p.cat.nshards;
+	res->sources = p.nsources;
 	res->skipped = p.skipped;
 	res->dict_bytes = p.dict_len;
 	res->kind = p.kind;
@@ -1113,6 +1199,7 @@ out:
 	free(p.train_sizes);
 	free(p.dict);
 	free(p.source_tokens);
+	free(p.sources);
 	free(formats);
 	return rc;
 }

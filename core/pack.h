@@ -13,6 +13,11 @@
  * without. Tokens: all token inputs are concatenated and cut into windows of seq_len
  * tokens; the incomplete window at the end is dropped and counted (remainder_tokens).
  *
+ * Inputs: each becomes one source (catalog row), but a Megatron pair is one source
+ * whichever of its names (PREFIX, PREFIX.idx, PREFIX.bin) are given, in any order: the
+ * later names fold into the first. A file given again, by any spelling (compared by
+ * device and inode), is packed again, as upsampling, with a warning through notice.
+ *
  * Fingerprint (catalog meta `fingerprint`): XXH3-128 over, in order, every sample as
  * (u64 little-endian length, bytes) in id order, then the text
  * "zephon-dataset-v1\n" "kind=K\n" "content=C\n" "record_ext=E\n" "dtype=D\n"
@@ -48,8 +53,8 @@ struct pack_progress {
 	uint64_t samples;
 	uint64_t raw_bytes;
 	uint64_t stored_bytes;
-	size_t input;                /* which input is being read */
-	size_t inputs;
+	size_t input;                /* which source is being read */
+	size_t inputs;               /* sources: inputs after folding Megatron pairs */
 	int done;                    /* the last call */
 };
 
@@ -84,6 +89,7 @@ struct pack_result {
 	uint64_t stored_bytes;
 	uint64_t input_bytes;
 	uint64_t shards;
+	size_t sources;              /* inputs packed, after folding Megatron pairs */
 	uint64_t skipped;            /* records skipped (--skip-bad) and files not followed */
 	uint64_t remainder_tokens;
 	size_t dict_bytes;           /* 0 when packed without a dictionary */

@@ -150,6 +150,53 @@ int source_detect(const char *path, enum source_format forced, enum source_forma
 	return 0;
 }
 
+int source_identify(const char *path, enum source_format f, struct source_id *out)
+{
+	struct stat sb, bb;
+
+	memset(out, 0, sizeof(*out));
+	if (f == SOURCE_MEGATRON) {
+		size_t n = megatron_prefix_len(path), len = strlen(path);
+		char *idx = NULL, *bin = NULL;
+		int rc = 0;
+
+		if (asprintf(&idx, "%.*s.idx", (int)n, path) < 0)
+			idx = NULL;
+		if (asprintf(&bin, "%.*s.bin", (int)n, path) < 0)
+			bin = NULL;
+		if (!idx || !bin)
+			rc = -ENOMEM;
+		else if (stat(idx, &sb) != 0 || stat(bin, &bb) != 0)
+			rc = -errno;
+		free(idx);
+		free(bin);
+		if (rc)
+			return rc;
+		out->dev = sb.st_dev;
+		out->ino = sb.st_ino;
+		out->bin_dev = bb.st_dev;
+		out->bin_ino = bb.st_ino;
+		out->role = n == len ? SOURCE_ROLE_PREFIX :
+			    !strcmp(path + n, ".idx") ? SOURCE_ROLE_IDX : SOURCE_ROLE_BIN;
+		return 0;
+	}
+	if (stat(path, &sb) != 0)
+		return -errno;
+	out->dev = sb.st_dev;
+	out->ino = sb.st_ino;
+	out->role = SOURCE_ROLE_FILE;
+	return 0;
+}
+
+int source_id_same(const struct source_id *a, const struct source_id *b)
+{
+	/* a Megatron pair never equals a plain file, even its own .bin read raw */
+	if ((a->role == SOURCE_ROLE_FILE) != (b->role == SOURCE_ROLE_FILE))
+		return 0;
+	return a->dev == b->dev && a->ino == b->ino && a->bin_dev == b->bin_dev &&
+	       a->bin_ino == b->bin_ino;
+}
+
 int source_open(struct source *s, const struct source_ops *ops, const char *path,
 		const struct source_opts *o)
 {

@@ -33,6 +33,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <xxhash.h>
 
@@ -135,6 +136,33 @@ const struct source_ops *source_ops_for(enum source_format f);
 /* Parse a --format name (auto, jsonl, lines, files, dir, tar, tokens, bin, npy,
  * megatron). 0 or -EINVAL. */
 int source_format_parse(const char *s, enum source_format *out);
+
+/* What one named input is, so that pack can tell repeated inputs apart. Files compare by
+ * device and inode, never by spelling: ./a.jsonl, a.jsonl, a symlink or a hard link to
+ * it are one input. A Megatron pair is one input whichever of PREFIX, PREFIX.idx and
+ * PREFIX.bin names it (a glob gives both files): its key is both files, and role says
+ * which of the three names was given, so that pack can fold the others into it. */
+enum source_role {
+	SOURCE_ROLE_FILE = 1,    /* any input but a Megatron pair */
+	SOURCE_ROLE_PREFIX = 2,  /* Megatron PREFIX */
+	SOURCE_ROLE_IDX = 4,     /* Megatron PREFIX.idx */
+	SOURCE_ROLE_BIN = 8,     /* Megatron PREFIX.bin */
+};
+
+struct source_id {
+	dev_t dev, bin_dev;      /* the file or directory; a Megatron pair: .idx, then .bin */
+	ino_t ino, bin_ino;      /* bin_* are 0 but for a Megatron pair */
+	enum source_role role;
+};
+
+/* Identify path, read as format f (from source_detect(); symlinks are followed, as open
+ * follows them). 0, or -errno of stat() (path or, for Megatron, one of the pair is
+ * missing or unreadable; open then reports it, naming the file). */
+int source_identify(const char *path, enum source_format f, struct source_id *out);
+/* 1 when a and b are the same file, or the same Megatron pair whatever their roles. */
+int source_id_same(const struct source_id *a, const struct source_id *b);
+/* Length of the PREFIX of a Megatron path: path without a trailing .idx or .bin. */
+size_t megatron_prefix_len(const char *path);
 
 /* Open path with ops; on failure s->err says why and s needs only source_close(). */
 int source_open(struct source *s, const struct source_ops *ops, const char *path,

@@ -121,10 +121,19 @@ static void meg_close(struct source *s)
 	s->priv = NULL;
 }
 
+size_t megatron_prefix_len(const char *path)
+{
+	size_t n = strlen(path);
+
+	if (n > 4 && (!strcmp(path + n - 4, ".idx") || !strcmp(path + n - 4, ".bin")))
+		n -= 4;
+	return n;
+}
+
 static int meg_open(struct source *s)
 {
 	struct meg_src *g = calloc(1, sizeof(*g));
-	size_t n = strlen(s->path);
+	size_t n = megatron_prefix_len(s->path);
 	char *idx_path = NULL, why[300];
 	struct stat ib, bb;
 	int fd = -1, rc;
@@ -134,8 +143,6 @@ static int meg_open(struct source *s)
 	g->bin = -1;
 	s->priv = g;
 	s->content = CONTENT_TOKENS;
-	if (n > 4 && (!strcmp(s->path + n - 4, ".idx") || !strcmp(s->path + n - 4, ".bin")))
-		n -= 4;
 	if (asprintf(&idx_path, "%.*s.idx", (int)n, s->path) < 0 ||
 	    asprintf(&g->bin_path, "%.*s.bin", (int)n, s->path) < 0) {
 		free(idx_path);

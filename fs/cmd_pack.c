@@ -111,8 +111,10 @@ static void usage(FILE *f)
 		"run 0..N-1. Formats by name: *.jsonl, *.json.gz (one JSON value per line, validated),\n"
 		"*.txt (one sample per non-empty line), a directory (one sample per file, sorted\n"
 		"by path), *.tar[.gz|.xz|.zst] (WebDataset: members sharing a key form a sample),\n"
-		"*.bin, *.npy and Megatron-LM *.idx/*.bin (tokens, cut into --seq-len windows).\n"
+		"*.bin, *.npy and Megatron-LM *.idx/*.bin (tokens, cut into --seq-len windows;\n"
+		"a Megatron pair is one input, named by its .idx, its .bin, both or its prefix).\n"
 		"zstd-, gzip-, xz- and bzip2-compressed text is detected by its magic bytes.\n"
+		"A file given twice (by any path) is packed twice, with a warning.\n"
 		"\n"
 		"options:\n"
 		"  -o, --output DIR      the dataset directory to create (must not exist)\n"
@@ -327,7 +329,7 @@ int cmd_pack(int argc, char **argv)
 	el = now() - ui.start;
 	if (!quiet) {
 		printf("packed %" PRIu64 " samples (%s) from %zu input%s into %s\n", res.samples,
-		       dataset_kind_name(res.kind), o.ninputs, o.ninputs == 1 ? "" : "s", o.out);
+		       dataset_kind_name(res.kind), res.sources, res.sources == 1 ? "" : "s", o.out);
 		printf("  %s raw, %s stored (%.2fx), %" PRIu64 " shard%s, dictionary %zu bytes\n",
 		       human((double)res.raw_bytes, a, sizeof(a)),
 		       human((double)res.stored_bytes, b, sizeof(b)),

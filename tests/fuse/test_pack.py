@@ -172,6 +172,87 @@ def test_tokens_window_across_inputs(tmp_path):
     assert info_json(ds)['remainder_tokens'] == 1
 
 
+
+def write_megatron(prefix, n_seqs=40, seed=3):
+    """A small Megatron-LM pair PREFIX.idx/.bin (uint16, version 1) of n_seqs sequences of
+    varying length, so that tests of pairs run without the shared data; returns the
+    concatenated tokens."""
+    rng = np.random.default_rng(seed)
+    seqs = [rng.integers(0, 50000, size=int(rng.integers(1, 50)), dtype='<u2')
+            for _ in range(n_seqs)]
+    sizes = np.array([len(q) for q in seqs], dtype='<i4')
+    ptrs = np.concatenate([[0], np.cumsum(sizes[:-1]) * 2]).astype('<i8')
+    docs = np.arange(n_seqs + 1, dtype='<i8')
+    pathlib.Path(str(prefix) + '.idx').write_bytes(
+        b'MMIDIDX\x00\x00' + struct.pack('<QBQQ', 1, 8, n_seqs, n_seqs + 1) +
+        sizes.tobytes() + ptrs.tobytes() + docs.tobytes())
+    tokens = np.concatenate(seqs)
+    tokens.tofile(str(prefix) + '.bin')
+    return tokens
+
+
+def test_megatron_pair_is_one_input_whichever_files_are_named(tmp_path):
+    """A glob names both files of a pair; packing them must not pack the corpus twice."""
+    prefix = tmp_path / 'src' / 'corpus_text_document'
+    prefix.parent.mkdir()
+    tokens = write_megatron(prefix)
+    idx, bin_ = str(prefix) + '.idx', str(prefix) + '.bin'
+    want = zds.windows(tokens, 8)
+    ref = info_json(pack_ok(tmp_path, 'one', idx, '--seq-len', '8'))
+    assert ref['samples'] == len(want)
+    for name, names in [('ib', [idx, bin_]), ('bi', [bin_, idx]), ('pib', [prefix, idx, bin_]),
+                        ('glob', sorted(prefix.parent.iterdir()))]:
+        out = tmp_path / name
+        p = run('pack', *names, '--format', 'tokens', '--seq-len', '8', '-o', out)
+        assert p.stderr == '', p.stderr
+        assert b'from 1 input into' in p.stdout, p.stdout
+        info = info_json(out)
+        assert (info['samples'], info['fingerprint']) == (ref['samples'], ref['fingerprint'])
+        assert [(s['format'], s['first_sample'], s['samples']) for s in info['sources']] == \
+            [('megatron', 0, len(want))], name
+        assert zds.read_dataset(out) == want
+
+
+def test_megatron_pair_both_files_of_the_shared_data(tmp_path, data):
+    """The tester's command: `pack --format tokens $D/megatron/*` gave 42,557 samples."""
+    names = sorted((data / 'megatron').iterdir())
+    assert [n.suffix for n in names] == ['.bin', '.idx']
+    one = info_json(pack_ok(tmp_path, 'one', names[1], '--seq-len', '64'))
+    assert one['samples'] == 1361845 // 64
+    for name, args in [('glob', names), ('rev', names[::-1])]:
+        info = info_json(pack_ok(tmp_path, name, '--format', 'tokens', '--seq-len', '64', *args))
+        assert (info['samples'], info['fingerprint']) == (one['samples'], one['fingerprint'])
+        assert len(info['sources']) == 1
+
+
+def test_input_given_twice_is_packed_twice_with_a_warning(tmp_path, monkeypatch):
+    """Repeating an input may be deliberate upsampling: packed again, but not silently.
+    The same file by another spelling or through a symlink counts as the same input."""
+    monkeypatch.chdir(tmp_path)
+    conftest.write_jsonl(tmp_path / 'a.jsonl', 3)
+    conftest.write_jsonl(tmp_path / 'b.jsonl', 2)
+    os.symlink('a.jsonl', tmp_path / 'link.jsonl')
+    p = run('pack', 'a.jsonl', 'b.jsonl', 'a.jsonl', '-o', 'twice')
+    assert p.stderr == ('zephon: pack: warning: a.jsonl: given twice; packing it again '
+                        '(drop one to pack it once)\n'), p.stderr
+    assert info_json(tmp_path / 'twice')['samples'] == 8
+    p = run('pack', 'a.jsonl', './a.jsonl', 'link.jsonl', '-o', 'spelt')
+    lines = p.stderr.splitlines()
+    assert len(lines) == 2, p.stderr
+    assert lines[0].startswith('zephon: pack: warning: ./a.jsonl: the same file as a.jsonl')
+    assert lines[1].startswith('zephon: pack: warning: link.jsonl: the same file as a.jsonl')
+    assert [s['samples'] for s in info_json(tmp_path / 'spelt')['sources']] == [3, 3, 3]
+    p = run('pack', 'a.jsonl', 'b.jsonl', '-o', 'distinct')
+    assert p.stderr == ''
+    # a Megatron pair named twice by the same file: upsampled too, with the warning
+    tokens = write_megatron(tmp_path / 'm')
+    p = run('pack', 'm.idx', 'm.bin', 'm.idx', '--seq-len', '8', '-o', 'meg2')
+    assert p.stderr.count('warning') == 1 and 'm.idx: given twice' in p.stderr, p.stderr
+    info = info_json(tmp_path / 'meg2')
+    assert len(info['sources']) == 2
+    assert info['samples'] == 2 * len(tokens) // 8
+
+
 def test_pack_directory(tmp_path):
     root = tmp_path / 'tree'
     (root / 'b' / 'c').mkdir(parents=True)
