@@ -479,6 +479,39 @@ class Bench:
             shutil.rmtree(ds, ignore_errors=True)
         return res
 
+    # ---------------------------------------------------------------- cold start
+    def cold(self):
+        """The first batches of a mount whose dataset is not in the page cache (a node that
+        did not pack it, or after a reboot), against the same batches with it cached. Not
+        one of issue 7's targets: what a training job waits for at its start."""
+        n = 16
+        cases = (('B1', 'tokens-raw', 'format=bin', '1 MiB token batches'),
+                 ('B2', 'jsonl-compressed', 'format=lines', 'lines batches of 256 records '
+                  '(zstd)'))
+        for bid, name, fmt, what in cases:
+            ds = self.work / ('ds-' + name)
+            label = 'cold start: %s, first batch / first %d' % (what, n)
+            if not ds.exists():
+                self.na(bid, label, '-', 'run B1 and B2 first: ds-%s is missing' % name)
+                continue
+            res = {}
+            for state in ('cold', 'cached', 'cold', 'cached'):
+                if state == 'cold':
+                    drop_page_cache(ds)
+                ctx, zm = self.mount_zephon(ds, 'cold', 'world_size=1,global_batch=256,' + fmt)
+                with ctx:
+                    nxt, t0, ts = zm / 'rank' / '0' / 'next', time.perf_counter(), []
+                    for _ in range(n):
+                        with open(nxt, 'rb') as f:
+                            f.read()
+                        ts.append(time.perf_counter() - t0)
+                res.setdefault(state, []).append((ts[0], ts[-1]))
+            cold, cached = min(res['cold']), min(res['cached'])
+            self.raw.setdefault('cold', {})[name] = res
+            self.row(bid, label, '%.0f ms / %.0f ms' % (cold[0] * 1e3, cold[1] * 1e3),
+                     'in the page cache: %.1f ms / %.0f ms' % (cached[0] * 1e3, cached[1] * 1e3),
+                     '%.1fx / %.1fx' % (cold[0] / cached[0], cold[1] / cached[1]), '-', None)
+
     # ---------------------------------------------------------------- B5
     def b5(self):
         exe = self.build / 'tests' / 'bench_journal'
@@ -560,7 +593,9 @@ def main():
     ap.add_argument('--repeat', type=int, default=3,
                     help='run each measurement R times and keep the best (the machine is shared)')
     ap.add_argument('--jsonl-mb', type=float, default=100.0)
-    ap.add_argument('--only', default='B1,B2,B3,B4,B5,B6')
+    ap.add_argument('--only', default='B1,B2,COLD,B3,B4,B5,B6',
+                    help='groups to run (COLD: first batches of a dataset not in the page '
+                    'cache; it needs the datasets of B1 and B2)')
     ap.add_argument('--fresh', action='store_true', help='delete cached inputs and datasets')
     ap.add_argument('--b3-n', type=int, default=10**9,
                     help='samples of the B3 dataset (25 bytes each on disk)')
@@ -572,7 +607,8 @@ def main():
     b = Bench(a)
     load0 = os.getloadavg()
     only = set(a.only.upper().split(','))
-    steps = [('B1', b.b1_b4), ('B2', b.b2), ('B3', b.b3), ('B5', b.b5), ('B6', b.b6)]
+    steps = [('B1', b.b1_b4), ('B2', b.b2), ('COLD', b.cold), ('B3', b.b3), ('B5', b.b5),
+             ('B6', b.b6)]
     for bid, fn in steps:
         if bid not in only and not (bid == 'B1' and 'B4' in only):
             continue
