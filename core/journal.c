@@ -66,7 +66,7 @@ struct journal {
 	size_t nranks;
 	uint64_t *ranks;            /* sorted */
 	struct rank_pos *pos;       /* committed cursor of ranks[i] */
-	char err[256];
+	char err[512];              /* room for a path and the remedy after it */
 };
 
 /* ---- the one boundary between SQLite result codes and errno ---- */
@@ -1555,12 +1555,12 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		 * every node's journal together (checkpoint marks in one, cursors in all).
 		 * Resolved here alone, the nodes of one job would start at different steps. */
 		if (ranks->count < nl.world_size && h.nev) {
-			rc = jfail(j, -EINVAL, "resume=auto cannot resume a mount of %zu of the "
-				   "%" PRIu64 " ranks from its own journal: the other ranks' progress "
-				   "is in the other nodes' journals. Pass every node the same "
-				   "resume=samples:G@S that `zephon journal resume-point` prints over "
-				   "all of them (mountscripts/zephon-node resume-point does it), or "
-				   "resume=fresh", ranks->count, nl.world_size);
+			rc = jfail(j, -EINVAL, "resume=auto cannot resume %zu of the %" PRIu64
+				   " ranks from this journal alone (the others' progress is in other "
+				   "nodes' journals): pass every node the resume=samples:G@S that "
+				   "`zephon journal resume-point` prints over all of them "
+				   "(mountscripts/zephon-node resume-point), or resume=fresh",
+				   ranks->count, nl.world_size);
 			break;
 		}
 		rc = point_compute(&h, 1, NULL, &p);

@@ -430,6 +430,9 @@ static void *worker_main(void *arg)
 	struct server *s = arg;
 	struct sample_reader *r = sample_reader_new(s->ds);
 
+	/* what top -H, perf and /proc/PID/task/TID/comm show (15 characters at most) */
+	pthread_setname_np(pthread_self(), "zephon-decode");
+
 	for (;;) {
 		struct job jb;
 

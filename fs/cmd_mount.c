@@ -162,7 +162,7 @@ static int check_mountpoint(const char *mp)
  * mount's life. 0, or an exit status. */
 static int start_journal(struct zfs *z, const struct journal_ident *ident)
 {
-	char err[512];
+	char err[1024];
 	int rc;
 
 	rc = journal_open(z->cfg->journal, ident, z->cfg->sync, &z->journal, err, sizeof(err));
