@@ -181,7 +181,7 @@ static int open_error(const struct dataset *ds, const char *what, const char *fi
 /* What sample_reader_warm() reads around each payload of a batch that is not in memory.
  * A dataset that fits in half the machine's memory gets WARM_WINDOW: each of its bytes
  * is read within the epoch and stays cached until then, so larger reads fill the cache
- * sooner (a cold 258 MB shard of 4 KiB samples: first batch 33 ms, then 20-28 ms each
+ * sooner (a cold 256 MiB shard of 4 KiB samples: first batch 33 ms, then 20-28 ms each
  * until it is all in, about a second; with only the payloads' pages every batch is 256
  * random reads, 8 ms, for a whole epoch). A larger one gets only the payloads' pages:
  * around them the window would read 32 times the bytes of 4 KiB samples, evicted before
@@ -643,10 +643,10 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
  * batches. */
 #define WARM_PROBES 2
 /* Batches that pass unprobed after two probes in a row found everything in memory: the
- * probes then cost ~0.5 us per batch instead of ~4 us (4% of a batch of 256 JSONL records
- * copied from memory, measured with bench_encode), and a dataset that leaves the page cache is noticed within 8
- * batches. (Two, because a batch built twice, a peek then its claim, is found in memory
- * the second time just because the first read it.) */
+ * probes then cost ~0.5 us per batch instead of ~4 us (4% of a batch of 256 JSONL
+ * records copied from memory, measured with bench_encode), and a dataset that leaves the
+ * page cache is noticed within 8 batches. (Two, because a batch built twice, a peek then
+ * its claim, is found in memory the second time just because the first read it.) */
 #define WARM_SKIP 7
 
 /* Whether the page holding p is in memory (mincore(2); an error counts as resident: the
