@@ -10,10 +10,8 @@
 #include <unistd.h>
 
 #include <archive.h>
-#include <archive_entry.h>
-#include <zstd.h>
 
-#include "gunzip.h"
+#include "codec.h"
 
 #define RAW_CHUNK (256 * 1024)
 
@@ -27,14 +25,13 @@ struct instream {
 	uint64_t bytes_read;
 	uint64_t lineno;
 	XXH3_state_t *hash;
-	ZSTD_DStream *ds;
-	struct gunzip *gz;       /* gzip input, through zlib: trailers checked (gunzip.h) */
+	struct codec *dec;       /* gzip or zstd input, decoded and checked (codec.h) */
 	struct archive *ar;      /* xz or bzip2 input, through libarchive's raw format */
 	size_t ar_first;         /* sniffed bytes the first read callback hands over */
-	size_t zret;             /* last ZSTD_decompressStream() hint: 0 at a frame end */
 	uint8_t *raw;            /* compressed bytes read but not yet decoded */
 	size_t chunk;            /* read size: RAW_CHUNK, less for small files */
-	ZSTD_inBuffer zin;       /* compressed bytes of raw not yet decoded (zstd or gzip) */
+	size_t raw_pos;          /* raw[raw_pos, raw_len) not yet decoded (gzip or zstd) */
+	size_t raw_len;
 	struct buf data;         /* decoded bytes; [pos, len) not yet returned */
 	size_t pos;
 	size_t scan;             /* bytes after pos already searched for '\n' */
@@ -43,32 +40,6 @@ struct instream {
 void xxh128_hex(XXH128_hash_t h, char hex[33])
 {
 	snprintf(hex, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
-}
-
-static int is_zstd_magic(const uint8_t *p, size_t n)
-{
-	uint32_t m;
-
-	if (n < 4)
-		return 0;
-	m = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-	return m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u;
-}
-
-/* gzip magic (RFC 1952, section 2.3.1: ID1 0x1f, ID2 0x8b). */
-static int is_gzip_magic(const uint8_t *p, size_t n)
-{
-	return n >= 2 && p[0] == 0x1f && p[1] == 0x8b;
-}
-
-/* xz and bzip2 magic: inputs libarchive decompresses for us. */
-static const char *other_compression(const uint8_t *p, size_t n)
-{
-	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
-		return "xz";
-	if (n >= 3 && !memcmp(p, "BZh", 3))
-		return "bzip2";
-	return NULL;
 }
 
 /* read() up to cap bytes into dst, hashing and counting them. 0 at end of file. */
@@ -106,33 +77,12 @@ static la_ssize_t ar_read(struct archive *a, void *ctx, const void **buffer)
 	return n;
 }
 
-static int open_archive_stream(struct instream *in, const char *kind, size_t sniffed,
-			       char *err, size_t errlen)
-{
-	struct archive_entry *e;
-
-	in->ar = archive_read_new();
-	if (!in->ar)
-		return -ENOMEM;
-	archive_read_support_filter_xz(in->ar);
-	archive_read_support_filter_bzip2(in->ar);
-	archive_read_support_format_raw(in->ar);
-	in->ar_first = sniffed;
-	if (archive_read_open(in->ar, in, NULL, ar_read, NULL) != ARCHIVE_OK ||
-	    archive_read_next_header(in->ar, &e) != ARCHIVE_OK) {
-		snprintf(err, errlen, "%s: cannot read it as %s: %s", in->path, kind,
-			 archive_error_string(in->ar) ? archive_error_string(in->ar) : "unknown error");
-		return -EBADMSG;
-	}
-	return 0;
-}
-
 int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, char *err,
 		  size_t errlen)
 {
 	struct instream *in;
 	struct stat sb;
-	const char *kind;
+	enum codec_kind kind;
 	ssize_t n;
 	int rc;
 
@@ -175,28 +125,22 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 		goto err_free;
 	}
 	in->eof = n == 0;
-	in->zin.src = in->raw;
-	in->zin.size = (size_t)n;
-	in->zin.pos = 0;
-	in->zstd = is_zstd_magic(in->raw, (size_t)n);
+	in->raw_len = (size_t)n;
+	kind = codec_sniff(in->raw, (size_t)n);
+	in->zstd = kind == CODEC_ZSTD;
 	if (buf_reserve(&in->data, in->chunk)) { /* data is never NULL from here on */
 		rc = -ENOMEM;
 		goto err_free;
 	}
-	if (in->zstd) {
-		in->ds = ZSTD_createDStream();
-		if (!in->ds) {
+	if (kind == CODEC_GZIP || kind == CODEC_ZSTD) {
+		in->dec = codec_new(kind);
+		if (!in->dec) {
 			rc = -ENOMEM;
 			goto err_free;
 		}
-	} else if (is_gzip_magic(in->raw, (size_t)n)) {
-		in->gz = gunzip_new();
-		if (!in->gz) {
-			rc = -ENOMEM;
-			goto err_free;
-		}
-	} else if ((kind = other_compression(in->raw, (size_t)n))) {
-		rc = open_archive_stream(in, kind, (size_t)n, err, errlen);
+	} else if (kind != CODEC_NONE) {
+		in->ar_first = (size_t)n;
+		rc = codec_archive_open(kind, in, ar_read, path, &in->ar, err, errlen);
 		if (rc)
 			goto err_free;
 	} else if (buf_append(&in->data, in->raw, (size_t)n)) {
@@ -219,8 +163,7 @@ void instream_close(struct instream *in)
 		archive_read_free(in->ar);
 	if (in->fd >= 0)
 		close(in->fd);
-	ZSTD_freeDStream(in->ds);
-	gunzip_free(in->gz);
+	codec_free(in->dec);
 	buf_release(&in->data);
 	free(in->raw);
 	free(in->path);
@@ -261,7 +204,7 @@ static int refill(struct instream *in, char *err, size_t errlen)
 			in->eof = in->done = 1;
 		return 0;
 	}
-	if (!in->zstd && !in->gz) {
+	if (!in->dec) {
 		if (buf_reserve(&in->data, in->chunk))
 			return -ENOMEM;
 		n = read_file(in, in->data.data + in->data.len, in->chunk);
@@ -276,26 +219,14 @@ static int refill(struct instream *in, char *err, size_t errlen)
 		return 0;
 	}
 	for (;;) {
-		ZSTD_outBuffer zout;
-		size_t before;
+		size_t made = 0;
+		int rc;
 
-		if (in->zin.pos == in->zin.size) {
-			if (in->eof && in->gz) {
-				int rc = gunzip_finish(in->gz, in->path, err, errlen);
-
+		if (in->raw_pos == in->raw_len) {
+			if (in->eof) {
+				rc = codec_finish(in->dec, in->path, err, errlen);
 				if (rc)
 					return rc;
-				in->done = 1;
-				return 0;
-			}
-			if (in->eof) {
-				if (in->zret != 0) {
-					snprintf(err, errlen, "%s: truncated zstd frame: the input ends "
-						 "at byte %" PRIu64 " inside a frame (after line %" PRIu64
-						 "); re-download or re-compress the file", in->path,
-						 in->bytes_read, in->lineno);
-					return -EBADMSG;
-				}
 				in->done = 1;
 				return 0;
 			}
@@ -305,40 +236,20 @@ static int refill(struct instream *in, char *err, size_t errlen)
 					 in->path, in->bytes_read, strerror(errno));
 				return -EIO;
 			}
-			in->zin.size = (size_t)n;
-			in->zin.pos = 0;
+			in->raw_len = (size_t)n;
+			in->raw_pos = 0;
 			in->eof = n == 0;
 			continue;
 		}
 		if (buf_reserve(&in->data, RAW_CHUNK))
 			return -ENOMEM;
-		if (in->gz) {
-			size_t made = 0;
-			int rc = gunzip_decode(in->gz, in->zin.src, in->zin.size, &in->zin.pos,
-					       in->data.data + in->data.len, RAW_CHUNK, &made,
-					       in->path, err, errlen);
-
-			if (rc)
-				return rc;
-			in->data.len += made;
-			if (made)
-				return 0;
-			continue;
-		}
-		zout.dst = in->data.data + in->data.len;
-		zout.size = RAW_CHUNK;
-		zout.pos = 0;
-		before = in->zin.pos;
-		in->zret = ZSTD_decompressStream(in->ds, &zout, &in->zin);
-		if (ZSTD_isError(in->zret)) {
-			snprintf(err, errlen, "%s: corrupt zstd data near compressed byte %" PRIu64
-				 " (after line %" PRIu64 "): %s", in->path,
-				 in->bytes_read - (in->zin.size - before), in->lineno,
-				 ZSTD_getErrorName(in->zret));
-			return -EBADMSG;
-		}
-		in->data.len += zout.pos;
-		if (zout.pos)
+		rc = codec_decode(in->dec, in->raw, in->raw_len, &in->raw_pos,
+				  in->data.data + in->data.len, RAW_CHUNK, &made, in->path, err,
+				  errlen);
+		if (rc)
+			return rc;
+		in->data.len += made;
+		if (made)
 			return 0;
 	}
 }

@@ -3,12 +3,15 @@
  *
  * Owns one file descriptor. zstd input is detected by the frame magic (RFC 8878, section
  * 3.1.1: 0xFD2FB528 little-endian, or a skippable frame 0x184D2A5?) in the first bytes,
- * not by the file name, and decoded with zstd's streaming API, so frames without a
- * content size and several concatenated frames (what lm_dataformat / The Pile write)
- * work; a stream that ends inside a frame is reported as truncated. gzip (RFC 1952,
+ * not by the file name, and decoded with zstd's streaming API (unzstd.h), so frames
+ * without a content size and several concatenated frames (what lm_dataformat / The Pile
+ * write) work, each frame's content checksum is checked, bytes after the last frame that
+ * are not a frame are refused, and a stream that ends inside a frame is reported as
+ * truncated. gzip (RFC 1952,
  * Dolma's *.json.gz) is detected by its magic too and decoded with zlib (gunzip.h), which
  * checks every member's CRC32 and ISIZE and reads concatenated members as one stream;
- * xz and bzip2 are detected by magic and decoded through libarchive's raw format.
+ * xz and bzip2 are detected by magic and decoded through libarchive's raw format
+ * (codec.h tells them all apart).
  * Every byte read from the file (compressed bytes for zstd and gzip) goes into the
  * caller's XXH3-128 state, if any.
  *
@@ -37,8 +40,9 @@ void instream_close(struct instream *in);
 /* Next line, without its terminator: *line points into the stream's buffer, valid until
  * the next call. Returns 1 (a line), 0 (end of input), or -errno with a reason naming the
  * file and position in err: -EIO (read error), -EBADMSG (corrupt or truncated
- * compressed data: a bad zstd frame, a gzip member whose CRC32 or ISIZE does not match,
- * non-zero bytes after the last gzip member, bad xz or bzip2 data), -EFBIG (a line
+ * compressed data: a bad zstd frame or content checksum, bytes after the last zstd frame
+ * that are not a frame, a gzip member whose CRC32 or ISIZE does not match, non-zero bytes
+ * after the last gzip member, bad xz or bzip2 data), -EFBIG (a line
  * longer than max_line bytes), -ENOMEM. */
 int instream_getline(struct instream *in, size_t max_line, const uint8_t **line,
 		     size_t *len, char *err, size_t errlen);

@@ -1,8 +1,12 @@
-/* source_tar.c: tar archives with WebDataset grouping, read with libarchive. gzip
- * compression is decoded here with zlib (gunzip.h), not by libarchive, whose gzip filter
- * never checks the CRC32 and ISIZE trailer (RFC 1952, section 2.3.1); and since the tar
- * reader stops at the end-of-archive blocks, the rest of the gzip stream is decoded and
- * checked after them (tar_drain()). */
+/* source_tar.c: tar archives with WebDataset grouping, read with libarchive. Compression
+ * is decoded below libarchive's tar reader, in tar_read_cb() (codec.h): gzip with zlib
+ * (libarchive's gzip filter never checks the CRC32 and ISIZE trailer, RFC 1952 section
+ * 2.3.1), zstd with zstd's streaming API, xz and bzip2 with a second, raw-format
+ * libarchive reader. The tar reader stops at the end-of-archive blocks, and what follows
+ * them in the compressed stream (tar padding, the last frame's checksum, a gzip trailer,
+ * an xz index and footer, trailing garbage, a truncation) would never be decoded; so
+ * tar_drain() decodes the rest of the stream after them. lzma (.tar.lzma) and lz4 are
+ * still libarchive filters above the tar reader, and unchecked after the end blocks. */
 #include "source.h"
 
 #include <archive.h>
@@ -16,7 +20,7 @@
 #include <unistd.h>
 
 #include "filegroup.h"
-#include "gunzip.h"
+#include "codec.h"
 
 #define TAR_CHUNK (256 * 1024)
 
@@ -28,10 +32,12 @@ struct tar_src {
 	size_t chunk_pos;        /* chunk[chunk_pos, chunk_fill) not yet used */
 	size_t chunk_fill;
 	int file_eof;            /* read() returned 0 */
-	struct gunzip *gz;       /* gzip-compressed tar, else NULL */
-	uint8_t *plain;          /* TAR_CHUNK decoded bytes for libarchive (gz only) */
-	int read_rc;             /* a read or gzip error, with s->err set: reported as it
-	                          * is, not as whatever libarchive makes of it */
+	enum codec_kind kind;    /* the compression, sniffed at open */
+	struct codec *dec;       /* gzip or zstd: decoded in tar_read_cb() */
+	struct archive *inner;   /* xz or bzip2: a raw reader tar_read_cb() reads from */
+	uint8_t *plain;          /* TAR_CHUNK decoded bytes for libarchive (dec, inner) */
+	int read_rc;             /* a read or decoding error, with s->err set: reported as
+	                          * it is, not as whatever libarchive makes of it */
 	struct source *s;
 	/* The member that ended the previous group: it starts the next one. */
 	struct buf held;         /* a file group of one file, or empty */
@@ -103,9 +109,26 @@ static int read_chunk(struct source *s, struct tar_src *t)
 	return 0;
 }
 
-/* Decode gzip into plain: *made > 0 bytes, or 0 at the end of a stream whose every
- * member was checked. 0 or -errno with s->err set (-EBADMSG corrupt or truncated). */
-static int gz_fill(struct source *s, struct tar_src *t, size_t *made)
+/* The file's next bytes, from chunk: *n > 0, or 0 at the end of the file. 0 or -errno
+ * with s->err set. */
+static int file_bytes(struct source *s, struct tar_src *t, const void **buffer, size_t *n)
+{
+	int rc;
+
+	if (t->chunk_pos == t->chunk_fill && !t->file_eof) {
+		rc = read_chunk(s, t);
+		if (rc)
+			return rc;
+	}
+	*buffer = t->chunk + t->chunk_pos;
+	*n = t->chunk_fill - t->chunk_pos;
+	t->chunk_pos = t->chunk_fill;
+	return 0;
+}
+
+/* Decode gzip or zstd into plain: *made > 0 bytes, or 0 at the end of a stream that was
+ * checked to its end. 0 or -errno with s->err set (-EBADMSG corrupt or truncated). */
+static int dec_fill(struct source *s, struct tar_src *t, size_t *made)
 {
 	int rc;
 
@@ -113,20 +136,59 @@ static int gz_fill(struct source *s, struct tar_src *t, size_t *made)
 	for (;;) {
 		if (t->chunk_pos == t->chunk_fill) {
 			if (t->file_eof)
-				return gunzip_finish(t->gz, s->path, s->err, sizeof(s->err));
+				return codec_finish(t->dec, s->path, s->err, sizeof(s->err));
 			rc = read_chunk(s, t);
 			if (rc)
 				return rc;
 			continue;
 		}
-		rc = gunzip_decode(t->gz, t->chunk, t->chunk_fill, &t->chunk_pos, t->plain,
-				   TAR_CHUNK, made, s->path, s->err, sizeof(s->err));
+		rc = codec_decode(t->dec, t->chunk, t->chunk_fill, &t->chunk_pos, t->plain,
+				  TAR_CHUNK, made, s->path, s->err, sizeof(s->err));
 		if (rc || *made)
 			return rc;
 	}
 }
 
-/* libarchive's read callback: the file's bytes, or for gzip the decoded tar. */
+/* The inner (xz, bzip2) reader's read callback: the file's bytes. */
+static la_ssize_t inner_read_cb(struct archive *a, void *ctx, const void **buffer)
+{
+	struct tar_src *t = ctx;
+	size_t n;
+
+	t->read_rc = file_bytes(t->s, t, buffer, &n);
+	if (t->read_rc) {
+		archive_set_error(a, -t->read_rc, "%s", t->s->err);
+		return -1;
+	}
+	return (la_ssize_t)n;
+}
+
+/* Decode xz or bzip2 into plain through the inner reader: like dec_fill(). */
+static int inner_fill(struct source *s, struct tar_src *t, size_t *made)
+{
+	la_ssize_t n = archive_read_data(t->inner, t->plain, TAR_CHUNK);
+	const char *why;
+
+	*made = 0;
+	if (n < 0 && t->read_rc)
+		return t->read_rc;
+	if (n < 0) {
+		why = archive_error_string(t->inner);
+		snprintf(s->err, sizeof(s->err), "%s: corrupt or truncated %s data near byte %ju: "
+			 "%s; re-download or re-compress it", s->path, codec_name(t->kind),
+			 (uintmax_t)s->bytes_read, why ? why : "unknown error");
+		return -EBADMSG;
+	}
+	*made = (size_t)n;
+	return 0;
+}
+
+static int plain_fill(struct source *s, struct tar_src *t, size_t *made)
+{
+	return t->dec ? dec_fill(s, t, made) : inner_fill(s, t, made);
+}
+
+/* libarchive's read callback: the file's bytes, or for a compressed file the tar. */
 static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
 {
 	struct tar_src *t = ctx;
@@ -135,38 +197,32 @@ static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
 
 	if (t->read_rc)
 		goto fail;
-	if (t->gz) {
-		t->read_rc = gz_fill(s, t, &n);
-		if (t->read_rc)
-			goto fail;
+	if (t->dec || t->inner) {
+		t->read_rc = plain_fill(s, t, &n);
 		*buffer = t->plain;
-		return (ssize_t)n;
+	} else {
+		t->read_rc = file_bytes(s, t, buffer, &n);
 	}
-	if (t->chunk_pos == t->chunk_fill && !t->file_eof) {
-		t->read_rc = read_chunk(s, t);
-		if (t->read_rc)
-			goto fail;
-	}
-	*buffer = t->chunk + t->chunk_pos;
-	n = t->chunk_fill - t->chunk_pos;
-	t->chunk_pos = t->chunk_fill;
+	if (t->read_rc)
+		goto fail;
 	return (ssize_t)n;
 fail:
 	archive_set_error(a, -t->read_rc, "%s", s->err);
 	return -1;
 }
 
-/* After the tar end-of-archive blocks: decode the rest of the gzip stream, so a bad
- * trailer or a truncation after them is found too. 0 or -errno with s->err set. */
+/* After the tar end-of-archive blocks: decode the rest of the compressed stream, so a bad
+ * checksum or trailer, trailing garbage or a truncation after them is found too. 0 or
+ * -errno with s->err set. */
 static int tar_drain(struct source *s, struct tar_src *t)
 {
 	size_t made;
 	int rc;
 
-	if (!t->gz || t->read_rc)
+	if (!(t->dec || t->inner) || t->read_rc)
 		return t->read_rc;
 	do
-		rc = gz_fill(s, t, &made);
+		rc = plain_fill(s, t, &made);
 	while (!rc && made);
 	return rc;
 }
@@ -179,7 +235,9 @@ static void tar_close(struct source *s)
 		archive_read_free(t->a);
 	if (t->fd >= 0)
 		close(t->fd);
-	gunzip_free(t->gz);
+	if (t->inner)
+		archive_read_free(t->inner);
+	codec_free(t->dec);
 	free(t->plain);
 	buf_release(&t->held);
 	free(t->held_key);
@@ -217,26 +275,33 @@ static int tar_open(struct source *s)
 		return -EISDIR;
 	}
 	s->bytes_total = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
-	/* Sniff the gzip magic (RFC 1952, section 2.3.1: ID1 0x1f, ID2 0x8b); the bytes
-	 * stay in chunk for the first read callback. */
+	/* Sniff the compression by its magic; the bytes stay in chunk for the first read
+	 * callback. */
 	rc = read_chunk(s, t);
 	if (rc)
 		return rc;
-	if (t->chunk_fill >= 2 && t->chunk[0] == 0x1f && t->chunk[1] == 0x8b) {
-		t->gz = gunzip_new();
+	t->kind = codec_sniff(t->chunk, t->chunk_fill);
+	if (t->kind != CODEC_NONE) {
 		t->plain = malloc(TAR_CHUNK);
-		if (!t->gz || !t->plain)
+		if (!t->plain)
 			return -ENOMEM;
+	}
+	if (t->kind == CODEC_GZIP || t->kind == CODEC_ZSTD) {
+		t->dec = codec_new(t->kind);
+		if (!t->dec)
+			return -ENOMEM;
+	} else if (t->kind != CODEC_NONE) {
+		rc = codec_archive_open(t->kind, t, inner_read_cb, s->path, &t->inner, s->err,
+					sizeof(s->err));
+		if (rc)
+			return t->read_rc ? t->read_rc : rc;
 	}
 	t->a = archive_read_new();
 	if (!t->a)
 		return -ENOMEM;
 	/* In-process decompressors only: filter_all would also run external programs.
-	 * No gzip filter: gzip is decoded above it, in tar_read_cb(). */
-	archive_read_support_filter_bzip2(t->a);
-	archive_read_support_filter_xz(t->a);
+	 * gzip, zstd, xz and bzip2 are decoded below the tar reader, in tar_read_cb(). */
 	archive_read_support_filter_lzma(t->a);
-	archive_read_support_filter_zstd(t->a);
 	archive_read_support_filter_lz4(t->a);
 	archive_read_support_format_tar(t->a);  /* ustar, pax, GNU (long names, sparse) */
 	if (archive_read_open(t->a, t, NULL, tar_read_cb, NULL) != ARCHIVE_OK) {

@@ -1009,6 +1009,134 @@ def test_multi_member_tar_gz(tmp_path):
                    for i in range(40)]
 
 
+# The tar reader stops at the end-of-archive blocks, so libarchive's zstd, xz and bzip2
+# filters never decoded what follows them when there is more than their read-ahead: the
+# record padding of `tar -b 2048` (zeros to a 1 MiB multiple), the last frame's XXH64
+# content checksum (RFC 8878, section 3.1.1), an xz index and footer, trailing bytes.
+
+def padded_tar(n):
+    """small_tar(n) padded to a 1 MiB record, as GNU tar -b 2048 writes it."""
+    raw = small_tar(n)
+    return raw + bytes(-len(raw) % (1 << 20))
+
+
+def tar_samples(n):
+    return [[('s%04d.txt' % i, b'text %d' % i), ('s%04d.cls' % i, b'%d' % (i % 7))]
+            for i in range(n)]
+
+
+def zstd_frame(data):
+    return zstandard.ZstdCompressor(write_checksum=True).compress(data)
+
+
+def skippable_frame(payload):
+    """RFC 8878, section 3.1.2: magic 0x184D2A50..5F, a 4-byte size, then user data."""
+    return struct.pack('<II', 0x184D2A5B, len(payload)) + payload
+
+
+def damage_zstd(zst, how):
+    b = bytearray(zst)
+    if how == 'checksum':
+        b[-2] ^= 0x01            # inside the last frame's XXH64 content checksum
+    elif how == 'cut_checksum':
+        del b[-2:]
+    elif how == 'cut_half':
+        del b[len(b) // 2:]
+    elif how == 'garbage':
+        b += b'not zstd\n'
+    elif how == 'zeros':
+        b += bytes(8)            # zstd -t refuses zero padding too
+    return bytes(b)
+
+
+ZSTD_DAMAGE = {'checksum': 'zstd checksum mismatch in the frame at byte 0',
+               'cut_checksum': 'truncated zstd frame', 'cut_half': 'truncated zstd frame',
+               'garbage': 'trailing garbage after the zstd data',
+               'zeros': 'trailing garbage after the zstd data'}
+
+
+@pytest.mark.parametrize('how', ZSTD_DAMAGE)
+def test_corrupt_tar_zst(tmp_path, how):
+    """The tar end-of-archive blocks come 1 MiB before the end of the zstd frame: the rest
+    is decoded and checked anyway."""
+    f = tmp_path / ('%s.tar.zst' % how)
+    f.write_bytes(damage_zstd(zstd_frame(padded_tar(50)), how))
+    err = bad_pack(tmp_path, f)
+    assert err.count('\n') == 1 and str(f) in err and ZSTD_DAMAGE[how] in err, err
+
+
+def test_zstd_checksum_mismatch_in_the_last_frame_of_a_tar(tmp_path):
+    """The last frame holds only the record padding after the end-of-archive blocks."""
+    raw = padded_tar(40)
+    eoa = len(small_tar(40))
+    first = zstd_frame(raw[:eoa])
+    f = tmp_path / 'two.tar.zst'
+    f.write_bytes(first + damage_zstd(zstd_frame(raw[eoa:]), 'checksum'))
+    err = bad_pack(tmp_path, f)
+    assert 'zstd checksum mismatch in the frame at byte %d' % len(first) in err, err
+
+
+def test_tar_zst_truncated_in_a_frame_header(tmp_path):
+    """Two bytes of a next frame's magic: as likely stray bytes as a cut frame."""
+    f = tmp_path / 'stray.tar.zst'
+    zst = zstd_frame(padded_tar(10))
+    f.write_bytes(zst + b'\x28\xb5')
+    err = bad_pack(tmp_path, f)
+    assert 'trailing garbage or a truncated zstd frame at byte %d' % len(zst) in err, err
+
+
+def test_multi_frame_tar_zst_with_skippable_frames(tmp_path):
+    """Regression guard (packed before the fix too): frames split at odd offsets, one
+    without a checksum, and skippable frames (RFC 8878, section 3.1.2) between and after
+    them; every member is packed."""
+    raw = padded_tar(40)
+    cuts = [0, 1000, 3333, len(small_tar(40)) - 700, len(raw)]
+    frames = [zstd_frame(raw[a:b]) for a, b in zip(cuts, cuts[1:])]
+    frames[1] = zstandard.ZstdCompressor(write_checksum=False).compress(raw[1000:3333])
+    f = tmp_path / 'frames.tar.zst'
+    f.write_bytes(frames[0] + skippable_frame(b'seekable index, say') + frames[1] +
+                  skippable_frame(b'') + b''.join(frames[2:]) + skippable_frame(b'end'))
+    got = [zds.parse_file_group(s) for s in zds.read_dataset(pack_ok(tmp_path, 'd', f))]
+    assert got == tar_samples(40)
+
+
+# xz (the check field, the index and the stream footer end the stream) and bzip2 (the
+# combined stream CRC) have the same problem; their damage is found by liblzma and libbz2
+# through libarchive, so the message carries their words.
+XZ_BZ2_DAMAGE = {
+    ('xz', 'footer'): lambda b: b[:-8] + bytes([b[-8] ^ 1]) + b[-7:],   # backward size
+    ('xz', 'garbage'): lambda b: b + b'not xz\n',
+    ('xz', 'cut'): lambda b: b[:-20],
+    ('bzip2', 'stream_crc'): lambda b: b[:-3] + bytes([b[-3] ^ 1]) + b[-2:],
+    ('bzip2', 'cut'): lambda b: b[:-4],
+}
+
+
+TAR_SUFFIX = {'zstd': '.tar.zst', 'xz': '.tar.xz', 'bzip2': '.tar.bz2'}
+
+
+@pytest.mark.parametrize('tool,how', XZ_BZ2_DAMAGE)
+def test_corrupt_tar_xz_bz2(tmp_path, tool, how):
+    comp = subprocess.run([tool, '-c'], input=padded_tar(50), check=True,
+                          stdout=subprocess.PIPE).stdout
+    f = tmp_path / (how + TAR_SUFFIX[tool])
+    f.write_bytes(XZ_BZ2_DAMAGE[tool, how](comp))
+    err = bad_pack(tmp_path, f)
+    assert err.count('\n') == 1 and str(f) in err, err
+    assert 'corrupt or truncated %s data' % tool in err, err
+
+
+@pytest.mark.parametrize('tool', ['zstd', 'xz', 'bzip2'])
+def test_padded_compressed_tar(tmp_path, tool):
+    """Regression guard: an undamaged padded tar packs, whatever the compressor."""
+    comp = subprocess.run([tool, '-c'], input=padded_tar(30), check=True,
+                          stdout=subprocess.PIPE).stdout
+    f = tmp_path / ('ok' + TAR_SUFFIX[tool])
+    f.write_bytes(comp)
+    got = [zds.parse_file_group(s) for s in zds.read_dataset(pack_ok(tmp_path, 'd', f))]
+    assert got == tar_samples(30)
+
+
 def run_pack(tmp_path, src, name):
     out = tmp_path / name
     run('pack', src, '-o', out, '-q')

@@ -61,6 +61,12 @@ def main():
     put('tar', 'gnu.tar', tar_bytes([('x' * 110 + '.bin', b'gnu'), ('../up.txt', b'evil')],
                                     fmt=tarfile.GNU_FORMAT))
     put('tar', 'small.tgz', tar_bytes([('k.txt', b'hello')], mode='w:gz'))
+    # two zstd frames with a skippable frame (RFC 8878, section 3.1.2) between them
+    small = tar_bytes([('k.txt', b'hello'), ('k.cls', b'1')])
+    put('tar', 'frames.tar.zst',
+        zstandard.ZstdCompressor(write_checksum=True).compress(small[:700]) +
+        struct.pack('<II', 0x184D2A50, 3) + b'skp' +
+        zstandard.ZstdCompressor(write_checksum=True).compress(small[700:]))
     # npy
     put('npy', 'u2.npy', npy_bytes(np.arange(12, dtype='<u2')))
     put('npy', 'i4be.npy', npy_bytes(np.arange(5, dtype='>i4')))

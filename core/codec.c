@@ -1,0 +1,118 @@
+#include "codec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <archive_entry.h>
+
+#include "gunzip.h"
+#include "unzstd.h"
+
+struct codec {
+	enum codec_kind kind;
+	struct gunzip *gz;       /* CODEC_GZIP */
+	struct unzstd *zs;       /* CODEC_ZSTD */
+};
+
+enum codec_kind codec_sniff(const uint8_t *p, size_t n)
+{
+	uint32_t m;
+
+	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+		return CODEC_GZIP;
+	if (n >= 4) {
+		m = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+			(uint32_t)p[3] << 24;
+		if (m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u)
+			return CODEC_ZSTD;
+	}
+	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
+		return CODEC_XZ;
+	if (n >= 3 && !memcmp(p, "BZh", 3))
+		return CODEC_BZIP2;
+	return CODEC_NONE;
+}
+
+const char *codec_name(enum codec_kind k)
+{
+	static const char *const names[] = {
+		[CODEC_NONE] = "", [CODEC_GZIP] = "gzip", [CODEC_ZSTD] = "zstd",
+		[CODEC_XZ] = "xz", [CODEC_BZIP2] = "bzip2",
+	};
+
+	return names[k];
+}
+
+struct codec *codec_new(enum codec_kind k)
+{
+	struct codec *c;
+
+	if (k != CODEC_GZIP && k != CODEC_ZSTD)
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->kind = k;
+	if (k == CODEC_GZIP ? !(c->gz = gunzip_new()) : !(c->zs = unzstd_new())) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void codec_free(struct codec *c)
+{
+	if (!c)
+		return;
+	gunzip_free(c->gz);
+	unzstd_free(c->zs);
+	free(c);
+}
+
+int codec_decode(struct codec *c, const uint8_t *src, size_t src_len, size_t *src_pos,
+		 uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path, char *err,
+		 size_t errlen)
+{
+	if (c->gz)
+		return gunzip_decode(c->gz, src, src_len, src_pos, dst, dst_cap, dst_pos, path,
+				     err, errlen);
+	return unzstd_decode(c->zs, src, src_len, src_pos, dst, dst_cap, dst_pos, path, err,
+			     errlen);
+}
+
+int codec_finish(const struct codec *c, const char *path, char *err, size_t errlen)
+{
+	if (c->gz)
+		return gunzip_finish(c->gz, path, err, errlen);
+	return unzstd_finish(c->zs, path, err, errlen);
+}
+
+int codec_archive_open(enum codec_kind k, void *ctx, archive_read_callback *read_cb,
+		       const char *path, struct archive **out, char *err, size_t errlen)
+{
+	struct archive *a = archive_read_new();
+	struct archive_entry *e;
+	const char *why;
+
+	if (!a)
+		return -ENOMEM;
+	/* Only the filter for the sniffed magic: filter_all would also run external
+	 * programs, and a mislabelled input should fail here, not decode as something else. */
+	if (k == CODEC_XZ)
+		archive_read_support_filter_xz(a);
+	else
+		archive_read_support_filter_bzip2(a);
+	archive_read_support_format_raw(a);
+	if (archive_read_open(a, ctx, NULL, read_cb, NULL) != ARCHIVE_OK ||
+	    archive_read_next_header(a, &e) != ARCHIVE_OK) {
+		why = archive_error_string(a);
+		snprintf(err, errlen, "%s: cannot read it as %s: %s", path, codec_name(k),
+			 why ? why : "unknown error");
+		archive_read_free(a);
+		return -EBADMSG;
+	}
+	*out = a;
+	return 0;
+}
