@@ -53,8 +53,8 @@ if [ -z "${ZEPHON_RANKS_PER_NODE:-}" ]; then
 		ZEPHON_RANKS_PER_NODE=${SLURM_NTASKS_PER_NODE%%[(,]*}    # "4", "4(x2)", "4,4"
 	elif [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
 		ZEPHON_RANKS_PER_NODE=$SLURM_GPUS_ON_NODE
-	elif [ -n "${SLURM_NTASKS:-}" ] && [ -n "$ZEPHON_NNODES" ]; then
-		ZEPHON_RANKS_PER_NODE=$((SLURM_NTASKS / ZEPHON_NNODES))
+	elif [[ ${SLURM_NTASKS:-} =~ ^[0-9]+$ && $ZEPHON_NNODES =~ ^[0-9]*[1-9][0-9]*$ ]]; then
+		ZEPHON_RANKS_PER_NODE=$((10#$SLURM_NTASKS / 10#$ZEPHON_NNODES))    # 10#: 08 is not octal
 	fi
 fi
 export ZEPHON_RANKS_PER_NODE
@@ -79,7 +79,12 @@ esac
 # one task on every node, sharing the allocation with the job's other steps
 per_node=(srun --overlap --nodes="$ZEPHON_NNODES" --ntasks="$ZEPHON_NNODES" --ntasks-per-node=1)
 
-export ZEPHON_RESUME=${ZEPHON_RESUME:-$("$node_script" resume-point)}
+# A plain assignment, not `export X=$(...)`: export would succeed whatever the command
+# substitution did, and set -e would go on with an empty resume point. A set ZEPHON_RESUME
+# is an override (e.g. restoring an older checkpoint); zephon-node says on stderr which
+# value is used and whether it differs from the journals' point.
+ZEPHON_RESUME=$("$node_script" resume-point --allow-override)
+export ZEPHON_RESUME
 echo "slurm-zephon.sh: $ZEPHON_NNODES nodes x $ZEPHON_RANKS_PER_NODE ranks, resume=$ZEPHON_RESUME, mounts at $ZEPHON_MOUNT" >&2
 
 mount_pid=

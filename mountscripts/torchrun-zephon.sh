@@ -15,7 +15,8 @@
 # Resume: with one node the script computes the resume point from the journals. With
 # several, compute it ONCE per job before any node starts, on a machine that sees the
 # shared journal directory, and give the same value to every node:
-#   export ZEPHON_RESUME=$(ZEPHON_JOURNAL_DIR=/shared/journals mountscripts/zephon-node resume-point)
+#   ZEPHON_RESUME=$(ZEPHON_JOURNAL_DIR=/shared/journals mountscripts/zephon-node resume-point)
+#   export ZEPHON_RESUME
 # (each node's mount writes its journal as soon as it starts, so nodes computing it
 # themselves could see each other's new layouts). A checkpoint mark that rank 0 wrote to
 # $ZEPHON_MOUNT/control after saving the model wins over the slowest rank's progress.
@@ -78,11 +79,19 @@ fi
 [[ $nnodes =~ ^[0-9]+$ ]] || die "--nnodes=$nnodes: a fixed number of nodes, please (an elastic range MIN:MAX cannot keep every rank's mount fixed)"
 [[ $nproc =~ ^[0-9]+$ ]] || die "--nproc_per_node=$nproc: give the number of workers per node"
 [[ $node_rank =~ ^[0-9]+$ ]] || die "--node_rank=$node_rank is not a number"
+# decimal, also with leading zeros ($((08)) would be a bad octal number)
+nnodes=$((10#$nnodes)) nproc=$((10#$nproc)) node_rank=$((10#$node_rank))
 
 export ZEPHON_NNODES=$nnodes ZEPHON_NODE=$node_rank ZEPHON_RANKS_PER_NODE=$nproc
-if [ -z "${ZEPHON_RESUME:-}" ]; then
-	[ "$nnodes" = 1 ] || die "ZEPHON_RESUME is not set: with $nnodes nodes compute it once, before any node starts (see --help)"
-	ZEPHON_RESUME=$("$node_script" resume-point)
+if [ "$nnodes" = 1 ]; then
+	# the journals' point, or a set ZEPHON_RESUME (an override, e.g. an older checkpoint;
+	# zephon-node says on stderr when it differs from the journals')
+	ZEPHON_RESUME=$("$node_script" resume-point --allow-override)
+elif [ -z "${ZEPHON_RESUME:-}" ]; then
+	die "ZEPHON_RESUME is not set: with $nnodes nodes compute it once, before any node starts (see --help)"
+else
+	# not compared with the journals: the other nodes' mounts may be writing them already
+	echo "$me: using ZEPHON_RESUME=$ZEPHON_RESUME from the environment" >&2
 fi
 export ZEPHON_RESUME
 
@@ -121,20 +130,28 @@ case " $* " in
 	fi ;;
 esac
 
-child=
+# Unmount only what this script mounted: when the mount fails (e.g. another job's mount
+# is live at the same ZEPHON_MOUNT) the mountpoint is not ours to touch.
+child= mounted=0 stop=
 cleanup() {
 	trap - EXIT INT TERM
 	if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
 		kill -TERM "$child" 2>/dev/null || true
 		wait "$child" 2>/dev/null || true
 	fi
-	"$node_script" umount || true
+	[ "$mounted" = 0 ] || "$node_script" umount || true
 }
 trap cleanup EXIT
+# bash runs a trap only once the mount command has returned: remember the signal until
+# `mounted` says whether there is something to unmount
+trap 'stop=143' TERM
+trap 'stop=130' INT
+
+"$node_script" mount        # on failure, set -e exits: nothing of ours is mounted
+mounted=1
 trap 'exit 143' TERM
 trap 'exit 130' INT
-
-"$node_script" mount
+[ -z "$stop" ] || exit "$stop"
 ZEPHON_MOUNT=$("$node_script" path)
 export ZEPHON_MOUNT
 echo "$me: node $node_rank of $nnodes: ranks $((node_rank * nproc))-$((node_rank * nproc + nproc - 1)) at $ZEPHON_MOUNT, resume=$ZEPHON_RESUME" >&2

@@ -513,7 +513,8 @@ def test_systemd_unit_commands_mount_and_unmount(ds, tmp_path):
     words = {k: systemd_words(v, env, 'demo') for k, v in cmds}
     assert words['ExecStart'][1][:2] == ['/usr/local/bin/zephon', 'mount'] and '-f' in words['ExecStart'][1]
     start = [ZEPHON] + words['ExecStart'][1][1:]
-    subprocess.run(words['ExecStartPre'][1], check=True)
+    # systemd gives every Exec line the EnvironmentFile's variables
+    subprocess.run(words['ExecStartPre'][1], check=True, env=dict(os.environ, **env))
     errf = open(tmp_path / 'unit.stderr', 'wb')
     proc = subprocess.Popen(start, stdout=subprocess.DEVNULL, stderr=errf)
     errf.close()
@@ -584,3 +585,196 @@ def test_quickstart_runs_twice(tmp_path):
         assert 'samples       117659' in out, out
         assert 'samples:48@3' in out and '== 7/7 done' in out, out
         assert not mounts_under(tmp_path), out
+
+
+# ---------------------------------------------------------------------------
+# launcher bugs: a leftover ZEPHON_RESUME, another job's mount, a stale mount, a failing
+# resume point, and the papercuts around them
+
+def one_node_env(tmp, name, d, **kw):
+    """One node of 2 ranks, global_batch 4, micro_batch 1: zephon-node's variables."""
+    return base_env(tmp, name, ZEPHON_DATASET=d, ZEPHON_NNODES=1, ZEPHON_NODE=0,
+                    ZEPHON_RANKS_PER_NODE=2,
+                    ZEPHON_OPTIONS='global_batch=4,micro_batch=1,seed=%d' % SEED, **kw)
+
+
+def node_mp(env, n=0):
+    return pathlib.Path(env['ZEPHON_MOUNT'].replace('%n', str(n)))
+
+
+def consume(env, micros, log):
+    """Mount node 0 with zephon-node, read `micros` micro-batches on each of its 2 ranks,
+    unmount; returns the journals' resume point."""
+    env = dict(env, ZEPHON_RESUME=sh([NODE, 'resume-point'], env)[1].strip())
+    sh([NODE, 'mount'], env)
+    mp = node_mp(env)
+    try:
+        for r in (0, 1):
+            read_claims(mp, r, micros, log)
+    finally:
+        sh([NODE, 'umount'], env)
+        if mounted(mp):
+            unmount(mp)
+    env.pop('ZEPHON_RESUME')
+    return sh([NODE, 'resume-point'], env)[1].strip()
+
+
+def test_resume_point_ignores_a_leftover_zephon_resume(ds, tmp_path):
+    """`export ZEPHON_RESUME=$(zephon-node resume-point)` in the shell of the last job must
+    not hand that value back to the next one: resume-point reads the journals and says
+    the set value differs; the launchers honour a set value as an override, saying so."""
+    d, _ = ds
+    env = one_node_env(tmp_path, 'left', d, ZEPHON_TORCHRUN='true')
+    consume(env, 2, tmp_path / 'first.jsonl')
+    point = consume(env, 2, tmp_path / 'second.jsonl')
+    assert point == 'samples:8@2', point
+    stale = 'samples:4@1'                      # what the shell kept from the first job
+    rc, out, err = sh([NODE, 'resume-point'], dict(env, ZEPHON_RESUME=stale))
+    assert out.strip() == point, (out, err)
+    assert stale in err and point in err and 'probably left' in err, err
+    # the same value: nothing to say
+    rc, out, err = sh([NODE, 'resume-point'], dict(env, ZEPHON_RESUME=point))
+    assert out.strip() == point and not err.strip(), (out, err)
+    # the launchers: a set value is an override and wins, and they say which and why
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'], dict(env, ZEPHON_RESUME=stale))
+    assert out.strip() == stale, (out, err)
+    assert "using ZEPHON_RESUME=%s from the environment, not the journals' point %s" % (
+        stale, point) in err, err
+    rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'],
+                    dict(env, ZEPHON_RESUME=stale))
+    assert "not the journals' point %s" % point in err and 'resume=%s' % stale in err, err
+    job = dict(SLURM_JOB_ID=21, SLURM_JOB_NUM_NODES=1, SLURM_NNODES=1, SLURM_NTASKS_PER_NODE=2,
+               SLURM_NTASKS=2, SLURM_NODEID=0, SLURM_PROCID=0, SLURM_LOCALID=0)
+    # (that mount recorded a layout starting at the override: the journals say so now)
+    point = sh([NODE, 'resume-point'], env)[1].strip()
+    assert point == stale, point
+    senv = dict(env, ZEPHON_RESUME='samples:0@0', **{k: str(v) for k, v in job.items()})
+    for k in ('ZEPHON_NNODES', 'ZEPHON_NODE', 'ZEPHON_RANKS_PER_NODE'):
+        del senv[k]
+    rc, _, err = sh([SLURM, 'true'], senv)
+    assert "not the journals' point %s" % point in err and 'resume=samples:0@0,' in err, err
+    assert not mounts_under(tmp_path)
+
+
+def test_mount_failure_leaves_another_jobs_mount_alone(ds, tmp_path):
+    """Job A's mount is live at ZEPHON_MOUNT; job B (its own journals, the same mountpoint)
+    fails to mount through every launcher, and A's mount stays up and readable."""
+    d, _ = ds
+    a = one_node_env(tmp_path, 'jobA', d, ZEPHON_RESUME='samples:0@0')
+    b = dict(one_node_env(tmp_path, 'jobB', d, ZEPHON_TORCHRUN='true'),
+             ZEPHON_MOUNT=a['ZEPHON_MOUNT'])
+    mp = node_mp(a)
+    sh([NODE, 'mount'], a)
+    try:
+        def a_is_up():
+            assert mounted(mp) and status(mp)['journal'].startswith(a['ZEPHON_JOURNAL_DIR'])
+        rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'], b, check=False)
+        assert rc != 0 and 'already mounted' in err, err
+        a_is_up()
+        job = dict(SLURM_JOB_ID=31, SLURM_JOB_NUM_NODES=1, SLURM_NNODES=1,
+                   SLURM_NTASKS_PER_NODE=2, SLURM_NTASKS=2, SLURM_NODEID=0, SLURM_PROCID=0,
+                   SLURM_LOCALID=0)
+        senv = dict(b, **{k: str(v) for k, v in job.items()})
+        for k in ('ZEPHON_NNODES', 'ZEPHON_NODE', 'ZEPHON_RANKS_PER_NODE'):
+            del senv[k]
+        rc, _, err = sh([SLURM, 'true'], senv, check=False, timeout=60)
+        assert rc != 0 and 'mount of another job' in err, err
+        a_is_up()
+        # zephon-node itself: B's umount refuses A's mount
+        rc, _, err = sh([NODE, 'umount'], b, check=False)
+        assert rc != 0 and 'not unmounting' in err, err
+        a_is_up()
+        # the systemd unit: its start refuses the live mount, its ExecStopPost (which also
+        # runs after a failed start) does not detach it
+        words = {k: systemd_words(v, dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(mp),
+                                          ZEPHON_OPTIONS='world_size=1'), 'demo')
+                 for k, v in unit_commands(UNIT.read_text())}
+        uenv = dict(os.environ, ZEPHON_OPTIONS='world_size=1')
+        p = subprocess.run(words['ExecStartPre'][1], env=uenv, stderr=subprocess.PIPE)
+        assert p.returncode != 0 and b'already mounted' in p.stderr, p.stderr
+        subprocess.run(words['ExecStopPost'][1], env=uenv)
+        a_is_up()
+        assert read_all(mp / 'rank' / '0' / 'next')
+    finally:
+        sh([NODE, 'umount'], a, check=False)
+        if mounted(mp):
+            unmount(mp)
+    assert not mounts_under(tmp_path)
+
+
+def test_node_mount_over_a_stale_mount(ds, tmp_path):
+    """After kill -9 the mountpoint is stale (every stat fails with ENOTCONN): zephon-node
+    mount leaves it to zephon, which clears it and mounts; so does the systemd unit."""
+    d, _ = ds
+    env = one_node_env(tmp_path, 'stale', d, ZEPHON_RESUME='samples:0@0')
+    mp = node_mp(env)
+    for attempt in ('zephon-node', 'unit'):
+        p = subprocess.Popen([str(NODE), 'mount', '-f'], env=strenv(env),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            sh([NODE, 'wait'], env)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=30)
+        assert mounted(mp)
+        with pytest.raises(OSError):
+            os.stat(mp)
+        try:
+            if attempt == 'unit':
+                words = {k: systemd_words(v, dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(mp),
+                                                  ZEPHON_OPTIONS='world_size=1'), 'demo')
+                         for k, v in unit_commands(UNIT.read_text())}
+                p = subprocess.run(words['ExecStartPre'][1], stderr=subprocess.PIPE,
+                                   env=dict(os.environ, ZEPHON_OPTIONS='world_size=1'))
+                assert p.returncode == 0, p.stderr
+            rc, _, err = sh([NODE, 'mount'], env)
+            assert 'cleared a stale mount' in err, err
+            assert status(mp)['world_size'] == 2
+        finally:
+            sh([NODE, 'umount'], env, check=False)
+            if mounted(mp):
+                unmount(mp)
+    assert not mounts_under(tmp_path)
+
+
+def test_slurm_script_stops_when_the_resume_point_fails(ds, tmp_path):
+    """A corrupt journal: the batch script stops at once with the journal's error and a
+    non-zero status, instead of mounting with an empty resume point and waiting."""
+    d, _ = ds
+    job = dict(SLURM_JOB_ID=41, SLURM_JOB_NUM_NODES=2, SLURM_NNODES=2, SLURM_NTASKS_PER_NODE=1,
+               SLURM_NTASKS=2, SLURM_NODEID=0, SLURM_PROCID=0, SLURM_LOCALID=0)
+    env = base_env(tmp_path, 'corrupt', ZEPHON_DATASET=d,
+                   ZEPHON_OPTIONS='global_batch=4,seed=%d' % SEED, **job)
+    jd = pathlib.Path(env['ZEPHON_JOURNAL_DIR'])
+    jd.mkdir()
+    (jd / 'node-5.sqlite').write_bytes(b'not a database, ' * 512)
+    rc, out, err = sh([NODE, 'resume-point'], env, check=False)
+    assert rc != 0 and not out.strip(), (out, err)
+    t0 = time.time()
+    rc, _, err = sh([SLURM, 'true'], env, check=False, timeout=25)
+    assert rc != 0 and 'node-5.sqlite' in err, err
+    assert 'resume=,' not in err and 'ZEPHON_RESUME is not set' not in err, err
+    assert time.time() - t0 < 20, err
+    assert not mounts_under(tmp_path)
+
+
+def test_launcher_papercuts(ds, tmp_path):
+    d, _ = ds
+    env = one_node_env(tmp_path, 'cuts', d, ZEPHON_RESUME='samples:0@0')
+    # decimals with leading zeros are not octal
+    out = sh([NODE, 'options'], dict(env, ZEPHON_NNODES='08', ZEPHON_NODE='07'))[1]
+    assert 'world_size=16,ranks=14-15,' in out and 'node-7.sqlite' in out, out
+    # spaces in ZEPHON_OPTIONS are refused by the script, not inside zephon
+    rc, _, err = sh([NODE, 'options'], dict(env, ZEPHON_OPTIONS=' global_batch=12, seed=1'),
+                    check=False)
+    assert rc != 0 and 'white space' in err, err
+    # a journal directory that does not exist: the first run, but say so (a typo?)
+    rc, out, err = sh([NODE, 'resume-point'], dict(env, ZEPHON_JOURNAL_DIR=str(tmp_path / 'typo')))
+    assert out.strip() == 'samples:0@0' and 'does not exist' in err, (out, err)
+    # the unit refuses an empty ZEPHON_OPTIONS before zephon sees -o ""
+    words = {k: systemd_words(v, dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(tmp_path / 'u'),
+                                      ZEPHON_OPTIONS=''), 'demo')
+             for k, v in unit_commands(UNIT.read_text())}
+    p = subprocess.run(words['ExecStartPre'][1], stderr=subprocess.PIPE,
+                       env=dict(os.environ, ZEPHON_OPTIONS=''))
+    assert p.returncode != 0 and b'ZEPHON_OPTIONS is empty in /etc/zephon/demo.conf' in p.stderr, p.stderr
