@@ -30,7 +30,8 @@ enum codec_kind codec_sniff(const uint8_t *p, size_t n)
 	}
 	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
 		return CODEC_XZ;
-	if (n >= 3 && !memcmp(p, "BZh", 3))
+	/* "BZh" and the block size, '1'..'9' (bzip2's own check, bzip2.c) */
+	if (n >= 4 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9')
 		return CODEC_BZIP2;
 	return CODEC_NONE;
 }
@@ -110,6 +111,15 @@ int codec_archive_open(enum codec_kind k, void *ctx, archive_read_callback *read
 		why = archive_error_string(a);
 		snprintf(err, errlen, "%s: cannot read it as %s: %s", path, codec_name(k),
 			 why ? why : "unknown error");
+		archive_read_free(a);
+		return -EBADMSG;
+	}
+	/* The raw format takes any bytes: when the filter's bidder declines (a damaged
+	 * stream header after the magic), libarchive reads the file as it is. */
+	if (archive_filter_count(a) < 2 ||
+	    archive_filter_code(a, 0) != (k == CODEC_XZ ? ARCHIVE_FILTER_XZ : ARCHIVE_FILTER_BZIP2)) {
+		snprintf(err, errlen, "%s: starts like %s but its stream header is damaged "
+			 "(corrupt file); re-download or re-compress it", path, codec_name(k));
 		archive_read_free(a);
 		return -EBADMSG;
 	}

@@ -23,7 +23,7 @@ enum codec_kind { CODEC_NONE, CODEC_GZIP, CODEC_ZSTD, CODEC_XZ, CODEC_BZIP2 };
 /* The compression of a file that starts with p[0, n) (n >= 6 to tell them all apart):
  * gzip (RFC 1952, section 2.3.1: 1f 8b), zstd (RFC 8878, section 3.1.1: a frame magic
  * 0xFD2FB528 or a skippable one 0x184D2A5?, little-endian), xz ("\xfd7zXZ\0") or bzip2
- * ("BZh"); CODEC_NONE otherwise. Pure. */
+ * ("BZh" and a block size 1-9); CODEC_NONE otherwise. Pure. */
 enum codec_kind codec_sniff(const uint8_t *p, size_t n);
 
 /* "gzip", "zstd", "xz", "bzip2"; "" for CODEC_NONE. */

@@ -42,6 +42,12 @@ static int data_error(const struct unzstd *z, size_t zr, const char *path, char 
 	case ZSTD_error_memory_allocation:
 		snprintf(err, errlen, "%s: out of memory decoding zstd data", path);
 		return -ENOMEM;
+	case ZSTD_error_frameParameter_windowTooLarge:
+		/* zstd --long=N with N > 27: the default limit, as for `zstd -d` */
+		snprintf(err, errlen, "%s: the zstd frame at byte %ju needs a window larger than "
+			 "128 MiB (compressed with zstd --long); re-compress it without --long",
+			 path, (uintmax_t)z->frame_start);
+		break;
 	case ZSTD_error_checksum_wrong:
 		snprintf(err, errlen, "%s: zstd checksum mismatch in the frame at byte %ju (corrupt "
 			 "or truncated file); re-download or re-compress it", path,

@@ -1137,6 +1137,35 @@ def test_padded_compressed_tar(tmp_path, tool):
     assert got == tar_samples(30)
 
 
+def test_damaged_bzip2_stream_header_is_refused(tmp_path):
+    """A file that starts like bzip2 but whose first block magic is damaged was read by
+    libarchive's raw format as it is: packed as text of compressed bytes."""
+    text = b''.join(b'line %d of some text\n' % i for i in range(400))
+    comp = bytearray(subprocess.run(['bzip2', '-c'], input=text, check=True,
+                                    stdout=subprocess.PIPE).stdout)
+    comp[4] ^= 0xFF                         # the block magic after "BZh9"
+    f = tmp_path / 'bad.txt.bz2'
+    f.write_bytes(bytes(comp))
+    err = bad_pack(tmp_path, f)
+    assert str(f) in err and 'bzip2' in err and 'damaged' in err, err
+    # a plain text file that merely starts with "BZh" is text
+    g = tmp_path / 'plain.txt'
+    g.write_bytes(b'BZh is not a block size\nsecond\n')
+    assert zds.read_dataset(pack_ok(tmp_path, 'plain', g)) == [b'BZh is not a block size',
+                                                               b'second']
+
+
+def test_zstd_long_window_is_named(tmp_path):
+    """zstd --long=31 over a stream of unknown size asks for a 2 GiB window, past the
+    decoder's default limit (as for zstd -d): say so, not just 'corrupt'."""
+    comp = subprocess.run(['zstd', '-q', '--long=31', '-c'], input=b'{"a": 1}\n' * 100,
+                          check=True, stdout=subprocess.PIPE).stdout
+    f = tmp_path / 'long.jsonl.zst'
+    f.write_bytes(comp)
+    err = bad_pack(tmp_path, f)
+    assert 'larger than 128 MiB' in err and '--long' in err, err
+
+
 def run_pack(tmp_path, src, name):
     out = tmp_path / name
     run('pack', src, '-o', out, '-q')
