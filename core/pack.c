@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -804,25 +805,29 @@ static int resolve_inputs(struct packer *p, const enum source_format *formats)
 
 		have[i] = source_identify(o->inputs[i], formats[i], &ids[i]) == 0;
 		if (have[i]) {
+			/* k: the first source of the same pair that lacks this name, so that
+			 * the order of the names does not matter (.idx .idx .bin .bin is
+			 * .idx .bin .idx .bin); nsources for none */
+			for (size_t m = 0; ids[i].role != SOURCE_ROLE_FILE && m < p->nsources; m++) {
+				size_t j = p->sources[m];
+
+				if (have[j] && source_id_same(&ids[i], &ids[j]) &&
+				    !(roles[m] & ids[i].role)) {
+					k = m;
+					break;
+				}
+			}
+			if (k < p->nsources) {
+				roles[k] |= ids[i].role;
+				continue;
+			}
+			/* a new source: warn when it repeats one already there */
 			for (size_t j = 0; j < i; j++) {
 				if (have[j] && source_id_same(&ids[i], &ids[j]) &&
 				    ids[i].role == ids[j].role) {
 					notice_repeat(p, i, j);
 					break;
 				}
-			}
-			/* k: the latest source of the same pair, or nsources for none */
-			for (size_t m = p->nsources; ids[i].role != SOURCE_ROLE_FILE && m-- > 0;) {
-				size_t j = p->sources[m];
-
-				if (have[j] && source_id_same(&ids[i], &ids[j])) {
-					k = m;
-					break;
-				}
-			}
-			if (k < p->nsources && !(roles[k] & ids[i].role)) {
-				roles[k] |= ids[i].role;
-				continue;
 			}
 		}
 		roles[p->nsources] = have[i] ? ids[i].role : 0;
@@ -896,58 +901,94 @@ static int plan(struct packer *p, enum source_format *formats)
 	return 0;
 }
 
-/* A pack killed by SIGKILL or a power loss leaves its temporary directory beside out
- * (SIGINT and SIGTERM clean up); a running pack holds an flock on its own. Remove the
- * ones of out whose pack is gone, saying so. (A ".zephon-old-" directory is the old
- * dataset of a --force replace cut short between its two renames: it is left alone.) */
+/* This machine's name for temporary directory names: gethostname(), '?' if unknown. */
+static void host_name(char *out, size_t len)
+{
+	if (gethostname(out, len - 1) != 0 || !*out)
+		snprintf(out, len, "?");
+	out[len - 1] = 0;
+	for (char *c = out; *c; c++)
+		if (*c == '/')
+			*c = '_';
+}
+
+/*
+ * A pack killed by SIGKILL or a power loss leaves its temporary directory beside out
+ * (SIGINT and SIGTERM clean up). Its name says which pack made it,
+ * ".NAME.zephon-tmp-HOST-PID-XXXXXX": remove the ones of out whose pack is gone, saying
+ * so. Gone means made on this host, by a pid that no longer exists, and with the flock
+ * its pack holds free (a pid of another pid namespace, say). Another host's are left
+ * alone with a note: that pack may be running. (A ".zephon-old-" directory is the old
+ * dataset of a --force replace cut short between its two renames: left alone too.)
+ */
 static void remove_leftovers(struct packer *p, const char *parent, const char *base)
 {
 	DIR *d = opendir(parent);
 	struct dirent *de;
-	char *prefix = NULL;
+	char *prefix = NULL, host[256];
 
 	if (!d || asprintf(&prefix, ".%s.zephon-tmp-", base) < 0) {
 		if (d)
 			closedir(d);
 		return;
 	}
+	host_name(host, sizeof(host));
 	while ((de = readdir(d))) {
-		char *path = NULL, msg[PATH_MAX + 96];
-		int fd;
+		const char *rest = de->d_name + strlen(prefix), *dash;
+		char *path = NULL, msg[PATH_MAX + 160], *end;
+		long pid;
+		int fd, rc;
 
 		if (strncmp(de->d_name, prefix, strlen(prefix)) || strstr(de->d_name, ".zephon-old-"))
 			continue;
-		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0)
+		/* HOST-PID-XXXXXX, parsed from the right: a host name may hold '-' */
+		dash = strrchr(rest, '-');
+		if (!dash || dash == rest || strlen(dash + 1) != 6)
 			continue;
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && asprintf(&path, "%s/%s", parent,
-								   de->d_name) >= 0) {
-			int rc = remove_flat_dir(path);
-
-			snprintf(msg, sizeof(msg), rc ? "cannot remove %s, left by an interrupted "
-				 "pack: %s" : "removed %s, left by an interrupted pack%s", path,
-				 rc ? strerror(-rc) : "");
+		while (--dash > rest && *dash != '-')
+			;
+		if (dash == rest || (pid = strtol(dash + 1, &end, 10)) <= 0 || *end != '-')
+			continue;
+		if (asprintf(&path, "%s/%s", parent, de->d_name) < 0)
+			break;
+		if ((size_t)(dash - rest) != strlen(host) || strncmp(rest, host, strlen(host))) {
+			snprintf(msg, sizeof(msg), "%s: left by a pack on host %.*s; remove it if no "
+				 "pack runs there any more", path, (int)(dash - rest), rest);
 			if (p->o->notice)
 				p->o->notice(p->o->ctx, msg);
-			free(path);
+		} else if (kill((pid_t)pid, 0) != 0 && errno == ESRCH &&
+			   (fd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+					O_NOFOLLOW)) >= 0) {
+			if (flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
+				rc = remove_flat_dir(path);
+				snprintf(msg, sizeof(msg), rc ? "cannot remove %s, left by an "
+					 "interrupted pack: %s" : "removed %s, left by an interrupted "
+					 "pack%s", path, rc ? strerror(-rc) : "");
+				if (p->o->notice)
+					p->o->notice(p->o->ctx, msg);
+			}
+			close(fd);
 		}
-		close(fd);
+		free(path);
 	}
 	free(prefix);
 	closedir(d);
 }
 
-/* Make the temporary directory beside out, locked as this pack's (remove_leftovers). */
+/* Make the temporary directory beside out, named and locked as this pack's
+ * (remove_leftovers). */
 static int make_tmp(struct packer *p)
 {
-	char *copy1 = strdup(p->o->out), *copy2 = strdup(p->o->out);
+	char *copy1 = strdup(p->o->out), *copy2 = strdup(p->o->out), host[256];
 	int rc = 0;
 
+	host_name(host, sizeof(host));
 	if (copy1 && copy2) {
 		char *parent = dirname(copy1), *base = basename(copy2);
 
 		remove_leftovers(p, parent, base);
-		if (asprintf(&p->tmpdir, "%s/.%s.zephon-tmp-XXXXXX", parent, base) < 0)
+		if (asprintf(&p->tmpdir, "%s/.%s.zephon-tmp-%s-%d-XXXXXX", parent, base, host,
+			     (int)getpid()) < 0)
 			p->tmpdir = NULL;
 	}
 	if (!p->tmpdir) {
@@ -960,7 +1001,9 @@ static int make_tmp(struct packer *p)
 	} else if ((p->dirfd = open(p->tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		rc = fail(p, -errno, "%s: %s", p->tmpdir, strerror(errno));
 	} else {
-		flock(p->dirfd, LOCK_EX); /* held until the pack ends: it is not a leftover */
+		/* held until the pack ends; unsupported on some network file systems, where
+		 * the pid in the name is the guard */
+		flock(p->dirfd, LOCK_EX);
 		/* mkdtemp makes 0700; a dataset is as readable as any new directory */
 		mode_t mask = umask(0);
 

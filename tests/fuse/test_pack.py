@@ -251,6 +251,14 @@ def test_input_given_twice_is_packed_twice_with_a_warning(tmp_path, monkeypatch)
     info = info_json(tmp_path / 'meg2')
     assert len(info['sources']) == 2
     assert info['samples'] == 2 * len(tokens) // 8
+    # the pair twice, whatever the order of its names: two sources, one warning
+    for order in (['m.idx', 'm.bin', 'm.idx', 'm.bin'], ['m.idx', 'm.idx', 'm.bin', 'm.bin'],
+                  ['m.bin', 'm.idx', 'm.idx', 'm.bin']):
+        out = 'meg-' + ''.join(n[2] for n in order)
+        p = run('pack', *order, '--seq-len', '8', '-o', out)
+        assert p.stderr.count('warning') == 1, (order, p.stderr)
+        info = info_json(tmp_path / out)
+        assert (len(info['sources']), info['samples']) == (2, 2 * len(tokens) // 8), order
 
 
 def test_pack_directory(tmp_path):
@@ -669,6 +677,16 @@ def test_killed_pack_leftover_is_removed_by_the_next(tmp_path, data):
     assert 'removed %s, left by an interrupted pack' % left_b in p.stderr, p.stderr
     assert tmpdirs() == []
     assert zds.read_dataset(parent / 'out') == [b'a', b'b']
+    # the name says whose it is: another host's is only noted (that pack may be alive),
+    # and one of this host whose pid lives is kept even with its lock free (the moment
+    # between its creation and its lock, or a pack of another pid namespace)
+    other = parent / '.out.zephon-tmp-elsewhere-1-abcdef'
+    mine = parent / ('.out.zephon-tmp-%s-%d-ghijkl' % (os.uname().nodename, os.getpid()))
+    other.mkdir()
+    mine.mkdir()
+    p = run('pack', small, '-o', parent / 'out', '--force')
+    assert '%s: left by a pack on host elsewhere' % other in p.stderr, p.stderr
+    assert other.exists() and mine.exists()
 
 
 def test_existing_empty_directory_as_output(tmp_path):
