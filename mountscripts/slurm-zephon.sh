@@ -23,7 +23,9 @@
 #   ZEPHON_OPTIONS (global_batch=...,micro_batch=...,seed=...), ZEPHON_MOUNT (node-local,
 #   default /tmp/zephon-$SLURM_JOB_ID), ZEPHON_RANKS_PER_NODE (default: the job's
 #   --ntasks-per-node, else the GPUs on the node, else tasks / nodes), ZEPHON_RESUME
-#   (default: computed in step 1), ZEPHON (the executable).
+#   (default: computed in step 1; a set one must equal that point, else the job stops,
+#   unless ZEPHON_RESUME_OVERRIDE=1: sbatch passes on a value left in the submitting
+#   shell), ZEPHON (the executable).
 # Per-node subcommands (what srun runs on each node; SLURM_NODEID picks the node):
 #   slurm-zephon.sh node | wait | umount      and   slurm-zephon.sh resume-point
 set -euo pipefail
@@ -81,8 +83,9 @@ per_node=(srun --overlap --nodes="$ZEPHON_NNODES" --ntasks="$ZEPHON_NNODES" --nt
 
 # A plain assignment, not `export X=$(...)`: export would succeed whatever the command
 # substitution did, and set -e would go on with an empty resume point. A set ZEPHON_RESUME
-# is an override (e.g. restoring an older checkpoint); zephon-node says on stderr which
-# value is used and whether it differs from the journals' point.
+# that differs from the journals' point stops the job here, before anything is mounted,
+# unless ZEPHON_RESUME_OVERRIDE=1 (e.g. restoring an older checkpoint): sbatch exports the
+# submitting shell's environment, where one may be left from an earlier job.
 ZEPHON_RESUME=$("$node_script" resume-point --allow-override)
 export ZEPHON_RESUME
 echo "slurm-zephon.sh: $ZEPHON_NNODES nodes x $ZEPHON_RANKS_PER_NODE ranks, resume=$ZEPHON_RESUME, mounts at $ZEPHON_MOUNT" >&2

@@ -12,9 +12,10 @@
 # workers (each reads $ZEPHON_MOUNT/rank/$RANK/next), runs torchrun, unmounts when torchrun
 # ends (or this script is stopped), and exits with torchrun's status.
 #
-# Resume: with one node the script computes the resume point from the journals. With
-# several, compute it ONCE per job before any node starts, on a machine that sees the
-# shared journal directory, and give the same value to every node:
+# Resume: with one node the script computes the resume point from the journals (a set
+# ZEPHON_RESUME that differs from it stops the script unless ZEPHON_RESUME_OVERRIDE=1, see
+# zephon-node --help). With several, compute it ONCE per job before any node starts, on a
+# machine that sees the shared journal directory, and give the same value to every node:
 #   ZEPHON_RESUME=$(ZEPHON_JOURNAL_DIR=/shared/journals mountscripts/zephon-node resume-point)
 #   export ZEPHON_RESUME
 # (each node's mount writes its journal as soon as it starts, so nodes computing it
@@ -84,8 +85,8 @@ nnodes=$((10#$nnodes)) nproc=$((10#$nproc)) node_rank=$((10#$node_rank))
 
 export ZEPHON_NNODES=$nnodes ZEPHON_NODE=$node_rank ZEPHON_RANKS_PER_NODE=$nproc
 if [ "$nnodes" = 1 ]; then
-	# the journals' point, or a set ZEPHON_RESUME (an override, e.g. an older checkpoint;
-	# zephon-node says on stderr when it differs from the journals')
+	# the journals' point; a set ZEPHON_RESUME only when it is that point too, or when
+	# ZEPHON_RESUME_OVERRIDE=1 says it is meant (e.g. an older checkpoint)
 	ZEPHON_RESUME=$("$node_script" resume-point --allow-override)
 elif [ -z "${ZEPHON_RESUME:-}" ]; then
 	die "ZEPHON_RESUME is not set: with $nnodes nodes compute it once, before any node starts (see --help)"

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -622,9 +623,9 @@ def consume(env, micros, log):
 def test_resume_point_ignores_a_leftover_zephon_resume(ds, tmp_path):
     """`export ZEPHON_RESUME=$(zephon-node resume-point)` in the shell of the last job must
     not hand that value back to the next one: resume-point reads the journals and says
-    the set value differs; the launchers honour a set value as an override, saying so."""
+    the set value differs."""
     d, _ = ds
-    env = one_node_env(tmp_path, 'left', d, ZEPHON_TORCHRUN='true')
+    env = one_node_env(tmp_path, 'left', d)
     consume(env, 2, tmp_path / 'first.jsonl')
     point = consume(env, 2, tmp_path / 'second.jsonl')
     assert point == 'samples:8@2', point
@@ -635,24 +636,197 @@ def test_resume_point_ignores_a_leftover_zephon_resume(ds, tmp_path):
     # the same value: nothing to say
     rc, out, err = sh([NODE, 'resume-point'], dict(env, ZEPHON_RESUME=point))
     assert out.strip() == point and not err.strip(), (out, err)
-    # the launchers: a set value is an override and wins, and they say which and why
-    rc, out, err = sh([NODE, 'resume-point', '--allow-override'], dict(env, ZEPHON_RESUME=stale))
+    # ZEPHON_RESUME_OVERRIDE is for the launchers' --allow-override only
+    rc, out, err = sh([NODE, 'resume-point'],
+                      dict(env, ZEPHON_RESUME=stale, ZEPHON_RESUME_OVERRIDE=1))
+    assert out.strip() == point, (out, err)
+
+
+def test_launchers_refuse_a_leftover_zephon_resume(ds, tmp_path):
+    """sbatch passes the submitting shell's environment on, so a ZEPHON_RESUME left there by
+    the manual recipe reaches the next job unasked. `resume-point --allow-override` (the
+    launchers) takes a set value only when it is the journals' point or when
+    ZEPHON_RESUME_OVERRIDE=1 says it is meant; otherwise the job stops before mounting,
+    naming both values and both ways out. Multi-node torchrun, which only receives the
+    value, takes it as it is."""
+    d, _ = ds
+    env = one_node_env(tmp_path, 'left', d, ZEPHON_TORCHRUN='true')
+    consume(env, 2, tmp_path / 'first.jsonl')
+    point = consume(env, 2, tmp_path / 'second.jsonl')
+    assert point == 'samples:8@2', point
+    stale = 'samples:4@1'
+    forced = dict(env, ZEPHON_RESUME=stale, ZEPHON_RESUME_OVERRIDE=1)
+
+    # zephon-node: a different value is refused, an equal one used, an intended one used
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'], dict(env, ZEPHON_RESUME=stale),
+                      check=False)
+    assert rc != 0 and not out.strip(), (rc, out, err)
+    assert 'ZEPHON_RESUME=%s is set but the journals in' % stale in err and point in err, err
+    assert 'unset ZEPHON_RESUME' in err and 'ZEPHON_RESUME_OVERRIDE=1' in err, err
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'], dict(env, ZEPHON_RESUME=point))
+    assert out.strip() == point and "the journals' point too" in err, (out, err)
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'], forced)
     assert out.strip() == stale, (out, err)
-    assert "using ZEPHON_RESUME=%s from the environment, not the journals' point %s" % (
+    assert "using ZEPHON_RESUME=%s (ZEPHON_RESUME_OVERRIDE=1), not the journals' point %s" % (
         stale, point) in err, err
-    rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'],
-                    dict(env, ZEPHON_RESUME=stale))
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'],
+                      dict(forced, ZEPHON_RESUME_OVERRIDE='yes'), check=False)
+    assert rc != 0 and not out.strip() and 'ZEPHON_RESUME_OVERRIDE=yes' in err, (out, err)
+
+    # single-node torchrun: refused before it mounts; with the override it runs from there
+    tr = [TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py']
+    rc, _, err = sh(tr, dict(env, ZEPHON_RESUME=stale), check=False)
+    assert rc != 0 and 'ZEPHON_RESUME_OVERRIDE=1' in err and 'resume=' not in err, err
+    assert not mounts_under(tmp_path)
+    assert sh([NODE, 'resume-point'], env)[1].strip() == point      # nothing was recorded
+    rc, _, err = sh(tr, forced)
     assert "not the journals' point %s" % point in err and 'resume=%s' % stale in err, err
-    job = dict(SLURM_JOB_ID=21, SLURM_JOB_NUM_NODES=1, SLURM_NNODES=1, SLURM_NTASKS_PER_NODE=2,
-               SLURM_NTASKS=2, SLURM_NODEID=0, SLURM_PROCID=0, SLURM_LOCALID=0)
     # (that mount recorded a layout starting at the override: the journals say so now)
     point = sh([NODE, 'resume-point'], env)[1].strip()
     assert point == stale, point
+    rc, _, err = sh(tr, dict(env, ZEPHON_RESUME=point))
+    assert 'resume=%s' % point in err, err
+
+    # the SLURM batch step: the same
+    job = dict(SLURM_JOB_ID=21, SLURM_JOB_NUM_NODES=1, SLURM_NNODES=1, SLURM_NTASKS_PER_NODE=2,
+               SLURM_NTASKS=2, SLURM_NODEID=0, SLURM_PROCID=0, SLURM_LOCALID=0)
     senv = dict(env, ZEPHON_RESUME='samples:0@0', **{k: str(v) for k, v in job.items()})
     for k in ('ZEPHON_NNODES', 'ZEPHON_NODE', 'ZEPHON_RANKS_PER_NODE'):
         del senv[k]
-    rc, _, err = sh([SLURM, 'true'], senv)
+    rc, _, err = sh([SLURM, 'true'], senv, check=False, timeout=60)
+    assert rc != 0 and 'the journals in' in err and point in err, err
+    assert 'ZEPHON_RESUME_OVERRIDE=1' in err and 'resume=' not in err, err
+    assert not mounts_under(tmp_path)
+    rc, _, err = sh([SLURM, 'true'], dict(senv, ZEPHON_RESUME_OVERRIDE=1), timeout=60)
     assert "not the journals' point %s" % point in err and 'resume=samples:0@0,' in err, err
+    assert not mounts_under(tmp_path)
+
+    # multi-node torchrun only receives the value: it must not compare (the other nodes'
+    # mounts may be writing the journals already)
+    rc, _, err = sh([TORCHRUN, '--nnodes=2', '--node_rank=0', '--nproc_per_node=2', 'x.py'],
+                    dict(env, ZEPHON_RESUME=stale))
+    assert 'using ZEPHON_RESUME=%s from the environment' % stale in err, err
+    assert 'resume=%s' % stale in err, err
+    assert not mounts_under(tmp_path)
+
+
+def zephon_daemons(mp):
+    """Pids of the zephon processes serving mp (their command line names the mountpoint)."""
+    pids = []
+    for p in pathlib.Path('/proc').iterdir():
+        try:
+            argv = (p / 'cmdline').read_bytes().split(b'\0')
+        except OSError:
+            continue
+        if (p.name.isdigit() and os.path.basename(argv[0]) == b'zephon' and b'mount' in argv
+                and str(mp).encode() in argv):
+            pids.append(int(p.name))
+    return pids
+
+
+def running(pid):
+    """Whether pid is a process that has not exited (a zombie waiting for init has)."""
+    try:
+        stat = pathlib.Path('/proc/%d/stat' % pid).read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(')') + 2] != 'Z'
+
+
+def end_daemons(pids):
+    """SIGCONT, then SIGKILL whatever has not exited within 10 s; wait until all have."""
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        deadline = time.time() + 10
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        while time.time() < deadline and any(running(p) for p in pids):
+            time.sleep(0.1)
+    assert not any(running(p) for p in pids), pids
+
+
+# What torchrun-zephon.sh runs as "torchrun": stops the daemon of $ZEPHON_MOUNT and
+# records its pid, then returns, so the script's cleanup meets a mount that does not answer.
+STOPPER = """#!%s
+import os, pathlib, signal, sys
+mp = os.environ['ZEPHON_MOUNT'].encode()
+for p in pathlib.Path('/proc').iterdir():
+    try:
+        argv = (p / 'cmdline').read_bytes().split(b'\\0')
+    except OSError:
+        continue
+    if p.name.isdigit() and os.path.basename(argv[0]) == b'zephon' and mp in argv:
+        with open(sys.argv[1], 'a') as f:
+            f.write(p.name + '\\n')
+        os.kill(int(p.name), signal.SIGSTOP)
+""" % PY
+
+
+def sh_bounded(args, env, timeout):
+    """sh(check=False) for a command that may block on a mount: its output goes to files (a
+    reader blocked on the mount would hold a pipe open, and sh's own timeout would wait for
+    it), and on timeout its whole session is killed, so a hang fails the test."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([str(a) for a in args], env=strenv(env), stdout=out, stderr=err,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            rc = 'timed out after %ds' % timeout
+        out.seek(0)
+        err.seek(0)
+        out, err = out.read().decode(), err.read().decode(errors='replace')
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    return rc, out, err
+
+
+def test_umount_and_wait_do_not_hang_on_a_stopped_daemon(ds, tmp_path):
+    """A daemon that is alive but does not answer (SIGSTOP) blocks every read of its mount.
+    zephon-node wait reports it as not up and fails within its timeout; zephon-node umount
+    unmounts it (a mount nobody can use), as it did before it read /status to tell another
+    job's mount from this node's; so the launchers' cleanup traps do not hang."""
+    d, _ = ds
+    # (conftest's mounted() is not for here: its realpath() stats the mount, which blocks)
+    env = one_node_env(tmp_path, 'stop', d, ZEPHON_RESUME='samples:0@0', ZEPHON_MOUNT_TIMEOUT=2)
+    mp = node_mp(env)
+    pids = []
+    try:
+        sh([NODE, 'mount'], env)
+        pids = zephon_daemons(mp)
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGSTOP)
+        t0 = time.time()
+        rc, _, err = sh_bounded([NODE, 'wait'], env, 30)
+        assert rc == 1 and 'is mounted but its daemon did not answer' in err, (rc, err)
+        assert 'Killed' not in err, err
+        assert time.time() - t0 < 15, err
+        rc, _, err = sh_bounded([NODE, 'umount'], env, 30)
+        assert rc == 0 and 'does not answer' in err, (rc, err)
+        assert str(mp) not in mounts_under(tmp_path)
+        end_daemons(pids)
+
+        # torchrun-zephon.sh's cleanup trap, end to end
+        stopper = tmp_path / 'stopper'
+        stopper.write_text(STOPPER)
+        stopper.chmod(0o755)
+        pidfile = tmp_path / 'stopped.pid'
+        tenv = dict(env, ZEPHON_TORCHRUN='%s %s' % (stopper, pidfile))
+        del tenv['ZEPHON_RESUME']
+        rc, _, err = sh_bounded([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'],
+                                tenv, 30)
+        pids = [int(l) for l in pidfile.read_text().split()]
+        assert len(pids) == 1, pids
+        assert rc == 0 and 'does not answer' in err, (rc, err)
+        assert str(mp) not in mounts_under(tmp_path)
+    finally:
+        if str(mp) in mounts_under(tmp_path):
+            unmount(mp)
+        end_daemons(pids)
     assert not mounts_under(tmp_path)
 
 
@@ -755,6 +929,14 @@ def test_slurm_script_stops_when_the_resume_point_fails(ds, tmp_path):
     assert rc != 0 and 'node-5.sqlite' in err, err
     assert 'resume=,' not in err and 'ZEPHON_RESUME is not set' not in err, err
     assert time.time() - t0 < 20, err
+    # a set ZEPHON_RESUME that the journals cannot confirm: refused unless meant
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'],
+                      dict(env, ZEPHON_RESUME='samples:8@2'), check=False)
+    assert rc != 0 and not out.strip() and 'cannot be read to confirm it' in err, (out, err)
+    assert 'ZEPHON_RESUME_OVERRIDE=1' in err, err
+    rc, out, err = sh([NODE, 'resume-point', '--allow-override'],
+                      dict(env, ZEPHON_RESUME='samples:8@2', ZEPHON_RESUME_OVERRIDE=1))
+    assert out.strip() == 'samples:8@2' and 'could not be compared' in err, (out, err)
     assert not mounts_under(tmp_path)
 
 
