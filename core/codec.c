@@ -10,8 +10,7 @@
 #include "gunzip.h"
 #include "unzstd.h"
 
-struct codec {
-	enum codec_kind kind;
+struct codec {                   /* exactly one of: */
 	struct gunzip *gz;       /* CODEC_GZIP */
 	struct unzstd *zs;       /* CODEC_ZSTD */
 };
@@ -55,7 +54,6 @@ struct codec *codec_new(enum codec_kind k)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	c->kind = k;
 	if (k == CODEC_GZIP ? !(c->gz = gunzip_new()) : !(c->zs = unzstd_new())) {
 		free(c);
 		return NULL;

@@ -920,19 +920,20 @@ static void host_name(char *out, size_t len)
  * its pack holds free (a pid of another pid namespace, say). Another host's are left
  * alone with a note: that pack may be running. (A ".zephon-old-" directory is the old
  * dataset of a --force replace cut short between its two renames: left alone too.)
+ * host is this machine's, from host_name().
  */
-static void remove_leftovers(struct packer *p, const char *parent, const char *base)
+static void remove_leftovers(struct packer *p, const char *parent, const char *base,
+			     const char *host)
 {
 	DIR *d = opendir(parent);
 	struct dirent *de;
-	char *prefix = NULL, host[256];
+	char *prefix = NULL;
 
 	if (!d || asprintf(&prefix, ".%s.zephon-tmp-", base) < 0) {
 		if (d)
 			closedir(d);
 		return;
 	}
-	host_name(host, sizeof(host));
 	while ((de = readdir(d))) {
 		const char *rest = de->d_name + strlen(prefix), *dash;
 		char *path = NULL, msg[PATH_MAX + 160], *end;
@@ -986,7 +987,7 @@ static int make_tmp(struct packer *p)
 	if (copy1 && copy2) {
 		char *parent = dirname(copy1), *base = basename(copy2);
 
-		remove_leftovers(p, parent, base);
+		remove_leftovers(p, parent, base, host);
 		if (asprintf(&p->tmpdir, "%s/.%s.zephon-tmp-%s-%d-XXXXXX", parent, base, host,
 			     (int)getpid()) < 0)
 			p->tmpdir = NULL;
