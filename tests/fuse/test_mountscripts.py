@@ -459,6 +459,14 @@ def unit_commands(text):
     return cmds
 
 
+def run_unit_line(key, conf, **kw):
+    """Run the unit's `key` Exec line as systemd would for instance demo whose
+    /etc/zephon/demo.conf is `conf`: its words expanded from conf, and conf's variables in
+    its environment (EnvironmentFile)."""
+    words = {k: systemd_words(v, conf, 'demo') for k, v in unit_commands(UNIT.read_text())}
+    return subprocess.run(words[key][1], env=dict(os.environ, **conf), **kw)
+
+
 def systemd_words(cmd, env, instance):
     """The argv systemd runs for one Exec line: a leading '-' (ignore failure), %i,
     ${VAR} (one word), $$ (a literal $); quoting as in systemd.service(5)."""
@@ -860,13 +868,10 @@ def test_mount_failure_leaves_another_jobs_mount_alone(ds, tmp_path):
         a_is_up()
         # the systemd unit: its start refuses the live mount, its ExecStopPost (which also
         # runs after a failed start) does not detach it
-        words = {k: systemd_words(v, dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(mp),
-                                          ZEPHON_OPTIONS='world_size=1'), 'demo')
-                 for k, v in unit_commands(UNIT.read_text())}
-        uenv = dict(os.environ, ZEPHON_OPTIONS='world_size=1')
-        p = subprocess.run(words['ExecStartPre'][1], env=uenv, stderr=subprocess.PIPE)
+        conf = dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(mp), ZEPHON_OPTIONS='world_size=1')
+        p = run_unit_line('ExecStartPre', conf, stderr=subprocess.PIPE)
         assert p.returncode != 0 and b'already mounted' in p.stderr, p.stderr
-        subprocess.run(words['ExecStopPost'][1], env=uenv)
+        run_unit_line('ExecStopPost', conf)
         a_is_up()
         assert read_all(mp / 'rank' / '0' / 'next')
     finally:
@@ -895,11 +900,10 @@ def test_node_mount_over_a_stale_mount(ds, tmp_path):
             os.stat(mp)
         try:
             if attempt == 'unit':
-                words = {k: systemd_words(v, dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(mp),
-                                                  ZEPHON_OPTIONS='world_size=1'), 'demo')
-                         for k, v in unit_commands(UNIT.read_text())}
-                p = subprocess.run(words['ExecStartPre'][1], stderr=subprocess.PIPE,
-                                   env=dict(os.environ, ZEPHON_OPTIONS='world_size=1'))
+                p = run_unit_line('ExecStartPre', dict(ZEPHON_DATASET=str(d),
+                                                       ZEPHON_MOUNT=str(mp),
+                                                       ZEPHON_OPTIONS='world_size=1'),
+                                  stderr=subprocess.PIPE)
                 assert p.returncode == 0, p.stderr
             rc, _, err = sh([NODE, 'mount'], env)
             assert 'cleared a stale mount' in err, err
@@ -954,9 +958,7 @@ def test_launcher_papercuts(ds, tmp_path):
     rc, out, err = sh([NODE, 'resume-point'], dict(env, ZEPHON_JOURNAL_DIR=str(tmp_path / 'typo')))
     assert out.strip() == 'samples:0@0' and 'does not exist' in err, (out, err)
     # the unit refuses an empty ZEPHON_OPTIONS before zephon sees -o ""
-    words = {k: systemd_words(v, dict(ZEPHON_DATASET=str(d), ZEPHON_MOUNT=str(tmp_path / 'u'),
-                                      ZEPHON_OPTIONS=''), 'demo')
-             for k, v in unit_commands(UNIT.read_text())}
-    p = subprocess.run(words['ExecStartPre'][1], stderr=subprocess.PIPE,
-                       env=dict(os.environ, ZEPHON_OPTIONS=''))
+    p = run_unit_line('ExecStartPre', dict(ZEPHON_DATASET=str(d),
+                                           ZEPHON_MOUNT=str(tmp_path / 'u'), ZEPHON_OPTIONS=''),
+                      stderr=subprocess.PIPE)
     assert p.returncode != 0 and b'ZEPHON_OPTIONS is empty in /etc/zephon/demo.conf' in p.stderr, p.stderr
