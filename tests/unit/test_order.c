@@ -217,8 +217,42 @@ static void test_rankset(void)
 	CHECK(rankset_parse("1-", 8, &s, why, sizeof(why)) == -EINVAL);
 }
 
+/* Known answers: the order is part of the contract. A journal written today holds gsn
+ * positions, and a later build must map them to the same samples, so any change to the
+ * permutation (rounds, mixer, key schedule, domain, cycle-walking) or to how order_fill()
+ * crosses epochs fails here. The values were computed by the first release's
+ * order_sample() one gsn at a time; each run of 8 crosses an epoch boundary except
+ * the last. */
+static void test_known_order(void)
+{
+	static const struct {
+		uint64_t n, seed, gsn, ids[8];
+	} cases[] = {
+		{ 10, 0, 0, { 9, 2, 0, 5, 8, 3, 7, 6 } },
+		{ 10, 0, 8, { 1, 4, 0, 3, 4, 5, 9, 8 } },
+		{ 68159, 1234, 68155, { 44338, 19841, 20290, 29484, 61617, 16741, 46296, 66863 } },
+		{ 1000000000, 7, 2999999996, { 916576395, 74138685, 108389835, 633810700,
+					       801018665, 199753408, 271800543, 652944978 } },
+		{ 4097, UINT64_MAX, 12290, { 2405, 419, 118, 1581, 2712, 1830, 819, 3545 } },
+		{ 300, 42, 0, { 271, 246, 11, 208, 40, 113, 73, 281 } },
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct order o;
+		uint64_t ids[8];
+
+		REQUIRE(order_init(&o, cases[k].n, cases[k].seed, ORDER_SHUFFLE_GLOBAL) == 0);
+		REQUIRE(order_fill(&o, cases[k].gsn, 8, ids) == 0);
+		for (size_t i = 0; i < 8; i++) {
+			CHECK_EQ_U64(ids[i], cases[k].ids[i]);
+			CHECK_EQ_U64(order_sample(&o, cases[k].gsn + i, NULL), cases[k].ids[i]);
+		}
+	}
+}
+
 int main(void)
 {
+	test_known_order();
 	test_shares_tile();
 	test_concat_invariant();
 	test_epoch_coverage();
