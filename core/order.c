@@ -58,14 +58,21 @@ int order_fill(const struct order *o, uint64_t gsn, size_t count, uint64_t *ids)
 		return -EOVERFLOW;
 	e = gsn / o->n;
 	pos = gsn % o->n;
-	prp_init(&p, o->n, o->seed, e);
-	for (size_t i = 0; i < count; i++) {
-		if (pos == o->n) { /* crossing into the next epoch: new key schedule */
-			pos = 0;
-			prp_init(&p, o->n, o->seed, ++e);
+	while (count) {
+		/* the part of the run inside epoch e */
+		size_t run = o->n - pos < count ? (size_t)(o->n - pos) : count;
+
+		if (o->shuffle == ORDER_SHUFFLE_NONE) {
+			for (size_t i = 0; i < run; i++)
+				ids[i] = pos + i;
+		} else {
+			prp_init(&p, o->n, o->seed, e);
+			prp_apply_run(&p, pos, run, ids);
 		}
-		ids[i] = o->shuffle == ORDER_SHUFFLE_NONE ? pos : prp_apply(&p, pos);
-		pos++;
+		ids += run;
+		count -= run;
+		pos = 0; /* crossing into the next epoch: new key schedule */
+		e++;
 	}
 	return 0;
 }

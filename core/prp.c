@@ -2,6 +2,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 
 uint64_t prp_mix64(uint64_t x)
 {
@@ -61,4 +62,60 @@ uint64_t prp_apply(const struct prp *p, uint64_t x)
 		x = feistel(p, x);
 	while (x >= p->n);
 	return x;
+}
+
+/* feistel() on PRP_LANES values at once; the lane loop is innermost so that the lanes'
+ * independent multiply chains interleave. */
+static void feistel_lanes(const struct prp *p, uint64_t *x)
+{
+	uint64_t left[PRP_LANES], right[PRP_LANES];
+
+	for (unsigned l = 0; l < PRP_LANES; l++) {
+		left[l] = x[l] >> p->half_bits;
+		right[l] = x[l] & p->half_mask;
+	}
+	for (unsigned i = 0; i < PRP_ROUNDS; i++)
+		for (unsigned l = 0; l < PRP_LANES; l++) {
+			uint64_t next = left[l] ^ (prp_mix64(right[l] ^ p->keys[i]) & p->half_mask);
+
+			left[l] = right[l];
+			right[l] = next;
+		}
+	for (unsigned l = 0; l < PRP_LANES; l++)
+		x[l] = (left[l] << p->half_bits) | right[l];
+}
+
+void prp_apply_run(const struct prp *p, uint64_t first, size_t count, uint64_t *out)
+{
+	uint64_t x[PRP_LANES];
+	size_t slot[PRP_LANES];  /* out[] index of the lane's walk, or SIZE_MAX when idle */
+	size_t next = 0, live = 0;
+
+	assert(first <= p->n && count <= p->n - first);
+	if (count < PRP_LANES) { /* too few to fill the lanes */
+		for (size_t i = 0; i < count; i++)
+			out[i] = prp_apply(p, first + i);
+		return;
+	}
+	for (unsigned l = 0; l < PRP_LANES; l++) {
+		x[l] = first + next;
+		slot[l] = next++;
+		live++;
+	}
+	while (live) {
+		/* Idle lanes are stepped too (on values inside the domain), and ignored. */
+		feistel_lanes(p, x);
+		for (unsigned l = 0; l < PRP_LANES; l++) {
+			if (slot[l] == SIZE_MAX || x[l] >= p->n)
+				continue; /* idle, or still walking its cycle */
+			out[slot[l]] = x[l];
+			if (next < count) {
+				x[l] = first + next;
+				slot[l] = next++;
+			} else {
+				slot[l] = SIZE_MAX;
+				live--;
+			}
+		}
+	}
 }

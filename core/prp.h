@@ -19,9 +19,12 @@
 #ifndef ZEPHON_PRP_H
 #define ZEPHON_PRP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PRP_ROUNDS 8
+/* Indexes prp_apply_run() evaluates side by side. */
+#define PRP_LANES 8
 /* Smallest Feistel domain, 2^PRP_MIN_BITS: Feistel networks on tiny halves reach only a
  * small, biased family of permutations (they are all even, for one), so small n walk the
  * cycles of a larger domain instead. Costs up to 2^PRP_MIN_BITS / n evaluations per
@@ -43,6 +46,14 @@ int prp_init(struct prp *p, uint64_t n, uint64_t seed, uint64_t epoch);
 
 /* The image of x, for x in [0, n). x >= n is a caller bug (asserted). */
 uint64_t prp_apply(const struct prp *p, uint64_t x);
+
+/* out[i] = prp_apply(p, first + i) for i in [0, count); first + count <= n (asserted).
+ * The same values, computed PRP_LANES indexes side by side: one index is a chain of
+ * dependent multiplies, and independent chains overlap in the CPU (a lane whose index
+ * has left its cycle walk takes the next index). prp_apply() in a loop stalls on the
+ * unpredictable length of each walk: at N = 68,159 (4 steps per index on average) this
+ * is 2.6-3.5x faster, at N = 10^9 (1.07 steps) the same (tests/bench/bench_prp). */
+void prp_apply_run(const struct prp *p, uint64_t first, size_t count, uint64_t *out);
 
 /* SplitMix64's output function: a bijective 64-bit mixer with full avalanche. */
 uint64_t prp_mix64(uint64_t x);

@@ -211,8 +211,44 @@ static void test_adjacent_pairs(void)
 	free(counts);
 }
 
+/* prp_apply_run() gives prp_apply()'s values for every run: short runs (fewer than the
+ * lanes), runs that end at n, whole domains, and n whose walks are long (n just above a
+ * power of 4, where 3 in 4 steps leave [0, n)). */
+static void test_apply_run(void)
+{
+	static const uint64_t ns[] = { 1, 2, 7, 8, 9, 100, 257, 4097, 65537, 68159,
+				       UINT64_C(1000000000), PRP_MAX_N };
+	uint64_t *out = malloc(70000 * sizeof(*out));
+
+	REQUIRE(out);
+	for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+		uint64_t n = ns[k];
+		struct prp p;
+
+		REQUIRE(prp_init(&p, n, 0x5eed + k, k) == 0);
+		for (uint64_t count = 0; count <= 40 && count <= n; count++) {
+			uint64_t first = (n - count) / 3;
+
+			prp_apply_run(&p, first, (size_t)count, out);
+			for (uint64_t i = 0; i < count; i++)
+				CHECK_EQ_U64(out[i], prp_apply(&p, first + i));
+		}
+		if (n <= 70000) { /* the whole domain in one run */
+			prp_apply_run(&p, 0, (size_t)n, out);
+			for (uint64_t x = 0; x < n; x++)
+				CHECK_EQ_U64(out[x], prp_apply(&p, x));
+		} else { /* a run that ends at n */
+			prp_apply_run(&p, n - 1000, 1000, out);
+			for (uint64_t i = 0; i < 1000; i++)
+				CHECK_EQ_U64(out[i], prp_apply(&p, n - 1000 + i));
+		}
+	}
+	free(out);
+}
+
 int main(void)
 {
+	test_apply_run();
 	test_init_rejects();
 	test_bijection_small();
 	test_bijection_awkward();
