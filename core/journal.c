@@ -66,6 +66,7 @@ struct journal {
 	size_t nranks;
 	uint64_t *ranks;            /* sorted */
 	struct rank_pos *pos;       /* committed cursor of ranks[i] */
+	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1 */
 	char err[512];              /* room for a path and the remedy after it */
 };
 
@@ -1795,10 +1796,11 @@ uint64_t journal_consumed(struct journal *j)
 	return out;
 }
 
-/* The range checkpoint and rewind accept (caller holds j->mu): S0 <= step <= furthest. */
+/* The range checkpoint and rewind accept (caller holds j->mu): S0 <= step <= furthest,
+ * the furthest cursor or step/ read (journal_note_reached). */
 static int step_check(struct journal *j, const char *what, uint64_t step, uint64_t *gsn)
 {
-	uint64_t far = 0;
+	uint64_t far = j->reached;
 
 	if (j->readonly)
 		return jfail(j, -EROFS, "journal %s is open read-only", j->path);
@@ -1813,7 +1815,7 @@ static int step_check(struct journal *j, const char *what, uint64_t step, uint64
 			     ", where this mount started", what, step, j->cur.layout.start_step);
 	if (step > far)
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": no served rank has reached that step "
-			     "yet (the furthest is at step %" PRIu64 ")", what, step, far);
+			     "yet (the furthest, by next or step/, is step %" PRIu64 ")", what, step, far);
 	if (layout_step_gsn(&j->cur.layout, step, gsn))
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": step out of range", what, step);
 	return 0;
@@ -1842,6 +1844,14 @@ static int insert_event(struct journal *j, const char *table, uint64_t step, uin
 		return rc;
 	*id = sqlite3_last_insert_rowid(j->db);
 	return SQLITE_OK;
+}
+
+void journal_note_reached(struct journal *j, uint64_t step)
+{
+	pthread_mutex_lock(&j->mu);
+	if (step > j->reached)
+		j->reached = step;
+	pthread_mutex_unlock(&j->mu);
 }
 
 int journal_checkpoint(struct journal *j, uint64_t step)

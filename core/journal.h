@@ -227,9 +227,14 @@ int journal_cursor(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *m
 /* The current layout (the one journal_start recorded on this handle). 0 or -ENOENT. */
 int journal_current(struct journal *j, struct journal_layout *out);
 
+/* A job that loads through /rank/<r>/step/<t> claims nothing, so its cursors stay at S0:
+ * the mount reports each such read here (step = t + 1), and checkpoint and rewind accept
+ * steps up to the furthest of them too. In memory only: a remount starts at its S0. */
+void journal_note_reached(struct journal *j, uint64_t step);
+
 /* `checkpoint STEP`: the model state saved now holds every step below STEP. Valid when
- * S0 <= STEP <= the furthest cursor step of the served ranks (a step some rank has at
- * least reached); STEP need not be above earlier marks (after a rewind it is not).
+ * S0 <= STEP <= the furthest step some served rank has at least reached: its cursor, or
+ * journal_note_reached(); STEP need not be above earlier marks (after a rewind it is not).
  * 0, -EINVAL (no journal_start, or STEP out of that range; reason in journal_last_error),
  * -EROFS, -EIO. */
 int journal_checkpoint(struct journal *j, uint64_t step);

@@ -120,6 +120,14 @@ int cmd_batch(int argc, char **argv)
 		die_msg("batch: invalid options: %s", why);
 		goto out;
 	}
+	if (cfg.resume.rule == RESUME_STEP || (o.resume && cfg.resume.rule == RESUME_AUTO)) {
+		/* Where these start depends on a journal's history: computing without it would
+		 * print another layout's bytes. */
+		die_msg("batch: resume=%s needs the journal's history, and zephon batch reads no "
+			"journal: pass resume=samples:G@S (what zephon journal resume-point prints, "
+			"or start_samples@start_step from the mount's /status)", o.resume);
+		goto out_cfg;
+	}
 	if (cfg.resume.rule == RESUME_SAMPLES) {
 		cfg.layout.start_samples = cfg.resume.value;
 		if (cfg.resume.has_step && have_start && cfg.resume.step != start_step) {

@@ -229,6 +229,30 @@ def test_control_checkpoint_rewind_and_status(ds, mount, tmp_path):
     assert len(status['layouts']) == 2
 
 
+def test_checkpoint_after_a_job_that_loads_through_step_files(ds, mount, tmp_path):
+    """A job that reads /rank/<r>/step/<t> (the README's way to load in parallel) claims
+    nothing, yet its checkpoint must be recorded and resumed from: the mount accepts
+    steps up to the furthest step/ read + 1, and still refuses one no rank has reached."""
+    opts = 'world_size=2,global_batch=8,micro_batch=2,journal=%s' % (tmp_path / 'j.sqlite')
+    m = mount(ds, opts, allow_errors=True)
+    for t in range(6):
+        for r in range(2):
+            assert read_all(m.path('rank', r, 'step', t)) == batch(ds, opts, r, t)
+    for bad in ['checkpoint 7\n', 'rewind 8\n']:
+        with pytest.raises(OSError) as e:
+            with open(m.path('control'), 'w') as f:
+                f.write(bad)
+        assert e.value.errno == errno.EINVAL, bad
+    with open(m.path('control'), 'w') as f:
+        f.write('checkpoint 6\n')
+    m.stop(check=False)
+    assert 'refused checkpoint 7: no served rank has reached that step yet (the furthest, ' \
+        'by next or step/, is step 6)' in m.stderr_text
+    assert run('journal', 'resume-point', tmp_path / 'j.sqlite').stdout.strip() == b'samples:48@6'
+    m2 = mount(ds, opts, name='again')
+    assert read_all(m2.path('rank', 1, 'next')) == batch(ds, opts, 1, 6, 0)
+
+
 def test_repack_with_force_keeps_the_default_journal(tmp_path):
     """pack --force replaces the dataset, not the journal beside it: the same data keeps
     resuming; other data is refused at mount, naming both fingerprints."""
@@ -267,6 +291,18 @@ def test_resume_step_maps_through_the_layout_that_reached_it(ds, tmp_path):
     assert (st['start_step'], st['start_samples']) == (5, 40)
     st = session('global_batch=4,resume=step:12', 0)
     assert (st['start_step'], st['start_samples']) == (12, 88)
+    # zephon batch reads no journal: given the mount's resume=step:12 it would print the
+    # bytes of a layout that starts at gsn 48 (12 * 4), not 88, so it refuses and names
+    # what to pass; the samples:G@S of /status gives the mount's bytes
+    for resume in ['step:12', 'auto']:
+        p = run('batch', ds, '-o', 'global_batch=4,resume=%s,journal=%s' % (resume, j),
+                '--rank', 0, '--step', 12, '--micro', 0, check=False)
+        assert p.returncode == 2 and p.stdout == b''
+        assert 'resume=%s needs the journal' % resume in p.stderr
+        assert 'pass resume=samples:G@S' in p.stderr
+    with Mount(ds, tmp_path / 'mp', 'global_batch=4,resume=step:12,journal=%s' % j) as m:
+        assert read_all(m.path('rank', 0, 'next')) == batch(
+            ds, 'global_batch=4,resume=samples:88@12', 0, 12, 0)
 
 
 def test_auto_refuses_a_node_of_a_job_once_its_journal_has_history(ds, tmp_path):
