@@ -124,3 +124,20 @@ int codec_archive_open(enum codec_kind k, void *ctx, archive_read_callback *read
 	*out = a;
 	return 0;
 }
+
+int codec_archive_end(struct archive *a, enum codec_kind k, uint64_t handed, int more,
+		      const char *path, char *err, size_t errlen)
+{
+	/* -1: the client's end of the filter chain, whose position counts the bytes the
+	 * decompressor consumed (not those libarchive merely read ahead). */
+	int64_t used = archive_filter_bytes(a, -1);
+
+	if (used < 0 || (uint64_t)used > handed)
+		used = (int64_t)handed;  /* cannot happen; then name the end of what we gave */
+	if ((uint64_t)used == handed && !more)
+		return 0;
+	snprintf(err, errlen, "%s: trailing garbage after the %s data at byte %jd (not another "
+		 "%s stream); remove it, or re-download the file", path, codec_name(k),
+		 (intmax_t)used, codec_name(k));
+	return -EBADMSG;
+}

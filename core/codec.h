@@ -3,7 +3,9 @@
  * name), and decoded to the very end of the stream so that every integrity check the
  * format has is made: gzip's CRC32 and ISIZE (gunzip.h), zstd's content checksums
  * (unzstd.h), xz's check field, index and footer and bzip2's block and stream CRCs
- * (libarchive's filters through its raw format).
+ * (libarchive's filters through its raw format), and for all of them, bytes after the
+ * last member, frame or stream that do not start another one are refused as trailing
+ * garbage.
  *
  * gzip and zstd are push decoders the caller feeds with file bytes; xz and bzip2 are a
  * libarchive reader that pulls file bytes through the caller's read callback. Used by
@@ -58,5 +60,15 @@ int codec_finish(const struct codec *c, const char *path, char *err, size_t errl
  * callback's message. */
 int codec_archive_open(enum codec_kind k, void *ctx, archive_read_callback *read_cb,
 		       const char *path, struct archive **out, char *err, size_t errlen);
+
+/* Once archive_read_data() on a reader of codec_archive_open() has returned 0: were all
+ * of the file's bytes part of the compressed data? libarchive's bzip2 filter ends at the
+ * first bytes after a stream that do not start another stream, and reports that as the
+ * end of the data; the bytes it consumed from read_cb say where that was. handed: the
+ * bytes read_cb has handed over in all; more: 1 when the file has bytes after those
+ * (the caller tries one more read to know). 0 when nothing follows the data, or
+ * -EBADMSG with "trailing garbage after the <kind> data at byte N" naming path in err. */
+int codec_archive_end(struct archive *a, enum codec_kind k, uint64_t handed, int more,
+		      const char *path, char *err, size_t errlen);
 
 #endif

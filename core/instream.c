@@ -27,6 +27,7 @@ struct instream {
 	XXH3_state_t *hash;
 	struct codec *dec;       /* gzip or zstd input, decoded and checked (codec.h) */
 	struct archive *ar;      /* xz or bzip2 input, through libarchive's raw format */
+	enum codec_kind kind;    /* the compression, sniffed at open */
 	size_t ar_first;         /* sniffed bytes the first read callback hands over */
 	uint8_t *raw;            /* compressed bytes read but not yet decoded */
 	size_t chunk;            /* read size: RAW_CHUNK, less for small files */
@@ -74,7 +75,26 @@ static la_ssize_t ar_read(struct archive *a, void *ctx, const void **buffer)
 	if (n < 0)
 		archive_set_error(a, errno, "read error at byte %" PRIu64 ": %s", in->bytes_read,
 				  strerror(errno));
+	in->eof = n == 0;
 	return n;
+}
+
+/* The xz or bzip2 data has ended: refuse file bytes after it (codec_archive_end()). */
+static int ar_end(struct instream *in, char *err, size_t errlen)
+{
+	uint64_t handed = in->bytes_read;
+	ssize_t n = 0;
+
+	if (!in->eof) {
+		n = read_file(in, in->raw, in->chunk);
+		if (n < 0) {
+			snprintf(err, errlen, "%s: read error at byte %" PRIu64 ": %s", in->path,
+				 in->bytes_read, strerror(errno));
+			return -EIO;
+		}
+		in->eof = n == 0;
+	}
+	return codec_archive_end(in->ar, in->kind, handed, n > 0, in->path, err, errlen);
 }
 
 int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, char *err,
@@ -127,6 +147,7 @@ int instream_open(const char *path, XXH3_state_t *hash, struct instream **out, c
 	in->eof = n == 0;
 	in->raw_len = (size_t)n;
 	kind = codec_sniff(in->raw, (size_t)n);
+	in->kind = kind;
 	in->zstd = kind == CODEC_ZSTD;
 	if (buf_reserve(&in->data, in->chunk)) { /* data is never NULL from here on */
 		rc = -ENOMEM;
@@ -200,8 +221,13 @@ static int refill(struct instream *in, char *err, size_t errlen)
 			return -EBADMSG;
 		}
 		in->data.len += (size_t)got;
-		if (got == 0)
-			in->eof = in->done = 1;
+		if (got == 0) {
+			int rc = ar_end(in, err, errlen);
+
+			if (rc)
+				return rc;
+			in->done = 1;
+		}
 		return 0;
 	}
 	if (!in->dec) {

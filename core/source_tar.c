@@ -163,6 +163,22 @@ static la_ssize_t inner_read_cb(struct archive *a, void *ctx, const void **buffe
 	return (la_ssize_t)n;
 }
 
+/* The inner reader's data has ended: refuse file bytes after it (codec_archive_end()).
+ * 0 or -errno with s->err set. */
+static int inner_end(struct source *s, struct tar_src *t)
+{
+	uint64_t handed = s->bytes_read;  /* file_bytes() hands over whole chunks */
+	int rc;
+
+	if (!t->file_eof) {
+		rc = read_chunk(s, t);
+		if (rc)
+			return rc;
+	}
+	return codec_archive_end(t->inner, t->kind, handed, !t->file_eof, s->path, s->err,
+				 sizeof(s->err));
+}
+
 /* Decode xz or bzip2 into plain through the inner reader: like dec_fill(). */
 static int inner_fill(struct source *s, struct tar_src *t, size_t *made)
 {
@@ -172,6 +188,8 @@ static int inner_fill(struct source *s, struct tar_src *t, size_t *made)
 	*made = 0;
 	if (n < 0 && t->read_rc)
 		return t->read_rc;
+	if (n == 0)
+		return inner_end(s, t);
 	if (n < 0) {
 		why = archive_error_string(t->inner);
 		snprintf(s->err, sizeof(s->err), "%s: corrupt or truncated %s data near byte %ju: "

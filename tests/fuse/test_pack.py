@@ -3,6 +3,7 @@
 Every packed dataset is read back with an independent Python reader (zds.py) and compared
 sample by sample with what a Python reader of the input yields.
 """
+import bz2
 import gzip
 import io
 import json
@@ -1171,6 +1172,39 @@ def test_damaged_bzip2_stream_header_is_refused(tmp_path):
     g.write_bytes(b'BZh is not a block size\nsecond\n')
     assert zds.read_dataset(pack_ok(tmp_path, 'plain', g)) == [b'BZh is not a block size',
                                                                b'second']
+
+
+# libarchive's bzip2 filter ends the data at the first bytes after a stream that do not
+# start another stream, without a word; bzip2 -d only warns ("trailing garbage after EOF
+# ignored"). pack refuses them, as it does after gzip, zstd and xz data.
+BZIP2_INPUTS = {'x.jsonl.bz2': lambda: numbered_jsonl(300, b'a'),
+                'x.txt.bz2': lambda: b''.join(b'line %d\n' % i for i in range(300)),
+                'x.tar.bz2': lambda: padded_tar(20)}
+
+
+@pytest.mark.parametrize('tail', [b'not bzip2\n', b'BZ', bytes(16)], ids=['text', 'two', 'zeros'])
+@pytest.mark.parametrize('name', BZIP2_INPUTS)
+def test_bzip2_trailing_garbage_is_refused(tmp_path, name, tail):
+    comp = bz2.compress(BZIP2_INPUTS[name]())
+    f = tmp_path / name
+    f.write_bytes(comp + tail)
+    err = bad_pack(tmp_path, f)
+    assert err.count('\n') == 1 and str(f) in err, err
+    assert 'trailing garbage after the bzip2 data at byte %d' % len(comp) in err, err
+
+
+@pytest.mark.parametrize('name', BZIP2_INPUTS)
+def test_concatenated_bzip2_streams(tmp_path, name):
+    """Regression guard: `cat a.bz2 b.bz2` is read whole, as bzip2 -d reads it."""
+    raw = BZIP2_INPUTS[name]()
+    cut = len(raw) // 3 if name.endswith('.tar.bz2') else raw.index(b'\n', len(raw) // 3) + 1
+    f = tmp_path / name
+    f.write_bytes(bz2.compress(raw[:cut]) + bz2.compress(raw[cut:]))
+    got = zds.read_dataset(pack_ok(tmp_path, 'd', f))
+    if name.endswith('.tar.bz2'):
+        assert [zds.parse_file_group(s) for s in got] == tar_samples(20)
+    else:
+        assert got == raw.splitlines()
 
 
 def test_zstd_long_window_is_named(tmp_path):
