@@ -26,7 +26,7 @@ struct instream {
 	uint64_t lineno;
 	XXH3_state_t *hash;
 	struct codec *dec;       /* gzip or zstd input, decoded and checked (codec.h) */
-	struct archive *ar;      /* xz or bzip2 input, through libarchive's raw format */
+	struct archive *ar;      /* xz, bzip2, lzma, lz4: through libarchive's raw format */
 	enum codec_kind kind;    /* the compression, sniffed at open */
 	size_t ar_first;         /* sniffed bytes the first read callback hands over */
 	uint8_t *raw;            /* compressed bytes read but not yet decoded */
@@ -79,7 +79,7 @@ static la_ssize_t ar_read(struct archive *a, void *ctx, const void **buffer)
 	return n;
 }
 
-/* The xz or bzip2 data has ended: refuse file bytes after it (codec_archive_end()). */
+/* The xz, bzip2, lzma or lz4 data has ended: refuse file bytes after it (codec_archive_end()). */
 static int ar_end(struct instream *in, char *err, size_t errlen)
 {
 	uint64_t handed = in->bytes_read;

@@ -10,8 +10,9 @@
  * truncated. gzip (RFC 1952,
  * Dolma's *.json.gz) is detected by its magic too and decoded with zlib (gunzip.h), which
  * checks every member's CRC32 and ISIZE and reads concatenated members as one stream;
- * xz and bzip2 are detected by magic and decoded through libarchive's raw format
- * (codec.h tells them all apart); bytes after their last stream are refused too.
+ * xz, bzip2, lz4 and lzma are detected by magic (lzma by its header) and decoded through
+ * libarchive's raw format (codec.h tells them all apart); bytes after their last stream
+ * are refused too.
  * Every byte read from the file (compressed bytes for zstd and gzip) goes into the
  * caller's XXH3-128 state, if any.
  *
@@ -42,7 +43,7 @@ void instream_close(struct instream *in);
  * file and position in err: -EIO (read error), -EBADMSG (corrupt or truncated
  * compressed data: a bad zstd frame or content checksum, bytes after the last zstd frame
  * that are not a frame, a gzip member whose CRC32 or ISIZE does not match, non-zero bytes
- * after the last gzip member, bad xz or bzip2 data or bytes after it), -EFBIG (a line
+ * after the last gzip member, bad xz, bzip2, lzma or lz4 data or bytes after it), -EFBIG (a line
  * longer than max_line bytes), -ENOMEM. */
 int instream_getline(struct instream *in, size_t max_line, const uint8_t **line,
 		     size_t *len, char *err, size_t errlen);

@@ -1,12 +1,12 @@
 /* source_tar.c: tar archives with WebDataset grouping, read with libarchive. Compression
  * is decoded below libarchive's tar reader, in tar_read_cb() (codec.h): gzip with zlib
  * (libarchive's gzip filter never checks the CRC32 and ISIZE trailer, RFC 1952 section
- * 2.3.1), zstd with zstd's streaming API, xz and bzip2 with a second, raw-format
- * libarchive reader. The tar reader stops at the end-of-archive blocks, and what follows
- * them in the compressed stream (tar padding, the last frame's checksum, a gzip trailer,
- * an xz index and footer, trailing garbage, a truncation) would never be decoded; so
- * tar_drain() decodes the rest of the stream after them. lzma (.tar.lzma) and lz4 are
- * still libarchive filters above the tar reader, and unchecked after the end blocks. */
+ * 2.3.1), zstd with zstd's streaming API, xz, bzip2, lzma and lz4 with a second,
+ * raw-format libarchive reader. The tar reader stops at the end-of-archive blocks, and
+ * what follows them in the compressed stream (tar padding, the last frame's checksum, a
+ * gzip trailer, an xz index and footer, an lz4 content checksum, trailing garbage, a
+ * truncation) would never be decoded; so tar_drain() decodes the rest of the stream
+ * after them. */
 #include "source.h"
 
 #include <archive.h>
@@ -34,7 +34,7 @@ struct tar_src {
 	int file_eof;            /* read() returned 0 */
 	enum codec_kind kind;    /* the compression, sniffed at open */
 	struct codec *dec;       /* gzip or zstd: decoded in tar_read_cb() */
-	struct archive *inner;   /* xz or bzip2: a raw reader tar_read_cb() reads from */
+	struct archive *inner;   /* xz, bzip2, lzma, lz4: a raw reader tar_read_cb() reads */
 	uint8_t *plain;          /* TAR_CHUNK decoded bytes for libarchive (dec, inner) */
 	int read_rc;             /* a read or decoding error, with s->err set: reported as
 	                          * it is, not as whatever libarchive makes of it */
@@ -149,7 +149,7 @@ static int dec_fill(struct source *s, struct tar_src *t, size_t *made)
 	}
 }
 
-/* The inner (xz, bzip2) reader's read callback: the file's bytes. */
+/* The inner (xz, bzip2, lzma, lz4) reader's read callback: the file's bytes. */
 static la_ssize_t inner_read_cb(struct archive *a, void *ctx, const void **buffer)
 {
 	struct tar_src *t = ctx;
@@ -179,7 +179,7 @@ static int inner_end(struct source *s, struct tar_src *t)
 				 sizeof(s->err));
 }
 
-/* Decode xz or bzip2 into plain through the inner reader: like dec_fill(). */
+/* Decode xz, bzip2, lzma or lz4 into plain through the inner reader: like dec_fill(). */
 static int inner_fill(struct source *s, struct tar_src *t, size_t *made)
 {
 	la_ssize_t n = archive_read_data(t->inner, t->plain, TAR_CHUNK);
@@ -317,10 +317,7 @@ static int tar_open(struct source *s)
 	t->a = archive_read_new();
 	if (!t->a)
 		return -ENOMEM;
-	/* In-process decompressors only: filter_all would also run external programs.
-	 * gzip, zstd, xz and bzip2 are decoded below the tar reader, in tar_read_cb(). */
-	archive_read_support_filter_lzma(t->a);
-	archive_read_support_filter_lz4(t->a);
+	/* No filters: every compression is decoded below the tar reader, in tar_read_cb(). */
 	archive_read_support_format_tar(t->a);  /* ustar, pax, GNU (long names, sparse) */
 	if (archive_read_open(t->a, t, NULL, tar_read_cb, NULL) != ARCHIVE_OK) {
 		if (t->read_rc)

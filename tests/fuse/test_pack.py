@@ -1156,6 +1156,61 @@ def test_padded_compressed_tar(tmp_path, tool):
     assert got == tar_samples(30)
 
 
+# lzma ("alone", xz --format=lzma) and lz4 tars were decoded by libarchive's filters
+# above the tar reader, so nothing after the end-of-archive blocks was decoded: a cut
+# stream, a damaged lz4 content checksum or trailing garbage packed with rc 0. They go
+# through the raw reader below the tar reader now, like xz and bzip2. Neither name is
+# recognised by itself: --format files. lz4 -B4 makes 64 KiB blocks, so that the end
+# blocks are in the first of many.
+LZ = {'lzma': ['xz', '--format=lzma', '-c'], 'lz4': ['lz4', '-q', '-B4', '-c']}
+LZ_DAMAGE = {
+    ('lzma', 'cut'): (lambda b: b[:-10], 'corrupt or truncated lzma data'),
+    ('lzma', 'garbage'): (lambda b: b + b'not lzma\n', 'trailing garbage after the lzma data'),
+    ('lz4', 'checksum'): (lambda b: b[:-1] + bytes([b[-1] ^ 1]),   # content checksum
+                          'corrupt or truncated lz4 data'),
+    ('lz4', 'cut'): (lambda b: b[:-2], 'corrupt or truncated lz4 data'),
+    ('lz4', 'garbage'): (lambda b: b + b'not lz4\n', 'trailing garbage after the lz4 data'),
+}
+
+
+def lz_compress(tool, data):
+    return subprocess.run(LZ[tool], input=data, check=True, stdout=subprocess.PIPE).stdout
+
+
+@pytest.mark.parametrize('tool,how', LZ_DAMAGE)
+def test_corrupt_tar_lzma_lz4(tmp_path, tool, how):
+    damage, want = LZ_DAMAGE[tool, how]
+    comp = lz_compress(tool, padded_tar(50))
+    f = tmp_path / ('%s.tar.%s' % (how, tool))
+    f.write_bytes(damage(comp))
+    err = bad_pack(tmp_path, '--format', 'files', f)
+    assert err.count('\n') == 1 and str(f) in err and want in err, err
+    if how == 'garbage' and tool == 'lzma':
+        assert 'at byte %d' % len(comp) in err, err
+
+
+@pytest.mark.parametrize('tool', LZ)
+def test_padded_tar_lzma_lz4(tmp_path, tool):
+    """Regression guard: an undamaged padded .tar.lzma and .tar.lz4 pack."""
+    f = tmp_path / ('ok.tar.' + tool)
+    f.write_bytes(lz_compress(tool, padded_tar(30)))
+    got = [zds.parse_file_group(s) for s in
+           zds.read_dataset(pack_ok(tmp_path, 'd', '--format', 'files', f))]
+    assert got == tar_samples(30)
+
+
+@pytest.mark.parametrize('tool', LZ)
+def test_jsonl_lzma_lz4(tmp_path, tool):
+    """The JSONL and text reader sniffs them the same way, and checks them to the end."""
+    raw = numbered_jsonl(400, b'a')
+    f = tmp_path / ('x.jsonl.' + tool)
+    f.write_bytes(lz_compress(tool, raw))
+    assert zds.read_dataset(pack_ok(tmp_path, 'd', '--format', 'jsonl', f)) == raw.splitlines()
+    f.write_bytes(f.read_bytes() + b'not %s\n' % tool.encode())
+    err = bad_pack(tmp_path, '--format', 'jsonl', f)
+    assert str(f) in err and 'trailing garbage after the %s data' % tool in err, err
+
+
 def test_damaged_bzip2_stream_header_is_refused(tmp_path):
     """A file that starts like bzip2 but whose first block magic is damaged was read by
     libarchive's raw format as it is: packed as text of compressed bytes."""

@@ -6,6 +6,7 @@ Seeds are small on purpose: replay mutates each one a few hundred times per run.
 """
 import gzip
 import io
+import lzma
 import os
 import pathlib
 import struct
@@ -67,6 +68,10 @@ def main():
         zstandard.ZstdCompressor(write_checksum=True).compress(small[:700]) +
         struct.pack('<II', 0x184D2A50, 3) + b'skp' +
         zstandard.ZstdCompressor(write_checksum=True).compress(small[700:]))
+    # lzma ("alone") and lz4, decoded by libarchive's raw reader below the tar reader
+    put('tar', 'small.tar.lzma', lzma.compress(small, format=lzma.FORMAT_ALONE))
+    put('tar', 'small.tar.lz4', subprocess.run(['lz4', '-q', '-c'], input=small, check=True,
+                                               stdout=subprocess.PIPE).stdout)
     # npy
     put('npy', 'u2.npy', npy_bytes(np.arange(12, dtype='<u2')))
     put('npy', 'i4be.npy', npy_bytes(np.arange(5, dtype='>i4')))
