@@ -52,15 +52,26 @@ static int ends_with(const char *s, const char *suffix)
 	return n >= m && !strcasecmp(s + n - m, suffix);
 }
 
-static int exists_with(const char *prefix, size_t prefix_len, const char *ext)
+static int is_file(const char *path)
 {
-	char path[4096];
 	struct stat sb;
 
-	if (snprintf(path, sizeof(path), "%.*s%s", (int)prefix_len, prefix, ext) >=
-	    (int)sizeof(path))
-		return 0;
 	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Does path name a Megatron pair: its .idx (and with both, its .bin too) exists beside
+ * it, spelled as megatron_pair_paths() spells them? */
+static int megatron_pair_exists(const char *path, int both)
+{
+	char *idx, *bin;
+	int yes;
+
+	if (megatron_pair_paths(path, &idx, &bin))
+		return 0;
+	yes = is_file(idx) && (!both || is_file(bin));
+	free(idx);
+	free(bin);
+	return yes;
 }
 
 /* The format a name says, or SOURCE_AUTO when it says nothing we know. */
@@ -68,7 +79,6 @@ static enum source_format by_name(const char *path)
 {
 	static const char *const tar_ext[] = { ".tar", ".tgz", ".tar.gz", ".tar.xz", ".txz",
 		".tar.bz2", ".tbz2", ".tar.zst", ".tzst" };
-	size_t n = strlen(path);
 
 	static const char *const jsonl_ext[] = { ".jsonl", ".ndjson", ".json.zst", ".json.gz",
 		".json.xz", ".json.bz2" };
@@ -97,8 +107,8 @@ static enum source_format by_name(const char *path)
 	if (ends_with(path, ".idx"))
 		return SOURCE_MEGATRON;
 	if (ends_with(path, ".bin"))
-		return exists_with(path, n - 4, ".idx") ? SOURCE_MEGATRON : SOURCE_BIN;
-	if (exists_with(path, n, ".idx") && exists_with(path, n, ".bin"))
+		return megatron_pair_exists(path, 0) ? SOURCE_MEGATRON : SOURCE_BIN;
+	if (megatron_pair_exists(path, 1))
 		return SOURCE_MEGATRON;
 	return SOURCE_AUTO;
 }
@@ -157,16 +167,12 @@ int source_identify(const char *path, enum source_format f, struct source_id *ou
 	memset(out, 0, sizeof(*out));
 	if (f == SOURCE_MEGATRON) {
 		size_t n = megatron_prefix_len(path), len = strlen(path);
-		char *idx = NULL, *bin = NULL;
-		int rc = 0;
+		char *idx, *bin;
+		int rc = megatron_pair_paths(path, &idx, &bin);
 
-		if (asprintf(&idx, "%.*s.idx", (int)n, path) < 0)
-			idx = NULL;
-		if (asprintf(&bin, "%.*s.bin", (int)n, path) < 0)
-			bin = NULL;
-		if (!idx || !bin)
-			rc = -ENOMEM;
-		else if (stat(idx, &sb) != 0 || stat(bin, &bb) != 0)
+		if (rc)
+			return rc;
+		if (stat(idx, &sb) != 0 || stat(bin, &bb) != 0)
 			rc = -errno;
 		free(idx);
 		free(bin);
@@ -177,7 +183,7 @@ int source_identify(const char *path, enum source_format f, struct source_id *ou
 		out->bin_dev = bb.st_dev;
 		out->bin_ino = bb.st_ino;
 		out->role = n == len ? SOURCE_ROLE_PREFIX :
-			    !strcmp(path + n, ".idx") ? SOURCE_ROLE_IDX : SOURCE_ROLE_BIN;
+			    !strcasecmp(path + n, ".idx") ? SOURCE_ROLE_IDX : SOURCE_ROLE_BIN;
 		return 0;
 	}
 	if (stat(path, &sb) != 0)

@@ -161,8 +161,16 @@ struct source_id {
 int source_identify(const char *path, enum source_format f, struct source_id *out);
 /* 1 when a and b are the same file, or the same Megatron pair whatever their roles. */
 int source_id_same(const struct source_id *a, const struct source_id *b);
-/* Length of the PREFIX of a Megatron path: path without a trailing .idx or .bin. */
+/* Length of the PREFIX of a Megatron path: path without a trailing .idx or .bin, in any
+ * case (X.IDX too, as source_detect() takes it). */
 size_t megatron_prefix_len(const char *path);
+/* The two files of the Megatron pair that path names (PREFIX, PREFIX.idx or PREFIX.bin).
+ * A name with its extension is used as it is, and its sibling is spelled in the same
+ * case letter by letter (X.IDX: X.BIN, x.Idx: x.Bin), or else in lower, or else in upper
+ * case, whichever exists first; a bare PREFIX takes .idx/.bin, else .IDX/.BIN, each the
+ * first that exists. When none exists, the first spelling, for the error message.
+ * 0 with *idx and *bin allocated (the caller frees them), or -ENOMEM. */
+int megatron_pair_paths(const char *path, char **idx, char **bin);
 
 /* Open path with ops; on failure s->err says why and s needs only source_close(). */
 int source_open(struct source *s, const struct source_ops *ops, const char *path,

@@ -1,12 +1,14 @@
 /* source_megatron.c: Megatron-LM indexed datasets (PREFIX.idx + PREFIX.bin). */
 #include "source.h"
 
+#include <ctype.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -125,15 +127,69 @@ size_t megatron_prefix_len(const char *path)
 {
 	size_t n = strlen(path);
 
-	if (n > 4 && (!strcmp(path + n - 4, ".idx") || !strcmp(path + n - 4, ".bin")))
+	if (n > 4 && (!strcasecmp(path + n - 4, ".idx") || !strcasecmp(path + n - 4, ".bin")))
 		n -= 4;
 	return n;
+}
+
+/* path[0, n) and ext (".idx" or ".bin"), each letter of ext in the case of like's. */
+static char *with_ext(const char *path, size_t n, const char *ext, const char *like)
+{
+	char *p = malloc(n + 5);
+
+	if (!p)
+		return NULL;
+	memcpy(p, path, n);
+	for (size_t i = 0; i < 5; i++)
+		p[n + i] = isupper((unsigned char)like[i]) ? (char)toupper((unsigned char)ext[i]) :
+			ext[i];
+	return p;
+}
+
+/* path[0, n) and ext, spelled as like's extension, else in lower, else in upper case:
+ * the first that is a regular file, or the first when none is. NULL when out of memory. */
+static char *sibling(const char *path, size_t n, const char *ext, const char *like)
+{
+	const char *const likes[] = { like, ".aaa", ".AAA" };
+	char *first = NULL;
+
+	for (size_t i = 0; i < sizeof(likes) / sizeof(likes[0]); i++) {
+		char *p = with_ext(path, n, ext, likes[i]);
+		struct stat sb;
+
+		if (!p || (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))) {
+			free(first);
+			return p;
+		}
+		if (first)
+			free(p);
+		else
+			first = p;
+	}
+	return first;
+}
+
+int megatron_pair_paths(const char *path, char **idx, char **bin)
+{
+	size_t len = strlen(path), n = megatron_prefix_len(path);
+	const char *like = n < len ? path + n : ".aaa";  /* a bare PREFIX: lower case first */
+	int is_idx = n < len && !strcasecmp(path + n, ".idx");
+	int is_bin = n < len && !is_idx;
+
+	*idx = is_idx ? strdup(path) : sibling(path, n, ".idx", like);
+	*bin = is_bin ? strdup(path) : sibling(path, n, ".bin", like);
+	if (!*idx || !*bin) {
+		free(*idx);
+		free(*bin);
+		*idx = *bin = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static int meg_open(struct source *s)
 {
 	struct meg_src *g = calloc(1, sizeof(*g));
-	size_t n = megatron_prefix_len(s->path);
 	char *idx_path = NULL, why[300];
 	struct stat ib, bb;
 	int fd = -1, rc;
@@ -143,12 +199,8 @@ static int meg_open(struct source *s)
 	g->bin = -1;
 	s->priv = g;
 	s->content = CONTENT_TOKENS;
-	if (asprintf(&idx_path, "%.*s.idx", (int)n, s->path) < 0 ||
-	    asprintf(&g->bin_path, "%.*s.bin", (int)n, s->path) < 0) {
-		free(idx_path);
-		g->bin_path = NULL;
+	if (megatron_pair_paths(s->path, &idx_path, &g->bin_path))
 		return -ENOMEM;
-	}
 	fd = open(idx_path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &ib) != 0) {
 		rc = -errno;

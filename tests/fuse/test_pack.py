@@ -214,6 +214,44 @@ def test_megatron_pair_is_one_input_whichever_files_are_named(tmp_path):
         assert zds.read_dataset(out) == want
 
 
+@pytest.mark.parametrize('idx_ext,bin_ext', [('.IDX', '.BIN'), ('.Idx', '.Bin'),
+                                             ('.IDX', '.bin'), ('.idx', '.BIN')])
+def test_megatron_pair_in_upper_or_mixed_case(tmp_path, idx_ext, bin_ext):
+    """The extensions are taken in any case (X.IDX is Megatron by its name), and so is the
+    sibling: X.IDX + X.BIN is one pair, whichever names are given, and so are mixed
+    spellings. Before, X.BIN was read as a raw .bin and X.IDX looked for X.IDX.idx. A bare
+    PREFIX finds each file in lower or upper case only (X.Idx is not looked for)."""
+    src = tmp_path / 'src'
+    src.mkdir()
+    tokens = write_megatron(src / 'm')
+    (src / 'm.idx').rename(src / ('X' + idx_ext))
+    (src / 'm.bin').rename(src / ('X' + bin_ext))
+    idx, bin_ = src / ('X' + idx_ext), src / ('X' + bin_ext)
+    want = zds.windows(tokens, 8)
+    cases = [('i', [idx]), ('b', [bin_]), ('ib', [idx, bin_]), ('bi', [bin_, idx])]
+    if all(e[1:] in (e[1:].lower(), e[1:].upper()) for e in (idx_ext, bin_ext)):
+        cases += [('p', [src / 'X']), ('pib', [src / 'X', idx, bin_])]
+    for name, names in cases:
+        out = tmp_path / ('out-' + name)
+        p = run('pack', *names, '--format', 'tokens', '--seq-len', '8', '-o', out)
+        assert p.stderr == '', (name, p.stderr)
+        assert b'from 1 input into' in p.stdout, (name, p.stdout)
+        info = info_json(out)
+        assert [(s['format'], s['samples']) for s in info['sources']] == \
+            [('megatron', len(want))], name
+        assert zds.read_dataset(out) == want, name
+
+
+def test_megatron_upper_case_idx_without_its_bin(tmp_path):
+    """X.IDX alone: the error names the .bin it looked for, spelled like the .idx."""
+    write_megatron(tmp_path / 'm')
+    (tmp_path / 'm.idx').rename(tmp_path / 'X.IDX')
+    (tmp_path / 'm.bin').unlink()
+    err = bad_pack(tmp_path, tmp_path / 'X.IDX', '--seq-len', '8')
+    assert err.count('\n') == 1 and str(tmp_path / 'X.BIN') in err, err
+    assert 'cannot open' in err and 'needs its .bin beside it' in err, err
+
+
 def test_megatron_pair_both_files_of_the_shared_data(tmp_path, data):
     """The tester's command: `pack --format tokens $D/megatron/*` gave 42,557 samples."""
     names = sorted((data / 'megatron').iterdir())
