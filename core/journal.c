@@ -1675,7 +1675,6 @@ static ssize_t rank_index(const struct journal *j, uint64_t rank)
 	return -1;
 }
 
-/* Commit the advance of ranks[i] past its cursor (caller holds j->mu and checked i). */
 /* Caller holds j->mu. 0, or -EIO when the journal's path no longer names the file this
  * handle writes (deleted by a /tmp cleaner, replaced by a copy): SQLite would go on
  * committing into the orphaned inode, and every later claim would be lost at unmount.
@@ -1698,6 +1697,7 @@ static int check_unmoved(struct journal *j)
 		     j->cur.layout.global_batch, minstep);
 }
 
+/* Commit the advance of ranks[i] past its cursor (caller holds j->mu and checked i). */
 static int claim_locked(struct journal *j, size_t i)
 {
 	uint64_t step = j->pos[i].step, micro = j->pos[i].micro;
