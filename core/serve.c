@@ -861,8 +861,6 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 	rc = serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
 			 0, layout_micros(&s->cfg.layout), out, &bad);
 	reader_put(s, r);
-	if (!rc && s->journal)
-		journal_note_reached(s->journal, step + 1); /* a checkpoint may name step + 1 */
 	if (rc == -EIO) {
 		char what[64];
 
@@ -870,6 +868,12 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 		log_decode_error(s, what, rc, bad);
 	}
 	return rc;
+}
+
+void server_step_opened(struct server *s, uint64_t step)
+{
+	if (s->journal)
+		journal_note_reached(s->journal, step + 1); /* a checkpoint may name step + 1 */
 }
 
 int server_sample(struct server *s, uint64_t id, struct batch **out)

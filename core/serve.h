@@ -140,6 +140,10 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out);
  * for a step before S0 of the layout; other errors as serve_build. */
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
 
+/* A reader opened step/<step> (a stat of it, which also builds it, does not count): the
+ * job has reached step, so checkpoint and rewind accept step + 1 (journal_note_reached). */
+void server_step_opened(struct server *s, uint64_t step);
+
 /* One sample in the mount's encoding (a batch of one); pure. -ERANGE (id >= N). */
 int server_sample(struct server *s, uint64_t id, struct batch **out);
 

@@ -460,6 +460,8 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		break;
 	case NODE_STEP:
 		rc = server_step(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
+		if (!rc)
+			server_step_opened(z->srv, inode_step(ino));
 		break;
 	case NODE_SAMPLE:
 		rc = server_sample(z->srv, inode_id(ino), &f->batch);

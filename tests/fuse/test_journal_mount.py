@@ -275,6 +275,11 @@ def test_checkpoint_after_a_job_that_loads_through_step_files(ds, mount, tmp_pat
     for t in range(6):
         for r in range(2):
             assert read_all(m.path('rank', r, 'step', t)) == batch(ds, opts, r, t)
+    os.stat(m.path('rank', 0, 'step', 9))   # a stat reads nothing: 10 stays refused
+    with pytest.raises(OSError) as e:
+        with open(m.path('control'), 'w') as f:
+            f.write('checkpoint 10\n')
+    assert e.value.errno == errno.EINVAL
     for bad in ['checkpoint 7\n', 'rewind 8\n']:
         with pytest.raises(OSError) as e:
             with open(m.path('control'), 'w') as f:
