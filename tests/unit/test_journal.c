@@ -589,6 +589,9 @@ static void test_checkpoint_rewind(void)
 	journal_last_error(j, err, sizeof(err));
 	CHECK(strstr(err, "is step 15") != NULL);
 	CHECK(journal_checkpoint(j, 15) == 0);
+	CHECK(journal_rewind(j, 15) == -EINVAL); /* a rewind never moves past the cursors */
+	journal_last_error(j, err, sizeof(err));
+	CHECK(strstr(err, "is step 13") != NULL);
 	CHECK(journal_cursor(j, 0, &s, &m) == 0 && s == 13 && m == 1); /* unchanged */
 	CHECK(journal_rewind(j, 11) == 0);
 	CHECK(journal_cursor(j, 0, &s, &m) == 0 && s == 11 && m == 0);

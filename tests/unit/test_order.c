@@ -221,8 +221,9 @@ static void test_rankset(void)
  * positions, and a later build must map them to the same samples, so any change to the
  * permutation (rounds, mixer, key schedule, domain, cycle-walking) or to how order_fill()
  * crosses epochs fails here. The values were computed by the first release's
- * order_sample() one gsn at a time; each run of 8 crosses an epoch boundary except
- * the last. */
+ * order_sample() one gsn at a time. The runs of 8 cross an epoch boundary in cases 2-5
+ * (in pieces shorter than PRP_LANES, which prp_apply_run() evaluates one by one); the
+ * run of 24 crosses one with 10 and 14 ids on each side, both evaluated in lanes. */
 static void test_known_order(void)
 {
 	static const struct {
@@ -237,10 +238,17 @@ static void test_known_order(void)
 		{ 300, 42, 0, { 271, 246, 11, 208, 40, 113, 73, 281 } },
 	};
 
-	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-		struct order o;
-		uint64_t ids[8];
+	static const uint64_t long_run[24] = { 228, 2, 127, 288, 149, 214, 20, 245, 12, 177,
+					       279, 187, 79, 221, 69, 198, 257, 217, 193, 135,
+					       165, 41, 124, 178 };
+	struct order o;
+	uint64_t ids[24];
 
+	REQUIRE(order_init(&o, 300, 42, ORDER_SHUFFLE_GLOBAL) == 0);
+	REQUIRE(order_fill(&o, 290, 24, ids) == 0);
+	for (size_t i = 0; i < 24; i++)
+		CHECK_EQ_U64(ids[i], long_run[i]);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		REQUIRE(order_init(&o, cases[k].n, cases[k].seed, ORDER_SHUFFLE_GLOBAL) == 0);
 		REQUIRE(order_fill(&o, cases[k].gsn, 8, ids) == 0);
 		for (size_t i = 0; i < 8; i++) {
