@@ -78,11 +78,11 @@ static int megatron_pair_exists(const char *path, int both)
 static enum source_format by_name(const char *path)
 {
 	static const char *const tar_ext[] = { ".tar", ".tgz", ".tar.gz", ".tar.xz", ".txz",
-		".tar.bz2", ".tbz2", ".tar.zst", ".tzst" };
+		".tar.bz2", ".tbz2", ".tar.zst", ".tzst", ".tar.lzma", ".tlz", ".tar.lz4" };
 
 	static const char *const jsonl_ext[] = { ".jsonl", ".ndjson", ".json.zst", ".json.gz",
-		".json.xz", ".json.bz2" };
-	static const char *const zext[] = { "", ".zst", ".gz", ".xz", ".bz2" };
+		".json.xz", ".json.bz2", ".json.lzma", ".json.lz4" };
+	static const char *const zext[] = { "", ".zst", ".gz", ".xz", ".bz2", ".lzma", ".lz4" };
 
 	for (size_t i = 0; i < sizeof(jsonl_ext) / sizeof(jsonl_ext[0]); i++)
 		for (size_t z = 0; z < (i < 2 ? sizeof(zext) / sizeof(zext[0]) : 1); z++) {

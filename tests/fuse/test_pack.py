@@ -1235,6 +1235,9 @@ def test_padded_tar_lzma_lz4(tmp_path, tool):
     got = [zds.parse_file_group(s) for s in
            zds.read_dataset(pack_ok(tmp_path, 'd', '--format', 'files', f))]
     assert got == tar_samples(30)
+    # the name alone says tar, as .tar.xz does
+    got = [zds.parse_file_group(s) for s in zds.read_dataset(pack_ok(tmp_path, 'byname', f))]
+    assert got == tar_samples(30)
 
 
 @pytest.mark.parametrize('tool', LZ)
@@ -1244,6 +1247,10 @@ def test_jsonl_lzma_lz4(tmp_path, tool):
     f = tmp_path / ('x.jsonl.' + tool)
     f.write_bytes(lz_compress(tool, raw))
     assert zds.read_dataset(pack_ok(tmp_path, 'd', '--format', 'jsonl', f)) == raw.splitlines()
+    assert zds.read_dataset(pack_ok(tmp_path, 'byname', f)) == raw.splitlines()
+    t = tmp_path / ('x.txt.' + tool)
+    t.write_bytes(lz_compress(tool, b'one line\n\nanother\n'))
+    assert zds.read_dataset(pack_ok(tmp_path, 'text', t)) == [b'one line', b'another']
     f.write_bytes(f.read_bytes() + b'not %s\n' % tool.encode())
     err = bad_pack(tmp_path, '--format', 'jsonl', f)
     assert str(f) in err and 'trailing garbage after the %s data' % tool in err, err
