@@ -477,7 +477,6 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		break;
 	case NODE_README:
 		rc = buf_append(&f->text, z->readme, z->readme_len);
-		fi->keep_cache = 1;
 		break;
 	case NODE_CONTROL:
 		fi->direct_io = 1;
@@ -491,8 +490,15 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, claim_errno(z, rc));
 		return;
 	}
-	if (type != NODE_README)
+	if (type == NODE_README || type == NODE_STEP || type == NODE_SAMPLE) {
+		/* The same bytes for the life of the mount: through the page cache, so they can
+		 * be mapped (np.load(mmap_mode='r'), np.memmap) and a second read is free. Their
+		 * attributes still expire at once: a read past the cached size, or an fstat,
+		 * asks again, so a size cached from a failed build is never trusted. */
+		fi->keep_cache = 1;
+	} else {
 		fi->direct_io = 1;  /* every open may differ: no page cache */
+	}
 	fi->fh = (uint64_t)(uintptr_t)f;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		/* The opener was interrupted before it got the handle: the kernel will not
