@@ -147,8 +147,10 @@ static void pid_claim_record(struct zfs *z, uint32_t pid, uint64_t rank, uint64_
 }
 
 /* Size a GETATTR without a file handle reports: content that is pure is built (and
- * freed); next answers the caller's latest claim, else the rank's latest claim. */
-static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid)
+ * freed); next answers the caller's latest claim, else the rank's latest claim. *pure is
+ * set to 1 when the size is that of content that never changes (a step/ or samples/
+ * file built without error), else left as it is. */
+static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid, int *pure)
 {
 	struct buf text = BUF_INIT;
 	struct batch *b = NULL;
@@ -179,12 +181,16 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid)
 			size = batch_len(b);
 		break;
 	case NODE_STEP:
-		if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0)
+		if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
 			size = batch_len(b);
+			*pure = 1;
+		}
 		break;
 	case NODE_SAMPLE:
-		if (server_sample(z->srv, inode_id(ino), &b) == 0)
+		if (server_sample(z->srv, inode_id(ino), &b) == 0) {
 			size = batch_len(b);
+			*pure = 1;
+		}
 		break;
 	default:
 		break;
@@ -237,8 +243,16 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 		return -ENOENT;
 	if (type == NODE_SAMPLE && inode_id(ino) >= z->info->samples)
 		return -ENOENT;
-	if (S_ISREG(st->st_mode))
-		st->st_size = (off_t)(f ? file_len(f) : node_size(z, ino, pid));
+	if (S_ISREG(st->st_mode)) {
+		int pure = f && (type == NODE_STEP || type == NODE_SAMPLE);
+
+		st->st_size = (off_t)(f ? file_len(f) : node_size(z, ino, pid, &pure));
+		/* A pure file's size is cached like its pages (a page-cache read past the
+		 * cached size would otherwise build the whole step again to ask); one that
+		 * failed to build is asked again next time. */
+		if (pure)
+			*timeout = STATIC_ATTR_TIMEOUT;
+	}
 	st->st_blocks = (st->st_size + 511) / 512;
 	return 0;
 }
@@ -720,8 +734,9 @@ static void zfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	(void)userdata;
 	zfs_ready();
-	/* Batches are read whole and once: no readahead into the page cache. */
-	conn->max_readahead = 0;
+	/* Only the pure files (step/, samples/, README) use the page cache: read them in
+	 * requests of up to 1 MiB (the kernel's fuse max_pages), not one page at a time. */
+	conn->max_readahead = 1u << 20;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 }
