@@ -69,6 +69,8 @@ struct journal {
 	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1 */
 	int64_t moved_checked;      /* CLOCK_MONOTONIC_COARSE ns of check_unmoved's last stat */
 	int moved;                  /* it found the path naming another file, or none */
+	int moved_known;            /* moved_point was computed from the history */
+	struct journal_point moved_point; /* resume=auto's point when moved was found */
 	char err[512];              /* room for a path and the remedy after it */
 };
 
@@ -1703,13 +1705,32 @@ static int check_unmoved(struct journal *j, int every_time)
 	    (sqlite3_file_control(j->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK ||
 	     !moved))
 		return 0;
-	j->moved = 1; /* for good: a file put back at the path is not this one */
+	if (!j->moved) {
+		/* Where resume=auto would have started, from the history this handle still
+		 * holds open (the orphaned file): the latest checkpoint mark or other position
+		 * statement, else the cursors. */
+		struct hist h;
+
+		j->moved = 1; /* for good: a file put back at the path is not this one */
+		if (hist_load(j->db, 0, &h) == 0) {
+			if (point_compute(&h, 1, NULL, &j->moved_point) == 0 &&
+			    j->moved_point.basis != JOURNAL_POINT_EMPTY)
+				j->moved_known = 1;
+			hist_release(&h);
+		}
+	}
+	if (j->moved_known)
+		return jfail(j, -EIO, "journal %s was deleted or replaced under the mount, so no "
+			     "claim can be recorded; unmount and remount with resume=samples:%"
+			     PRIu64 "@%" PRIu64 " (what resume=auto would use: %s)", j->path,
+			     j->moved_point.samples, j->moved_point.step, j->moved_point.why);
 	for (size_t i = 0; i < j->nranks; i++)
 		if (j->pos[i].step < minstep)
 			minstep = j->pos[i].step;
 	return jfail(j, -EIO, "journal %s was deleted or replaced under the mount, so no claim "
 		     "can be recorded; unmount and remount with resume=samples:%" PRIu64 "@%"
-		     PRIu64 " (every served rank had completed the steps before it)", j->path,
+		     PRIu64 " (every served rank had completed the steps before it; its history "
+		     "is unreadable)", j->path,
 		     j->cur.layout.start_samples + (minstep - j->cur.layout.start_step) *
 		     j->cur.layout.global_batch, minstep);
 }

@@ -43,8 +43,10 @@ int render_readme(struct zfs *z, struct buf *out)
 		"Step t covers global sequence numbers [G0 + (t-S0)*B, G0 + (t-S0+1)*B); rank r\n"
 		"owns the slice [r*B/W, (r+1)*B/W) of it, served in micro-batches of m. The\n"
 		"samples of a step are the same for every world size: concatenate the ranks'\n"
-		"batches of a step in rank order to check. mmap of next is not supported (it is\n"
-		"served with direct I/O); read it. Unmount with fusermount3 -u.\n",
+		"batches of a step in rank order to check. Only samples/ and this file can be\n"
+		"mmap'ed; next, peek, step/ and the status files are served with direct I/O:\n"
+		"read them. A failed mmap of next still claimed its batch (numpy's\n"
+		"np.load(mmap_mode='r') opens it three times). Unmount with fusermount3 -u.\n",
 		ZEPHON_VERSION, z->dataset_path, z->info->samples, dataset_kind_name(z->info->kind),
 		z->info->fingerprint, c->layout.world_size, c->layout.global_batch,
 		c->layout.micro_batch, ranks, c->layout.start_step, c->layout.start_samples,

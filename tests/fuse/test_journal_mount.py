@@ -132,20 +132,26 @@ def test_full_disk_fails_opens_with_eio_and_loses_nothing(ds, tmp_path, small_fs
     assert 'AddressSanitizer' not in m.stderr_text
 
 
-@pytest.mark.parametrize('how', ['deleted', 'replaced'])
-def test_a_journal_deleted_under_the_mount_fails_claims_with_eio(ds, tmp_path, how):
+@pytest.mark.parametrize('how,mark', [('deleted', False), ('replaced', False),
+                                      ('deleted', True)])
+def test_a_journal_deleted_under_the_mount_fails_claims_with_eio(ds, tmp_path, how, mark):
     """A journal removed (a /tmp cleaner) or replaced (a restored copy) under a live mount:
     SQLite would go on committing into the orphaned file and every later claim would be
-    lost. Opens of next fail with EIO instead, and the error names the samples:G@S to
-    remount with, which continues the stream exactly."""
+    lost. Opens of next fail with EIO instead, and the error names the samples:G@S that
+    resume=auto would have used (the cursors, or the checkpoint mark when there is one:
+    the trainer restores that model), which continues the stream exactly."""
     opts = 'world_size=2,global_batch=4,micro_batch=1'
     j = tmp_path / 'j.sqlite'
     m = Mount(ds, tmp_path / 'mp', opts + ',prefetch=0,journal=%s' % j, allow_errors=True).start()
+    point, step = ('4@1', 1) if mark else ('8@2', 2)
     try:
         for _ in range(6):          # steps 0-2 of rank 0, steps 0-1 of rank 1
             read_all(m.path('rank', 0, 'next'))
         for _ in range(4):
             read_all(m.path('rank', 1, 'next'))
+        if mark:
+            with open(m.path('control'), 'w') as f:
+                f.write('checkpoint 1\n')
         if how == 'deleted':
             for p in tmp_path.glob('j.sqlite*'):
                 p.unlink()
@@ -162,12 +168,14 @@ def test_a_journal_deleted_under_the_mount_fails_claims_with_eio(ds, tmp_path, h
         status = json.loads(read_all(m.path('status')))
         msg = status['last_error']['message']
         assert 'was deleted or replaced under the mount' in msg
-        assert 'remount with resume=samples:8@2' in msg, msg
+        assert 'remount with resume=samples:%s' % point in msg, msg
+        assert ('checkpoint mark at step 1' in msg) == mark, msg
     finally:
         m.stop(check=False)
-    assert 'remount with resume=samples:8@2' in m.stderr_text
-    with Mount(ds, tmp_path / 'mp2', opts + ',resume=samples:8@2,journal=%s' % (tmp_path / 'new.sqlite')) as m2:
-        assert read_all(m2.path('rank', 1, 'next')) == batch(ds, opts, 1, 2, 0)
+    assert 'remount with resume=samples:%s' % point in m.stderr_text
+    with Mount(ds, tmp_path / 'mp2', opts + ',resume=samples:%s,journal=%s' % (
+            point, tmp_path / 'new.sqlite')) as m2:
+        assert read_all(m2.path('rank', 1, 'next')) == batch(ds, opts, 1, step, 0)
 
 
 def mount_fails(ds, tmp_path, opts):
