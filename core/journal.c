@@ -69,6 +69,9 @@ struct journal {
 	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1 */
 	int64_t moved_checked;      /* CLOCK_MONOTONIC_COARSE ns of check_unmoved's last stat */
 	int moved;                  /* it found the path naming another file, or none */
+	int file_known;             /* file_dev, file_ino: the database file at open */
+	dev_t file_dev;
+	ino_t file_ino;
 	int moved_known;            /* moved_point was computed from the history */
 	struct journal_point moved_point; /* resume=auto's point when moved was found */
 	char err[512];              /* room for a path and the remedy after it */
@@ -843,9 +846,18 @@ static int open_common(const char *path, const struct journal_ident *want,
 		goto err_free;
 	}
 	if (mode == OPEN_WRITE) {
+		const char *real = sqlite3_db_filename(db, "main");
+		struct stat sb;
+
 		/* ours: a clean close merges the WAL into the database and removes it */
 		sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
 		free(wal);
+		/* the file this handle writes, for check_unmoved() */
+		if (real && *real && stat(real, &sb) == 0) {
+			j->file_dev = sb.st_dev;
+			j->file_ino = sb.st_ino;
+			j->file_known = 1;
+		}
 	} else if (!wal_existed) {
 		j->wal_cleanup = wal; /* remove at close if this reader left it empty */
 	} else {
@@ -1705,6 +1717,20 @@ static int check_unmoved(struct journal *j, int every_time)
 	    (sqlite3_file_control(j->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK ||
 	     !moved))
 		return 0;
+	if (!j->moved && j->file_known) {
+		/* SQLite says moved on any failed stat(2) of the path. Only a path that no
+		 * longer exists, or names another file, is conclusive: an I/O error or a
+		 * timeout of a network file system is not a reason to fail every claim
+		 * for good, and the claim goes on (SQLite writes through its open file). */
+		const char *real = sqlite3_db_filename(j->db, "main");
+		struct stat sb;
+
+		if (real && *real) {
+			if (stat(real, &sb) == 0 ? sb.st_dev == j->file_dev &&
+						   sb.st_ino == j->file_ino : errno != ENOENT)
+				return 0;
+		}
+	}
 	if (!j->moved) {
 		/* Where resume=auto would have started, from the history this handle still
 		 * holds open (the orphaned file): the latest checkpoint mark or other position
