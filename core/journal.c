@@ -1694,50 +1694,70 @@ static ssize_t rank_index(const struct journal *j, uint64_t rank)
 /* Claims between two checks that the journal is still the file at its path. */
 #define MOVED_CHECK_NS 10000000 /* 10 ms */
 
+/* consumed_samples of the current layout (caller holds j->mu, and cur.id is set):
+ * G0 + (min over served ranks of the cursor step - S0) * B; *minstep gets that step. */
+static uint64_t consumed_locked(const struct journal *j, uint64_t *minstep)
+{
+	uint64_t m = UINT64_MAX;
+
+	for (size_t i = 0; i < j->nranks; i++)
+		if (j->pos[i].step < m)
+			m = j->pos[i].step;
+	*minstep = m;
+	return j->cur.layout.start_samples + (m - j->cur.layout.start_step) *
+	       j->cur.layout.global_batch;
+}
+
+/* Whether the journal's path no longer names the file this handle writes: 1 only when
+ * that is certain. SQLite's SQLITE_FCNTL_HAS_MOVED (a stat(2) of the path) says moved on
+ * any failed stat; then a path that no longer exists (ENOENT) or names another file
+ * than the one opened is conclusive, and an I/O error or a timeout of a network file
+ * system is not (SQLite writes through its open file, and the claim goes on). */
+static int journal_moved(struct journal *j)
+{
+	const char *real;
+	struct stat sb;
+	int moved = 0;
+
+	if (sqlite3_file_control(j->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK ||
+	    !moved)
+		return 0;
+	real = sqlite3_db_filename(j->db, "main");
+	if (!j->file_known || !real || !*real)
+		return 1;
+	if (stat(real, &sb) != 0)
+		return errno == ENOENT;
+	return sb.st_dev != j->file_dev || sb.st_ino != j->file_ino;
+}
+
 /* Caller holds j->mu. 0, or -EIO when the journal's path no longer names the file this
  * handle writes (deleted by a /tmp cleaner, replaced by a copy): SQLite would go on
  * committing into the orphaned inode, and every later claim would be lost at unmount.
- * The check is a stat(2) of the path (SQLITE_FCNTL_HAS_MOVED), 2.3 us here against 5.5 us
- * for a whole claim (bench_journal), so a claim makes it only when MOVED_CHECK_NS have
- * passed since the last one (always: every_time): the claims of the last 10 ms before a
- * deletion can still be lost. */
+ * The check is a stat(2) of the path, 2.3 us here against 5.5 us for a whole claim
+ * (bench_journal), so a claim makes it only when MOVED_CHECK_NS have passed since the
+ * last one (always: every_time): the claims of the last 10 ms before a deletion can still
+ * be lost. Once found, every later call fails (a file put back at the path is not this
+ * one). */
 static int check_unmoved(struct journal *j, int every_time)
 {
-	struct timespec ts;
-	int64_t now;
-	int moved = 0;
-	uint64_t minstep = UINT64_MAX;
+	uint64_t minstep, consumed;
 
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-	if (!j->moved && !every_time && now - j->moved_checked < MOVED_CHECK_NS)
-		return 0;
-	j->moved_checked = now;
-	if (!j->moved &&
-	    (sqlite3_file_control(j->db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK ||
-	     !moved))
-		return 0;
-	if (!j->moved && j->file_known) {
-		/* SQLite says moved on any failed stat(2) of the path. Only a path that no
-		 * longer exists, or names another file, is conclusive: an I/O error or a
-		 * timeout of a network file system is not a reason to fail every claim
-		 * for good, and the claim goes on (SQLite writes through its open file). */
-		const char *real = sqlite3_db_filename(j->db, "main");
-		struct stat sb;
-
-		if (real && *real) {
-			if (stat(real, &sb) == 0 ? sb.st_dev == j->file_dev &&
-						   sb.st_ino == j->file_ino : errno != ENOENT)
-				return 0;
-		}
-	}
 	if (!j->moved) {
+		struct timespec ts;
+		int64_t now;
+		struct hist h;
+
+		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+		now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+		if (!every_time && now - j->moved_checked < MOVED_CHECK_NS)
+			return 0;
+		j->moved_checked = now;
+		if (!journal_moved(j))
+			return 0;
+		j->moved = 1;
 		/* Where resume=auto would have started, from the history this handle still
 		 * holds open (the orphaned file): the latest checkpoint mark or other position
 		 * statement, else the cursors. */
-		struct hist h;
-
-		j->moved = 1; /* for good: a file put back at the path is not this one */
 		if (hist_load(j->db, 0, &h) == 0) {
 			if (point_compute(&h, 1, NULL, &j->moved_point) == 0 &&
 			    j->moved_point.basis != JOURNAL_POINT_EMPTY)
@@ -1750,15 +1770,11 @@ static int check_unmoved(struct journal *j, int every_time)
 			     "claim can be recorded; unmount and remount with resume=samples:%"
 			     PRIu64 "@%" PRIu64 " (what resume=auto would use: %s)", j->path,
 			     j->moved_point.samples, j->moved_point.step, j->moved_point.why);
-	for (size_t i = 0; i < j->nranks; i++)
-		if (j->pos[i].step < minstep)
-			minstep = j->pos[i].step;
+	consumed = consumed_locked(j, &minstep);
 	return jfail(j, -EIO, "journal %s was deleted or replaced under the mount, so no claim "
 		     "can be recorded; unmount and remount with resume=samples:%" PRIu64 "@%"
 		     PRIu64 " (every served rank had completed the steps before it; its history "
-		     "is unreadable)", j->path,
-		     j->cur.layout.start_samples + (minstep - j->cur.layout.start_step) *
-		     j->cur.layout.global_batch, minstep);
+		     "is unreadable)", j->path, consumed, minstep);
 }
 
 /* Commit the advance of ranks[i] past its cursor (caller holds j->mu and checked i). */
@@ -1871,27 +1887,23 @@ int journal_current(struct journal *j, struct journal_layout *out)
 
 uint64_t journal_consumed(struct journal *j)
 {
-	uint64_t minstep = UINT64_MAX, out = 0;
+	uint64_t minstep, out = 0;
 
 	pthread_mutex_lock(&j->mu);
-	if (j->cur.id) {
-		for (size_t i = 0; i < j->nranks; i++)
-			if (j->pos[i].step < minstep)
-				minstep = j->pos[i].step;
-		out = j->cur.layout.start_samples +
-		      (minstep - j->cur.layout.start_step) * j->cur.layout.global_batch;
-	}
+	if (j->cur.id)
+		out = consumed_locked(j, &minstep);
 	pthread_mutex_unlock(&j->mu);
 	return out;
 }
 
 /* The range checkpoint and rewind accept (caller holds j->mu): S0 <= step <= furthest,
- * the furthest cursor, or for a checkpoint also the furthest step/ read
- * (journal_note_reached): a rewind moves the cursors of next, and never past where one
- * of them has been. */
-static int step_check(struct journal *j, const char *what, uint64_t step, uint64_t *gsn)
+ * the furthest cursor or `reached`, whichever is further. A checkpoint passes the
+ * furthest step/ read (journal_note_reached); a rewind 0, since it moves the cursors of
+ * next and never past where one of them has been. */
+static int step_check(struct journal *j, const char *what, uint64_t step, uint64_t reached,
+		      uint64_t *gsn)
 {
-	uint64_t far = strcmp(what, "checkpoint") ? 0 : j->reached;
+	uint64_t far = reached;
 
 	if (j->readonly)
 		return jfail(j, -EROFS, "journal %s is open read-only", j->path);
@@ -1952,7 +1964,7 @@ int journal_checkpoint(struct journal *j, uint64_t step)
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
-	rc = step_check(j, "checkpoint", step, &gsn);
+	rc = step_check(j, "checkpoint", step, j->reached, &gsn);
 	if (!rc) {
 		rc = insert_event(j, "mark", step, gsn, &id);
 		if (rc != SQLITE_OK) {
@@ -1975,7 +1987,7 @@ int journal_rewind(struct journal *j, uint64_t step)
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
-	rc = step_check(j, "rewind", step, &gsn);
+	rc = step_check(j, "rewind", step, 0, &gsn);
 	if (rc)
 		goto out;
 	rc = exec_sql(j->db, "BEGIN IMMEDIATE");
