@@ -128,6 +128,13 @@ def mounts_under(tmp):
         return [l.split()[4] for l in f if l.split()[4].startswith(str(tmp))]
 
 
+def node_umount(env, mp):
+    """Cleanup after a test: zephon-node umount with env, then mp by hand if still there."""
+    sh([NODE, 'umount'], env, check=False)
+    if mounted(mp):
+        unmount(mp)
+
+
 @pytest.fixture
 def nodes():
     """Started per-node processes (pid, mountpoint); all killed and unmounted at the end."""
@@ -875,9 +882,7 @@ def test_mount_failure_leaves_another_jobs_mount_alone(ds, tmp_path):
         a_is_up()
         assert read_all(mp / 'rank' / '0' / 'next')
     finally:
-        sh([NODE, 'umount'], a, check=False)
-        if mounted(mp):
-            unmount(mp)
+        node_umount(a, mp)
     assert not mounts_under(tmp_path)
 
 
@@ -909,9 +914,7 @@ def test_node_mount_over_a_stale_mount(ds, tmp_path):
             assert 'cleared a stale mount' in err, err
             assert status(mp)['world_size'] == 2
         finally:
-            sh([NODE, 'umount'], env, check=False)
-            if mounted(mp):
-                unmount(mp)
+            node_umount(env, mp)
     assert not mounts_under(tmp_path)
 
 
