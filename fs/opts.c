@@ -28,6 +28,7 @@ static const struct fuse_opt option_table[] = {
 	OPT("prefetch=%s", prefetch),
 	OPT("sync=%s", sync),
 	OPT("workers=%s", workers),
+	OPT("max_threads=%s", max_threads),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -58,6 +59,7 @@ const char mount_options_help[] =
 	"  prefetch=K            decoded micro-batches kept ready per rank (default 2)\n"
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
 	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
+	"  max_threads=N         FUSE requests served at once (default: number of CPUs, 2-64)\n"
 	"  allow_other           let other users read batches (implies default_permissions)\n"
 	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
 	"ro and rw pass through; fstab-only keys (defaults, auto, noauto, user, users, nofail,\n"
@@ -148,7 +150,7 @@ void mount_options_release(struct mount_options *o)
 {
 	char **strs[] = { &o->world_size, &o->global_batch, &o->micro_batch, &o->ranks,
 			  &o->seed, &o->shuffle, &o->epochs, &o->format, &o->journal, &o->resume,
-			  &o->prefetch, &o->sync, &o->workers, &o->dataset, &o->mountpoint,
+			  &o->prefetch, &o->sync, &o->workers, &o->max_threads, &o->dataset, &o->mountpoint,
 			  &o->bad_option };
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -226,6 +228,16 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	if (v < 1 || v > 64)
 		return WHY("workers=%" PRIu64 " must be between 1 and 64", v);
 	c->workers = (unsigned)v;
+	/* As many request threads as CPUs: a reply's copy is CPU work, and more threads than
+	 * CPUs only share them, stretching every request (4 ranks reading 1 MiB batches flat
+	 * out on 2 CPUs: p99 open->first byte 5-7 ms with 64 threads, 1.4-1.6 ms with 2, at
+	 * the same GB/s; tests/bench/RESULTS.md, "B4: request threads"). */
+	if ((rc = number("max_threads", o->max_threads,
+			 cpus < 2 ? 2 : cpus > 64 ? 64 : (uint64_t)cpus, &v, why, why_len)))
+		return rc;
+	if (v < 1 || v > 256)
+		return WHY("max_threads=%" PRIu64 " must be between 1 and 256", v);
+	c->max_threads = (unsigned)v;
 	if (!o->sync || !strcmp(o->sync, "normal"))
 		c->sync = JOURNAL_SYNC_NORMAL;
 	else if (!strcmp(o->sync, "full"))

@@ -18,7 +18,7 @@
 /* The option text as given (NULL when absent); fuse_opt allocates each string. */
 struct mount_options {
 	char *world_size, *global_batch, *micro_batch, *ranks, *seed, *shuffle, *epochs;
-	char *format, *journal, *resume, *prefetch, *sync, *workers;
+	char *format, *journal, *resume, *prefetch, *sync, *workers, *max_threads;
 	int foreground, debug, singlethread, show_help, show_version;
 	int allow_other, default_permissions;
 	char *dataset, *mountpoint;   /* the first two non-option arguments */
@@ -39,6 +39,7 @@ struct mount_config {
 	char *journal;                /* malloc'd path */
 	struct journal_resume resume;
 	unsigned prefetch, workers;
+	unsigned max_threads;         /* FUSE requests served at once (fuse_loop_cfg_set_max_threads) */
 	enum journal_sync sync;
 };
 

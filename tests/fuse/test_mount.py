@@ -5,6 +5,7 @@ import errno
 import io
 import json
 import os
+import pathlib
 import re
 import shutil
 import stat
@@ -312,10 +313,13 @@ def test_paced_reader_is_served_from_the_prefetch_ring(records, mount, keep_open
     assert metric(m, 'zephon_prefetch_hits_total') == 8
 
 
-def test_concurrent_openers_get_every_micro_batch_once(records, mount):
+@pytest.mark.parametrize('threads', ['', ',max_threads=1'])
+def test_concurrent_openers_get_every_micro_batch_once(records, mount, threads):
+    """Eight readers of four ranks at once, also through a single request thread (their
+    requests then wait in the kernel's queue: no claim may be lost or doubled)."""
     ds, _ = records
     opts = 'world_size=4,global_batch=32,micro_batch=2'  # A = 4 per step
-    m = mount(ds, opts)
+    m = mount(ds, opts + threads)
     per_rank = 24  # 6 steps
     got = {r: [] for r in range(4)}
     lock = threading.Lock()
@@ -330,6 +334,30 @@ def test_concurrent_openers_get_every_micro_batch_once(records, mount):
     for r in range(4):
         want = [batch(ds, opts, r, k // 4, k % 4) for k in range(per_rank)]
         assert sorted(got[r]) == sorted(want)
+
+
+def fuse_threads(m):
+    """The daemon's threads that serve FUSE requests: all but the decode workers
+    ("zephon-decode") and the main thread, which waits for the request loop."""
+    comms = [(t / 'comm').read_text().strip()
+             for t in pathlib.Path('/proc/%d/task' % m.proc.pid).iterdir()]
+    return comms.count('zephon') - 1
+
+
+@pytest.mark.parametrize('opt,limit', [('', max(2, min(64, os.cpu_count()))),
+                                       (',max_threads=3', 3)])
+def test_requests_are_served_by_at_most_max_threads(records, mount, opt, limit):
+    """More request threads than CPUs only share the CPUs, and every request then takes
+    longer (tests/bench/RESULTS.md, "B4: request threads"): the default is one per CPU."""
+    ds, _ = records
+    m = mount(ds, 'world_size=4,global_batch=64,micro_batch=2' + opt)
+
+    def worker(r):
+        for _ in range(8):
+            read_all(m.path('rank', r, 'next'))
+    with concurrent.futures.ThreadPoolExecutor(12) as ex:
+        list(ex.map(worker, [r for r in range(4) for _ in range(3)]))
+    assert 1 <= fuse_threads(m) <= limit
 
 
 # ---------------------------------------------------------------- errors
@@ -436,6 +464,8 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('resume=yesterday', 'resume=yesterday: expected auto, fresh, samples:G, samples:G@S or step:S'),
     ('sync=sometimes', 'sync=sometimes: expected normal or full'),
     ('prefetch=1000', 'prefetch=1000 is above the limit of 64'),
+    ('max_threads=0', 'max_threads=0 must be between 1 and 256'),
+    ('max_threads=many', 'max_threads=many is not a non-negative whole number'),
     ('bogus_option=1', "unknown mount option 'bogus_option=1'"),
     ('max_read=4096', "unknown mount option 'max_read=4096'"),
     ('world_size=2,ranks=', 'ranks= needs a list'),
