@@ -300,8 +300,10 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		z->readme = (char *)buf_detach(&readme, NULL);
 	}
 	zfs_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
-		" micro_batch=%" PRIu64 ", %s", z->dataset_path, sc.layout.world_size,
-		sc.layout.global_batch, sc.layout.micro_batch, z->resume_applied);
+		" micro_batch=%" PRIu64 ", %s; %u decode workers, %u request threads",
+		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
+		sc.layout.micro_batch, z->resume_applied, sc.workers,
+		o->singlethread ? 1 : z->cfg->max_threads);
 	if (o->singlethread) {
 		rc = fuse_session_loop(se);
 	} else {
