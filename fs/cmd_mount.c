@@ -310,7 +310,7 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		struct fuse_loop_config *lc = fuse_loop_cfg_create();
 
 		fuse_loop_cfg_set_clone_fd(lc, 0);
-		fuse_loop_cfg_set_idle_threads(lc, z->cfg->max_threads);
+		fuse_loop_cfg_set_idle_threads(lc, z->cfg->max_threads < 16 ? z->cfg->max_threads : 16);
 		fuse_loop_cfg_set_max_threads(lc, z->cfg->max_threads);
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);

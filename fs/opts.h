@@ -39,7 +39,7 @@ struct mount_config {
 	char *journal;                /* malloc'd path */
 	struct journal_resume resume;
 	unsigned prefetch, workers;
-	unsigned max_threads;         /* FUSE requests served at once (fuse_loop_cfg_set_max_threads) */
+	unsigned max_threads;         /* FUSE requests served at once (fuse_loop_cfg_set_max_threads, 1-256) */
 	enum journal_sync sync;
 };
 

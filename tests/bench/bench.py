@@ -247,11 +247,21 @@ class Bench:
                                                expect=size)
                     a1, a2, z1, z4 = one['a'], one["a'"], one['zephon'], one['zephon 4']
                     res[label].update(static_1=a1, static_dataset_pages_1=a2)
-                    lat = paced = None
+                    lat = paced = lat_cpus = None
                     if size == MiB:
                         lat = self.readloop(nexts, first='4096', expect=size)
                         paced = self.readloop(nexts, first='4096', expect=size,
                                               pause_us=20000)
+                if size == MiB:
+                    # the same with one request thread per CPU (max_threads): the
+                    # threads no longer share the CPUs (RESULTS.md, "B4: request threads")
+                    ctx, zm = self.mount_zephon(ds, 'b1', 'world_size=4,global_batch=%d,'
+                                                'micro_batch=%d,format=bin,max_threads=%d' % (
+                                                    4 * m, m, os.cpu_count()))
+                    with ctx:
+                        lat_cpus = self.readloop([zm / 'rank' / str(r) / 'next'
+                                                  for r in range(4)], first='4096',
+                                                 expect=size)
             except NotBuilt as e:
                 for w in ('one reader', '4 readers'):
                     self.na('B1', 'next %s, %s' % (label, w), target1 if w == 'one reader'
@@ -289,6 +299,14 @@ class Bench:
                          'static FUSE p50 %.0f / p99 %.0f us' % (a_lat['first_p50_us'],
                                                                  a_lat['first_p99_us']),
                          '', 'p99 < 2 ms', lat['first_p99_us'] < 2000)
+            if lat_cpus:
+                self.raw['B4 max_threads=cpus'] = lat_cpus
+                self.row('B4', 'same, max_threads=%d (one request thread per CPU)' % (
+                    os.cpu_count()), 'p50 %.0f us, p99 %.0f us' % (
+                        lat_cpus['first_p50_us'], lat_cpus['first_p99_us']),
+                         'static FUSE p50 %.0f / p99 %.0f us' % (a_lat['first_p50_us'],
+                                                                 a_lat['first_p99_us']),
+                         '', 'p99 < 2 ms', lat_cpus['first_p99_us'] < 2000)
             if paced:
                 self.raw['B4 paced'] = paced
                 self.row('B4', 'same, each rank pausing 20 ms between batches',
