@@ -740,6 +740,17 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 	}
 }
 
+int sample_reader_raw_len(struct sample_reader *r, uint64_t id, uint64_t *len)
+{
+	const struct ds_shard *s;
+	struct shard_index_entry e;
+	int rc = locate(r, id, &s, &e);
+
+	if (!rc)
+		*len = e.raw_len;
+	return rc;
+}
+
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 {
 	const struct dataset *ds = r->ds;

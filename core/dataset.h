@@ -120,6 +120,10 @@ void sample_reader_free(struct sample_reader *r);
  * corrupt frame, read error, size differs from the index: out is left as it was),
  * -ENOMEM. Never returns wrong bytes. */
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out);
+/* The decoded length of sample id (its index entry's raw_len, checked against the shard
+ * like a read does), without reading its bytes. 0, or -ERANGE (id >= N), -EIO (bad index
+ * entry: see sample_reader_last_error). */
+int sample_reader_raw_len(struct sample_reader *r, uint64_t id, uint64_t *len);
 /* A hint that sample id is read soon: its index entry (payload 0) or, from the entry,
  * the first 512 bytes of its stored bytes in the shard mapping (payload 1; do that once
  * the entry had time to arrive). Prefetch instructions only: no fault, no error, nothing

@@ -438,6 +438,50 @@ int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
 	return rc;
 }
 
+int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
+		      enum batch_format f, const uint64_t *ids, size_t count, uint64_t *len)
+{
+	uint64_t total = 0, n, sample_bytes;
+	int rc;
+
+	if (batch_format_check(info, f, NULL, 0))
+		return -EINVAL;
+	switch (f) {
+	case FORMAT_LINES:
+		for (size_t i = 0; i < count; i++) {
+			rc = sample_reader_raw_len(r, ids[i], &n);
+			if (rc)
+				return rc;
+			if (__builtin_add_overflow(total, n + 1, &total))
+				return -EOVERFLOW;
+		}
+		break;
+	case FORMAT_NPY:
+	case FORMAT_BIN:
+		if (!npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
+			return -EINVAL;
+		if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, &sample_bytes) ||
+		    __builtin_mul_overflow(sample_bytes, (uint64_t)count, &total))
+			return -EOVERFLOW;
+		if (f == FORMAT_NPY) {
+			struct buf head = BUF_INIT;
+
+			rc = npy_header(&head, npy_descr(info->dtype), count, info->seq_len);
+			n = head.len;
+			buf_release(&head);
+			if (rc)
+				return rc;
+			if (__builtin_add_overflow(total, n, &total))
+				return -EOVERFLOW;
+		}
+		break;
+	default:
+		return -ENOTSUP;
+	}
+	*len = total;
+	return 0;
+}
+
 int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id)

@@ -42,6 +42,14 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id);
 
+/* The length batch_encode() would give samples ids[0..count), from the index alone
+ * (nothing is decoded or checksummed): for npy and bin arithmetic, for lines the samples'
+ * lengths plus one newline each. 0, or -ENOTSUP (tar: its headers need each sample's
+ * members; build it), -EINVAL (format not defined for the dataset), -EOVERFLOW, -ERANGE,
+ * -EIO (a bad index entry: building the batch would fail too). */
+int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
+		      enum batch_format f, const uint64_t *ids, size_t count, uint64_t *len);
+
 /* Views: a batch of an uncompressed token dataset in npy or bin, with samples of at
  * least BATCH_VIEW_MIN bytes, can be served without copying its samples: a header (the
  * npy preamble; nothing for bin) followed by each sample's bytes in the dataset's shard

@@ -870,6 +870,36 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 	return rc;
 }
 
+int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len)
+{
+	const struct layout *l = &s->cfg.layout;
+	struct sample_reader *r;
+	uint64_t gsn, count = l->global_batch / l->world_size, *ids;
+	int rc;
+
+	if (!find_rank(s, rank))
+		return -ENOENT;
+	if (step < l->start_step)
+		return -EINVAL;
+	rc = layout_micro_gsn(l, rank, step, 0, &gsn);
+	if (rc)
+		return rc;
+	if (count > SIZE_MAX / sizeof(*ids))
+		return -ENOMEM;
+	ids = malloc(count * sizeof(*ids));
+	r = ids ? reader_get(s) : NULL;
+	if (!r) {
+		free(ids);
+		return -ENOMEM;
+	}
+	rc = order_fill(&s->cfg.order, gsn, count, ids);
+	if (!rc)
+		rc = batch_encoded_len(r, s->info, s->cfg.format, ids, count, len);
+	reader_put(s, r);
+	free(ids);
+	return rc;
+}
+
 void server_step_opened(struct server *s, uint64_t step)
 {
 	if (s->journal)

@@ -139,6 +139,10 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out);
 /* The step share of rank at step (all A micro-batches in one encoding); pure. -EINVAL
  * for a step before S0 of the layout; other errors as serve_build. */
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
+/* The length server_step() would give, from the order and the index without decoding
+ * (batch_encoded_len): what a lookup or stat of step/<t> needs. 0, -ENOTSUP (tar: call
+ * server_step), or the errors of server_step. */
+int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len);
 
 /* A reader opened step/<step> (a stat of it, which also builds it, does not count): the
  * job has reached step, so checkpoint and rewind accept step + 1 (journal_note_reached). */

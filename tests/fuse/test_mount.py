@@ -414,6 +414,35 @@ def corrupt_sample(ds, sample_id):
     shard.write_bytes(bytes(data))
 
 
+@pytest.mark.parametrize('data,fmt', [('records', 'lines'), ('records', 'tar'),
+                                      ('tokens', 'npy'), ('tokens', 'bin')])
+def test_step_file_sizes_match_their_bytes(records, tokens, mount, data, fmt):
+    """A lookup or stat of step/<t> takes its size from the order and the index (lines,
+    npy, bin) or builds the step (tar): either way it is the length of the bytes read."""
+    ds, _ = records if data == 'records' else tokens
+    opts = 'world_size=2,global_batch=8,micro_batch=2,seed=5,format=%s' % fmt
+    m = mount(ds, opts)
+    for r in range(2):
+        for t in (0, 1, 7, 13):  # 13: past the end of the first epoch of either dataset
+            p = m.path('rank', r, 'step', t)
+            size = os.stat(p).st_size
+            body = read_all(p)
+            assert size == len(body) and body == batch(ds, opts, r, t), (r, t, fmt)
+
+
+def test_stat_of_a_step_decodes_nothing(records, mount):
+    """A sample whose bytes are damaged (its index entry intact) makes the open of its
+    step fail with EIO, but a stat still tells the step's size: it reads the index only."""
+    ds, _ = records
+    opts = 'world_size=1,global_batch=4,shuffle=none'
+    size = len(batch(ds, opts, 0, 2))  # samples 8-11
+    corrupt_sample(ds, 9)
+    m = mount(ds, opts, allow_errors=True)
+    p = m.path('rank', 0, 'step', 2)
+    assert os.stat(p).st_size == size
+    assert open_errno(p) == errno.EIO
+
+
 def test_corrupt_sample_is_eio_and_cursor_stays(records, mount):
     ds, _ = records
     opts = 'world_size=1,global_batch=4,shuffle=none,prefetch=0'
