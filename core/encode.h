@@ -43,8 +43,9 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		 uint64_t *bad_id);
 
 /* The length batch_encode() would give samples ids[0..count), from the index alone
- * (nothing is decoded or checksummed): for npy and bin arithmetic, for lines the samples'
- * lengths plus one newline each. 0, or -ENOTSUP (tar: its headers need each sample's
+ * (nothing is decoded or checksummed): for npy and bin arithmetic (r and ids are not
+ * used and may be NULL), for lines the samples' lengths plus one newline each (a sum:
+ * the length of a long list is that of its parts added). 0, or -ENOTSUP (tar: its headers need each sample's
  * members; build it), -EINVAL (format not defined for the dataset), -EOVERFLOW, -ERANGE,
  * -EIO (a bad index entry: building the batch would fail too). */
 int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,

@@ -873,8 +873,9 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len)
 {
 	const struct layout *l = &s->cfg.layout;
+	uint64_t gsn, count = l->global_batch / l->world_size, total = 0, part;
+	uint64_t ids[1024];
 	struct sample_reader *r;
-	uint64_t gsn, count = l->global_batch / l->world_size, *ids;
 	int rc;
 
 	if (!find_rank(s, rank))
@@ -884,19 +885,23 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 	rc = layout_micro_gsn(l, rank, step, 0, &gsn);
 	if (rc)
 		return rc;
-	if (count > SIZE_MAX / sizeof(*ids))
+	if (s->cfg.format != FORMAT_LINES) /* npy, bin: arithmetic; tar: -ENOTSUP */
+		return batch_encoded_len(NULL, s->info, s->cfg.format, NULL, count, len);
+	r = reader_get(s);
+	if (!r)
 		return -ENOMEM;
-	ids = malloc(count * sizeof(*ids));
-	r = ids ? reader_get(s) : NULL;
-	if (!r) {
-		free(ids);
-		return -ENOMEM;
+	/* lines: a sum over the samples, taken a thousand ids at a time */
+	for (uint64_t done = 0; !rc && done < count; done += part) {
+		part = count - done < 1024 ? count - done : 1024;
+		rc = order_fill(&s->cfg.order, gsn + done, part, ids);
+		if (!rc)
+			rc = batch_encoded_len(r, s->info, FORMAT_LINES, ids, part, len);
+		if (!rc && __builtin_add_overflow(total, *len, &total))
+			rc = -EOVERFLOW;
 	}
-	rc = order_fill(&s->cfg.order, gsn, count, ids);
-	if (!rc)
-		rc = batch_encoded_len(r, s->info, s->cfg.format, ids, count, len);
 	reader_put(s, r);
-	free(ids);
+	if (!rc)
+		*len = total;
 	return rc;
 }
 

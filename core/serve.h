@@ -144,7 +144,7 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
  * server_step), or the errors of server_step. */
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len);
 
-/* A reader opened step/<step> (a stat of it, which also builds it, does not count): the
+/* A reader opened step/<step> (a stat of it does not count): the
  * job has reached step, so checkpoint and rewind accept step + 1 (journal_note_reached). */
 void server_step_opened(struct server *s, uint64_t step);
 

@@ -251,9 +251,10 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 		int pure = f && (type == NODE_STEP || type == NODE_SAMPLE);
 
 		st->st_size = (off_t)(f ? file_len(f) : node_size(z, ino, pid, &pure));
-		/* A pure file's size is cached: a GETATTR without a handle builds the whole
-		 * batch, and open().read() in Python sends two per open (fstat), each a round
-		 * trip; a file that failed to build is asked again next time. */
+		/* A pure file's size is cached: a GETATTR without a handle reads the index
+		 * or builds the whole batch (tar steps, samples), and open().read() in Python
+		 * sends two per open (fstat), each a round trip; a file whose size could not
+		 * be had is asked again next time. */
 		if (pure)
 			*timeout = STATIC_ATTR_TIMEOUT;
 	}

@@ -430,6 +430,16 @@ def test_step_file_sizes_match_their_bytes(records, tokens, mount, data, fmt):
             assert size == len(body) and body == batch(ds, opts, r, t), (r, t, fmt)
 
 
+def test_step_file_size_of_a_long_lines_step(records, mount):
+    """A lines step of 2,500 samples (the size is summed over the index a thousand ids
+    at a time, here across 25 epochs of the 100 records)."""
+    ds, _ = records
+    m = mount(ds, 'world_size=1,global_batch=2500,seed=2')
+    for t in (0, 3):
+        p = m.path('rank', 0, 'step', t)
+        assert os.stat(p).st_size == len(read_all(p)) > 2500
+
+
 def test_stat_of_a_step_decodes_nothing(records, mount):
     """A sample whose bytes are damaged (its index entry intact) makes the open of its
     step fail with EIO, but a stat still tells the step's size: it reads the index only."""
