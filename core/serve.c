@@ -873,7 +873,7 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len)
 {
 	const struct layout *l = &s->cfg.layout;
-	uint64_t gsn, count = l->global_batch / l->world_size, total = 0, part;
+	uint64_t gsn, count = l->global_batch / l->world_size, total = 0, part, n;
 	uint64_t ids[1024];
 	struct sample_reader *r;
 	int rc;
@@ -895,8 +895,8 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 		part = count - done < 1024 ? count - done : 1024;
 		rc = order_fill(&s->cfg.order, gsn + done, part, ids);
 		if (!rc)
-			rc = batch_encoded_len(r, s->info, FORMAT_LINES, ids, part, len);
-		if (!rc && __builtin_add_overflow(total, *len, &total))
+			rc = batch_encoded_len(r, s->info, FORMAT_LINES, ids, part, &n);
+		if (!rc && __builtin_add_overflow(total, n, &total))
 			rc = -EOVERFLOW;
 	}
 	reader_put(s, r);

@@ -141,7 +141,7 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out);
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
 /* The length server_step() would give, from the order and the index without decoding
  * (batch_encoded_len): what a lookup or stat of step/<t> needs. 0, -ENOTSUP (tar: call
- * server_step), or the errors of server_step. */
+ * server_step), or the errors of server_step; *len is set only on success. */
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len);
 
 /* A reader opened step/<step> (a stat of it does not count): the

@@ -185,7 +185,7 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid, int *pure)
 		 * build the whole step twice (tar: its headers need the samples) */
 		if (server_step_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
 			*pure = 1;
-		} else if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
+		} else if (size = 0, server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
 			size = batch_len(b);
 			*pure = 1;
 		}
@@ -746,11 +746,6 @@ static void zfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1u << 20;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	/* Lookups in one directory at once (libfuse leaves the kernel serializing them):
-	 * they keep no state, and a DataLoader's workers look up rank/R/step/<t> side by
-	 * side. */
-	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
-		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
 const struct fuse_lowlevel_ops zfs_ops = {

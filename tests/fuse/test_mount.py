@@ -453,6 +453,23 @@ def test_stat_of_a_step_decodes_nothing(records, mount):
     assert open_errno(p) == errno.EIO
 
 
+def test_stat_of_a_step_with_a_bad_index_entry_is_empty(tmp_path, mount):
+    """A step whose size cannot be had (a damaged index entry past its first 1,024
+    samples) and that cannot be built stats as 0 bytes, not as a part of its size."""
+    import struct
+    write_jsonl(tmp_path / 'many.jsonl', 2000, size=20)
+    ds = pack(tmp_path / 'many', [tmp_path / 'many.jsonl'], '--compress', 'none')
+    idx = sorted(ds.glob('shard-*.idx'))[0]
+    data = bytearray(idx.read_bytes())
+    first = struct.unpack_from('<Q', data, 24)[0]
+    struct.pack_into('<I', data, 32 + 24 * (1500 - first) + 20, 1)  # 'reserved' must be 0
+    idx.write_bytes(bytes(data))
+    m = mount(ds, 'world_size=1,global_batch=2048,shuffle=none', allow_errors=True)
+    p = m.path('rank', 0, 'step', 0)
+    assert os.stat(p).st_size == 0
+    assert open_errno(p) == errno.EIO
+
+
 def test_corrupt_sample_is_eio_and_cursor_stays(records, mount):
     ds, _ = records
     opts = 'world_size=1,global_batch=4,shuffle=none,prefetch=0'
