@@ -186,24 +186,33 @@ static int npy_header(struct buf *out, const char *descr, uint64_t rows, uint64_
 	return 0;
 }
 
+/* The bytes of count token samples (npy or bin, header aside) and of one of them.
+ * 0, -EINVAL (not a token dataset), -EOVERFLOW (more than a buffer can hold). */
+static int tokens_bytes(const struct dataset_info *info, size_t count,
+			uint64_t *sample_bytes, uint64_t *data_bytes)
+{
+	if (!npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
+		return -EINVAL;
+	if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, sample_bytes) ||
+	    __builtin_mul_overflow(*sample_bytes, (uint64_t)count, data_bytes) ||
+	    *data_bytes > SIZE_MAX - NPY_ALIGN * 4)
+		return -EOVERFLOW;
+	return 0;
+}
+
 /* npy (with_header) or bin: the samples' tokens back to back, each sample exactly
  * seq_len * itemsize bytes (anything else is a corrupt sample). */
 static int encode_tokens(struct sample_reader *r, const struct dataset_info *info,
 			 int with_header, const uint64_t *ids, size_t count, struct buf *out,
 			 uint64_t *bad_id)
 {
-	const char *descr = npy_descr(info->dtype);
 	uint64_t sample_bytes, data_bytes;
-	int rc;
+	int rc = tokens_bytes(info, count, &sample_bytes, &data_bytes);
 
-	if (!descr || info->seq_len == 0 || info->itemsize == 0)
-		return -EINVAL;
-	if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, &sample_bytes) ||
-	    __builtin_mul_overflow(sample_bytes, (uint64_t)count, &data_bytes) ||
-	    data_bytes > SIZE_MAX - NPY_ALIGN * 4)
-		return -EOVERFLOW;
+	if (rc)
+		return rc;
 	if (with_header) {
-		rc = npy_header(out, descr, count, info->seq_len);
+		rc = npy_header(out, npy_descr(info->dtype), count, info->seq_len);
 		if (rc)
 			return rc;
 	}
@@ -458,11 +467,9 @@ int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
 		break;
 	case FORMAT_NPY:
 	case FORMAT_BIN:
-		if (!npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
-			return -EINVAL;
-		if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, &sample_bytes) ||
-		    __builtin_mul_overflow(sample_bytes, (uint64_t)count, &total))
-			return -EOVERFLOW;
+		rc = tokens_bytes(info, count, &sample_bytes, &total);
+		if (rc)
+			return rc;
 		if (f == FORMAT_NPY) {
 			struct buf head = BUF_INIT;
 

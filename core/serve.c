@@ -845,16 +845,23 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out)
 	return rc;
 }
 
+/* Can server_step() build rank's share of step? 0, -ENOENT (rank not served), -EINVAL
+ * (a step before S0). server_step_len() asks the same, so a stat agrees with the open. */
+static int step_servable(struct server *s, uint64_t rank, uint64_t step)
+{
+	if (!find_rank(s, rank))
+		return -ENOENT;
+	return step < s->cfg.layout.start_step ? -EINVAL : 0;
+}
+
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out)
 {
 	struct sample_reader *r;
 	uint64_t bad = 0;
-	int rc;
+	int rc = step_servable(s, rank, step);
 
-	if (!find_rank(s, rank))
-		return -ENOENT;
-	if (step < s->cfg.layout.start_step)
-		return -EINVAL;
+	if (rc)
+		return rc;
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
@@ -876,13 +883,10 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 	uint64_t gsn, count = l->global_batch / l->world_size, total = 0, part, n;
 	uint64_t ids[1024];
 	struct sample_reader *r;
-	int rc;
+	int rc = step_servable(s, rank, step);
 
-	if (!find_rank(s, rank))
-		return -ENOENT;
-	if (step < l->start_step)
-		return -EINVAL;
-	rc = layout_micro_gsn(l, rank, step, 0, &gsn);
+	if (!rc)
+		rc = layout_micro_gsn(l, rank, step, 0, &gsn);
 	if (rc)
 		return rc;
 	if (s->cfg.format != FORMAT_LINES) /* npy, bin: arithmetic; tar: -ENOTSUP */

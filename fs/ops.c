@@ -185,7 +185,7 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid, int *pure)
 		 * build the whole step twice (tar: its headers need the samples) */
 		if (server_step_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
 			*pure = 1;
-		} else if (size = 0, server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
+		} else if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
 			size = batch_len(b);
 			*pure = 1;
 		}

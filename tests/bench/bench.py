@@ -228,8 +228,8 @@ class Bench:
                 if not ds:
                     raise NotBuilt('zephon not built yet')
                 m = size // (2048 * 2)
-                ctx, zm = self.mount_zephon(ds, 'b1', 'world_size=4,global_batch=%d,'
-                                            'micro_batch=%d,format=bin' % (4 * m, m))
+                b1_opts = 'world_size=4,global_batch=%d,micro_batch=%d,format=bin' % (4 * m, m)
+                ctx, zm = self.mount_zephon(ds, 'b1', b1_opts)
                 with ctx:
                     nexts = [zm / 'rank' / str(r) / 'next' for r in range(4)]
                     # one reader of Zephon, (a) and (a'), and Zephon's 4 ranks, in
@@ -255,9 +255,8 @@ class Bench:
                 if size == MiB:
                     # the same with one request thread per CPU (max_threads): the
                     # threads no longer share the CPUs (RESULTS.md, "B4: request threads")
-                    ctx, zm = self.mount_zephon(ds, 'b1', 'world_size=4,global_batch=%d,'
-                                                'micro_batch=%d,format=bin,max_threads=%d' % (
-                                                    4 * m, m, os.cpu_count()))
+                    ctx, zm = self.mount_zephon(ds, 'b1', b1_opts + ',max_threads=%d' %
+                                                os.cpu_count())
                     with ctx:
                         lat_cpus = self.readloop([zm / 'rank' / str(r) / 'next'
                                                   for r in range(4)], first='4096',
@@ -292,21 +291,17 @@ class Bench:
                                                       b4['bytes_per_s'] / 1e9),
                      '%.2fx one reader; %.2f (a)' % (r4, z4['bytes_per_s'] / a4['bytes_per_s']),
                      '>= 1.2x one reader', r4 >= 1.2)
-            if lat:
-                self.raw['B4'] = lat
-                self.row('B4', 'open->first byte (4 KiB), 4 ranks, 1 MiB batches',
-                         'p50 %.0f us, p99 %.0f us' % (lat['first_p50_us'], lat['first_p99_us']),
-                         'static FUSE p50 %.0f / p99 %.0f us' % (a_lat['first_p50_us'],
-                                                                 a_lat['first_p99_us']),
-                         '', 'p99 < 2 ms', lat['first_p99_us'] < 2000)
-            if lat_cpus:
-                self.raw['B4 max_threads=cpus'] = lat_cpus
-                self.row('B4', 'same, max_threads=%d (one request thread per CPU)' % (
-                    os.cpu_count()), 'p50 %.0f us, p99 %.0f us' % (
-                        lat_cpus['first_p50_us'], lat_cpus['first_p99_us']),
-                         'static FUSE p50 %.0f / p99 %.0f us' % (a_lat['first_p50_us'],
-                                                                 a_lat['first_p99_us']),
-                         '', 'p99 < 2 ms', lat_cpus['first_p99_us'] < 2000)
+            for key, what, d in (
+                    ('B4', 'open->first byte (4 KiB), 4 ranks, 1 MiB batches', lat),
+                    ('B4 max_threads=cpus', 'same, max_threads=%d (one request thread per '
+                     'CPU)' % os.cpu_count(), lat_cpus)):
+                if d:
+                    self.raw[key] = d
+                    self.row('B4', what, 'p50 %.0f us, p99 %.0f us' % (
+                        d['first_p50_us'], d['first_p99_us']),
+                             'static FUSE p50 %.0f / p99 %.0f us' % (a_lat['first_p50_us'],
+                                                                     a_lat['first_p99_us']),
+                             '', 'p99 < 2 ms', d['first_p99_us'] < 2000)
             if paced:
                 self.raw['B4 paced'] = paced
                 self.row('B4', 'same, each rank pausing 20 ms between batches',
