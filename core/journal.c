@@ -66,7 +66,9 @@ struct journal {
 	size_t nranks;
 	uint64_t *ranks;            /* sorted */
 	struct rank_pos *pos;       /* committed cursor of ranks[i] */
-	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1 */
+	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1;
+				     * atomic, not under mu: a step/ read must not wait for a
+				     * commit (the journal's file system may stall) */
 	int64_t moved_checked;      /* CLOCK_MONOTONIC_COARSE ns of check_unmoved's last stat */
 	int moved;                  /* it found the path naming another file, or none */
 	int file_known;             /* file_dev, file_ino: the database file at open */
@@ -1951,10 +1953,11 @@ static int insert_event(struct journal *j, const char *table, uint64_t step, uin
 
 void journal_note_reached(struct journal *j, uint64_t step)
 {
-	pthread_mutex_lock(&j->mu);
-	if (step > j->reached)
-		j->reached = step;
-	pthread_mutex_unlock(&j->mu);
+	uint64_t seen = __atomic_load_n(&j->reached, __ATOMIC_RELAXED);
+
+	while (step > seen && !__atomic_compare_exchange_n(&j->reached, &seen, step, 1,
+							   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		; /* seen now holds the value another thread stored: compare again */
 }
 
 int journal_checkpoint(struct journal *j, uint64_t step)
@@ -1964,7 +1967,7 @@ int journal_checkpoint(struct journal *j, uint64_t step)
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
-	rc = step_check(j, "checkpoint", step, j->reached, &gsn);
+	rc = step_check(j, "checkpoint", step, __atomic_load_n(&j->reached, __ATOMIC_RELAXED), &gsn);
 	if (!rc) {
 		rc = insert_event(j, "mark", step, gsn, &id);
 		if (rc != SQLITE_OK) {

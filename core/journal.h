@@ -229,7 +229,8 @@ int journal_current(struct journal *j, struct journal_layout *out);
 
 /* A job that loads through /rank/<r>/step/<t> claims nothing, so its cursors stay at S0:
  * the mount reports each such read here (step = t + 1), and checkpoint and rewind accept
- * steps up to the furthest of them too. In memory only: a remount starts at its S0. */
+ * steps up to the furthest of them too. In memory only: a remount starts at its S0.
+ * Lock-free: it never waits for a commit in progress. */
 void journal_note_reached(struct journal *j, uint64_t step);
 
 /* `checkpoint STEP`: the model state saved now holds every step below STEP. Valid when

@@ -788,19 +788,25 @@ out:
 	return rc;
 }
 
-void server_release(struct server *s, uint64_t rank)
+int server_release(struct server *s, uint64_t rank, int wait)
 {
 	struct rank_state *rs = find_rank(s, rank);
 
 	if (!rs)
-		return;
-	pthread_mutex_lock(&rs->lock);
+		return 0;
+	if (!wait) {
+		if (pthread_mutex_trylock(&rs->lock))
+			return -EBUSY;
+	} else {
+		pthread_mutex_lock(&rs->lock);
+	}
 	rs->last_release = now_s();
 	if (rs->refill_pending) {
 		rs->refill_pending = 0;
 		fill_ring(s, rs);
 	}
 	pthread_mutex_unlock(&rs->lock);
+	return 0;
 }
 
 static struct batch *batch_copy(const struct batch *b)

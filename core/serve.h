@@ -130,8 +130,11 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out);
 
 /* A handle of rank's next was closed: the refill of a paced reader's prefetch ring,
  * left by its last claim, starts now (so the decode never competes with the reads of
- * the batch just handed out). Unknown ranks are ignored. */
-void server_release(struct server *s, uint64_t rank);
+ * the batch just handed out). Unknown ranks are ignored. 0, or -EBUSY when wait is 0
+ * and the rank is busy (a claim of it is in progress, which may be waiting for the
+ * journal for as long as its file system stalls): nothing was done; call again with
+ * wait = 1 from a thread that may block. */
+int server_release(struct server *s, uint64_t rank, int wait);
 
 /* What the next claim of rank would get, claiming nothing (a copy). Errors as above. */
 int server_peek(struct server *s, uint64_t rank, struct batch **out);

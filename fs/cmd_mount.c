@@ -20,8 +20,13 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "offload.h"
 #include "zfs.h"
 #include "zephon_config.h"
+
+/* Requests that may block at once (fs/offload.h): a claim of every rank of a node held up
+ * by a stalled journal, with room to spare for step/ builds and status reads. */
+#define OFFLOAD_THREADS 64
 
 static int use_syslog;
 static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -295,15 +300,20 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		zfs_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
 		return 1;
 	}
+	/* Without offload threads the handlers answer every request themselves */
+	if ((rc = offload_new(OFFLOAD_THREADS, &z->offload)))
+		zfs_log(LOG_WARNING, "no offload threads (%s): claims and step/ builds are served "
+			"on the request threads", strerror(-rc));
 	if (render_readme(z, &readme) == 0) {
 		z->readme_len = readme.len;
 		z->readme = (char *)buf_detach(&readme, NULL);
 	}
 	zfs_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
-		" micro_batch=%" PRIu64 ", %s; %u decode workers, %u request threads",
+		" micro_batch=%" PRIu64 ", %s; %u decode workers, %u request threads, up to %u "
+		"offload threads",
 		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
 		sc.layout.micro_batch, z->resume_applied, sc.workers,
-		o->singlethread ? 1 : z->cfg->max_threads);
+		o->singlethread ? 1 : z->cfg->max_threads, z->offload ? OFFLOAD_THREADS : 0);
 	if (o->singlethread) {
 		rc = fuse_session_loop(se);
 	} else {
@@ -315,6 +325,8 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
+	offload_free(z->offload); /* every handler has returned: nothing submits any more */
+	z->offload = NULL;
 	zfs_free_open_files(z);
 	server_free(z->srv);
 	z->srv = NULL;

@@ -16,6 +16,7 @@
 
 #include "guard.h"
 #include "inode.h"
+#include "offload.h"
 #include "zfs.h"
 
 /* Names and inode numbers are fixed for the life of the mount: cache entries long.
@@ -23,6 +24,7 @@
 #define ENTRY_TIMEOUT 3600.0
 #define STATIC_ATTR_TIMEOUT 3600.0
 #define BLKSIZE (1u << 20)
+#define CONTROL_MAX 4096    /* bytes of one write of control, its newline included */
 
 /* What an open file handle holds: a claimed or built batch, or generated text.
  * refs: the handle itself, plus one per read replying from it. A read's reply can still
@@ -299,23 +301,82 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 	}
 }
 
-/* Replies: entry, ENOENT, ENOTDIR. */
-static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	struct zfs *z = zfs_of(req);
-	struct fuse_entry_param e;
-	uint64_t ino;
-	double attr_timeout;
-	enum node pt = inode_type(parent);
+/*
+ * Requests that may block are answered on an offload thread (fs/offload.h), so that the
+ * few request threads (one per CPU by default) stay free for reads: a claim waits for
+ * its journal commit, and status, metrics, state and peek wait for a rank's lock, which
+ * a claim holds during that commit; samples/ and step/ files decode.
+ */
+enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE };
 
-	if (pt != NODE_ROOT && pt != NODE_RANKDIR && pt != NODE_RANK && pt != NODE_STEPDIR &&
-	    pt != NODE_SAMPLESDIR) {
-		fuse_reply_err(req, ENOTDIR);
-		return;
+struct request_job {
+	struct offload_job job;
+	struct zfs *z;
+	enum job_op op;
+	fuse_req_t req;             /* NULL for JOB_RELEASE, answered before it was queued */
+	fuse_ino_t ino;
+	struct fuse_file_info fi;   /* JOB_OPEN: a copy; libfuse's is on its thread's stack */
+	size_t size;
+	char data[];                /* JOB_WRITE: the bytes written */
+};
+
+/* Can a lookup or a stat without a handle of ino block? */
+static int attr_may_block(const struct zfs *z, uint64_t ino)
+{
+	switch (inode_type(ino)) {
+	case NODE_STATUS: case NODE_METRICS: case NODE_STATE: case NODE_PEEK: case NODE_SAMPLE:
+		return 1;
+	case NODE_NEXT: /* npy and bin: a caller without a claim gets the peeked size */
+		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN;
+	case NODE_STEP: /* tar: the headers' sizes need the samples */
+		return z->cfg->format == FORMAT_TAR;
+	default:
+		return 0;
 	}
-	ino = child_of(z, parent, name);
+}
+
+/* Can an open of ino block? Everything but README and control. */
+static int open_may_block(uint64_t ino)
+{
+	enum node type = inode_type(ino);
+
+	return type != NODE_README && type != NODE_CONTROL;
+}
+
+static void run_job(struct offload_job *job, int cancelled);
+
+/* Queue the request for an offload thread: 1 when queued (the job answers it), 0 when
+ * the caller must answer it itself (no offload thread could run it, or out of memory). */
+static int defer(struct zfs *z, enum job_op op, fuse_req_t req, fuse_ino_t ino,
+		 const struct fuse_file_info *fi, const char *data, size_t size)
+{
+	struct request_job *j;
+
+	if (!z->offload)
+		return 0;
+	j = calloc(1, sizeof(*j) + size);
+	if (!j)
+		return 0;
+	*j = (struct request_job){ .job.run = run_job, .z = z, .op = op, .req = req, .ino = ino,
+				   .size = size };
+	if (fi)
+		j->fi = *fi;
+	if (size)
+		memcpy(j->data, data, size);
+	if (offload_submit(z->offload, &j->job)) {
+		free(j);
+		return 0;
+	}
+	return 1;
+}
+
+static void reply_entry(struct zfs *z, fuse_req_t req, uint64_t ino)
+{
+	struct fuse_entry_param e;
+	double attr_timeout;
+
 	memset(&e, 0, sizeof(e));
-	if (!ino || node_attr(z, ino, fuse_req_ctx(req)->pid, NULL, &e.attr, &attr_timeout)) {
+	if (node_attr(z, ino, fuse_req_ctx(req)->pid, NULL, &e.attr, &attr_timeout)) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -325,23 +386,50 @@ static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_entry(req, &e);
 }
 
+/* Replies: entry, ENOENT, ENOTDIR. */
+static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct zfs *z = zfs_of(req);
+	uint64_t ino;
+	enum node pt = inode_type(parent);
+
+	if (pt != NODE_ROOT && pt != NODE_RANKDIR && pt != NODE_RANK && pt != NODE_STEPDIR &&
+	    pt != NODE_SAMPLESDIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	ino = child_of(z, parent, name);
+	if (!ino) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!attr_may_block(z, ino) || !defer(z, JOB_LOOKUP, req, ino, NULL, NULL, 0))
+		reply_entry(z, req, ino);
+}
+
+static void reply_attr(struct zfs *z, fuse_req_t req, uint64_t ino, const struct open_file *f)
+{
+	struct stat st;
+	double timeout;
+
+	if (node_attr(z, ino, fuse_req_ctx(req)->pid, f, &st, &timeout)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	fuse_reply_attr(req, &st, timeout);
+}
+
 /* Replies: attr, ENOENT. With a file handle (fstat on an open next, lseek SEEK_END),
  * the size is that handle's batch. */
 static void zfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct zfs *z = zfs_of(req);
 	const struct open_file *f = fi && fi->fh ? (const struct open_file *)fi->fh : NULL;
-	enum node type = inode_type(ino);
-	struct stat st;
-	double timeout;
 
-	if (type == NODE_CONTROL)
+	if (inode_type(ino) == NODE_CONTROL)
 		f = NULL; /* its handle holds pending input, not content */
-	if (node_attr(z, ino, fuse_req_ctx(req)->pid, f, &st, &timeout)) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	fuse_reply_attr(req, &st, timeout);
+	if (f || !attr_may_block(z, ino) || !defer(z, JOB_GETATTR, req, ino, NULL, NULL, 0))
+		reply_attr(z, req, ino, f);
 }
 
 /* Replies: attr (truncating control, which `echo >` does), EROFS (everything else). */
@@ -446,21 +534,14 @@ static int claim_errno(struct zfs *z, int rc)
 	}
 }
 
-/* Replies: open, EACCES (write access to a read-only file, read access to control),
- * ENOENT (rank not served), ENODATA (end of a finite stream, on next and peek), EIO (a
- * sample failed its checksum, or the journal could not record the claim), ENOMEM.
- * Opening next claims the rank's next micro-batch; nothing else claims. */
-static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/* Open ino for the request (its access mode checked): claim, build or render the
+ * handle's content and reply. */
+static void open_node(struct zfs *z, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
 	enum node type = inode_type(ino);
-	int acc = fi->flags & O_ACCMODE, rc = 0;
 	struct open_file *f;
+	int rc = 0;
 
-	if (type == NODE_CONTROL ? acc != O_WRONLY : acc != O_RDONLY) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
 	f = calloc(1, sizeof(*f));
 	if (!f) {
 		fuse_reply_err(req, ENOMEM);
@@ -526,6 +607,23 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		 * release it. A claim already journaled stays journaled (never forgotten). */
 		open_file_put(z, f);
 	}
+}
+
+/* Replies: open, EACCES (write access to a read-only file, read access to control),
+ * ENOENT (rank not served), ENODATA (end of a finite stream, on next and peek), EIO (a
+ * sample failed its checksum, or the journal could not record the claim), ENOMEM.
+ * Opening next claims the rank's next micro-batch; nothing else claims. */
+static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+	int acc = fi->flags & O_ACCMODE;
+
+	if (inode_type(ino) == NODE_CONTROL ? acc != O_WRONLY : acc != O_RDONLY) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	if (!open_may_block(ino) || !defer(z, JOB_OPEN, req, ino, fi, NULL, 0))
+		open_node(z, req, ino, fi);
 }
 
 struct touch_args {
@@ -616,30 +714,13 @@ static int control_line(struct zfs *z, const char *line)
 	return -EINVAL;
 }
 
-/* Replies: write (all bytes taken), EACCES (not control), EINVAL (not exactly one
- * well-formed command, or refused: the reason is logged and kept for /status), EIO (the
- * journal failed), E2BIG (over 4 KiB). Each write() is one command, applied whole or not
- * at all: "checkpoint STEP" or "rewind STEP", a trailing newline optional. A write with
- * several lines is refused before any of them is applied, so a caller that sees an error
- * knows nothing changed. */
-static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
-		      off_t off, struct fuse_file_info *fi)
+/* Apply one write of control (size < CONTROL_MAX) and reply: write, EINVAL, EIO. */
+static void control_write(struct zfs *z, fuse_req_t req, const char *data, size_t size)
 {
-	struct zfs *z = zfs_of(req);
-	char line[4096];
+	char line[CONTROL_MAX];
 	size_t len = size;
 	int rc;
 
-	(void)off;
-	(void)fi;
-	if (inode_type(ino) != NODE_CONTROL) {
-		fuse_reply_err(req, EACCES);
-		return;
-	}
-	if (size >= sizeof(line)) {
-		fuse_reply_err(req, E2BIG);
-		return;
-	}
 	if (len && data[len - 1] == '\n')
 		len--;
 	if (len && data[len - 1] == '\r')
@@ -662,6 +743,31 @@ static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t s
 		fuse_reply_write(req, size);
 }
 
+/* Replies: write (all bytes taken), EACCES (not control), EINVAL (not exactly one
+ * well-formed command, or refused: the reason is logged and kept for /status), EIO (the
+ * journal failed), E2BIG (over 4 KiB). Each write() is one command, applied whole or not
+ * at all: "checkpoint STEP" or "rewind STEP", a trailing newline optional. A write with
+ * several lines is refused before any of them is applied, so a caller that sees an error
+ * knows nothing changed. */
+static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
+		      off_t off, struct fuse_file_info *fi)
+{
+	struct zfs *z = zfs_of(req);
+
+	(void)off;
+	(void)fi;
+	if (inode_type(ino) != NODE_CONTROL) {
+		fuse_reply_err(req, EACCES);
+		return;
+	}
+	if (size >= CONTROL_MAX) {
+		fuse_reply_err(req, E2BIG);
+		return;
+	}
+	if (!defer(z, JOB_WRITE, req, ino, NULL, data, size))
+		control_write(z, req, data, size);
+}
+
 /* Replies: err 0. Frees the handle's batch. */
 static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -669,10 +775,42 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct open_file *f = (struct open_file *)fi->fh;
 
 	fuse_reply_err(req, 0); /* close() need not wait for the free */
-	if (inode_type(ino) == NODE_NEXT)
-		server_release(z->srv, inode_rank(ino));
+	/* The rank's lock is busy while a claim of it commits: wait for it elsewhere */
+	if (inode_type(ino) == NODE_NEXT &&
+	    server_release(z->srv, inode_rank(ino), 0) == -EBUSY &&
+	    !defer(z, JOB_RELEASE, NULL, ino, NULL, NULL, 0))
+		server_release(z->srv, inode_rank(ino), 1);
 	if (f)
 		open_file_put(z, f);
+}
+
+static void run_job(struct offload_job *job, int cancelled)
+{
+	struct request_job *j = (struct request_job *)job;
+
+	if (cancelled) {
+		if (j->req)
+			fuse_reply_err(j->req, ENOTCONN); /* the mount is going away */
+	} else {
+		switch (j->op) {
+		case JOB_LOOKUP:
+			reply_entry(j->z, j->req, j->ino);
+			break;
+		case JOB_GETATTR:
+			reply_attr(j->z, j->req, j->ino, NULL);
+			break;
+		case JOB_OPEN:
+			open_node(j->z, j->req, j->ino, &j->fi);
+			break;
+		case JOB_WRITE:
+			control_write(j->z, j->req, j->data, j->size);
+			break;
+		case JOB_RELEASE:
+			server_release(j->z->srv, inode_rank(j->ino), 1);
+			break;
+		}
+	}
+	free(j);
 }
 
 /* Replies: EROFS. The tree is fixed; only control takes writes. */

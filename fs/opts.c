@@ -59,7 +59,7 @@ const char mount_options_help[] =
 	"  prefetch=K            decoded micro-batches kept ready per rank (default 2)\n"
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
 	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
-	"  max_threads=N         FUSE requests served at once, 1-256 (default 64)\n"
+	"  max_threads=N         FUSE requests served at once, 1-256 (default: CPUs, at least 2)\n"
 	"  allow_other           let other users read batches (implies default_permissions)\n"
 	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
 	"ro and rw pass through; fstab-only keys (defaults, auto, noauto, user, users, nofail,\n"
@@ -228,12 +228,14 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	if (v < 1 || v > 64)
 		return WHY("workers=%" PRIu64 " must be between 1 and 64", v);
 	c->workers = (unsigned)v;
-	/* 64 request threads by default, so that a few slow requests (step/ builds, claims
-	 * held up by a stalled journal file system) do not hold up all the others. Readers that keep
-	 * every CPU busy get a shorter tail with one thread per CPU (4 ranks reading 1 MiB
-	 * batches flat out on 2 CPUs: p99 open->first byte 5-7 ms with 64 threads, 1.3-1.6 ms
-	 * with 2), at that price: tests/bench/RESULTS.md, "B4: request threads". */
-	if ((rc = number("max_threads", o->max_threads, 64, &v, why, why_len)))
+	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
+	 * shortest tail when the copies of replies do not share the CPUs (4 ranks reading
+	 * 1 MiB batches flat out on 2 CPUs: p99 open->first byte 5-7 ms with 64 threads,
+	 * 1.3-1.6 ms with 2; tests/bench/RESULTS.md, "B4: request threads"). Requests that
+	 * may block (claims, step/ builds) are answered on offload threads (fs/offload.h),
+	 * so they do not hold up the others. */
+	if ((rc = number("max_threads", o->max_threads,
+			 cpus < 2 ? 2 : cpus > 256 ? 256 : (uint64_t)cpus, &v, why, why_len)))
 		return rc;
 	if (v < 1 || v > 256)
 		return WHY("max_threads=%" PRIu64 " must be between 1 and 256", v);

@@ -28,6 +28,7 @@ struct zfs {
 	const struct dataset_info *info;
 	struct journal *journal;
 	struct server *srv;
+	struct offload *offload;       /* slow requests' threads (fs/offload.h); may be NULL */
 	struct mount_config *cfg;
 	const char *dataset_path;      /* as given on the command line, absolute */
 	char resume_applied[256];      /* what journal_start() applied, for /status */

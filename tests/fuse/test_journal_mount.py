@@ -1,6 +1,7 @@
 """The journal through the mount (issue 5): claims survive kill -9, a full disk fails
 opens with EIO and loses nothing, foreign or corrupt journals are refused, /control."""
 import collections
+import concurrent.futures
 import errno
 import hashlib
 import json
@@ -384,3 +385,72 @@ def test_auto_refuses_a_node_of_a_job_once_its_journal_has_history(ds, tmp_path)
     assert point == 'samples:40@5', point
     with Mount(ds, tmp_path / 'mpb2', opts + ',ranks=2-3,journal=%s,resume=%s' % (jb, point)) as b:
         assert read_all(b.path('rank', 2, 'next')) == batch(ds, opts, 2, 5, 0)
+
+
+@pytest.fixture
+def freezable_fs(tmp_path):
+    """An ext4 file system on a loop device, for fsfreeze (root only; skip where a loop
+    device cannot be had). The test must thaw it before it unmounts zephon."""
+    img, d = tmp_path / 'fs.img', tmp_path / 'freezable'
+    d.mkdir()
+    with open(img, 'wb') as f:
+        f.truncate(32 << 20)
+    p = subprocess.run(['mkfs.ext4', '-q', '-F', str(img)], stderr=subprocess.PIPE)
+    if p.returncode == 0:
+        p = subprocess.run(['mount', '-o', 'loop', str(img), str(d)], stderr=subprocess.PIPE)
+    if p.returncode:
+        pytest.skip('cannot mount an ext4 image here: %s' % p.stderr.decode().strip())
+    yield d
+    subprocess.run(['fsfreeze', '-u', str(d)], stderr=subprocess.DEVNULL)
+    subprocess.run(['umount', str(d)])
+
+
+def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tmp_path):
+    """With the journal's file system frozen, a claim waits for its commit for as long as
+    the freeze lasts. With one request thread, every other file must still answer: the
+    rest of a batch claimed before, README, another rank's peek and state, a step/ file,
+    a listing, and the close of a handle of the stalled rank. After the thaw the claim
+    completes with the right bytes."""
+    opts = 'world_size=2,global_batch=8,micro_batch=2'
+    m = Mount(ds, tmp_path / 'mp', opts + ',max_threads=1,journal=%s' %
+              (freezable_fs / 'j.sqlite')).start()
+    frozen = False
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    held0 = open(m.path('rank', 0, 'next'), 'rb')          # step 0 micro 0
+    held1 = open(m.path('rank', 1, 'next'), 'rb')          # step 0 micro 0
+    try:
+        subprocess.run(['fsfreeze', '-f', str(freezable_fs)], check=True)
+        frozen = True
+        stalled = pool.submit(read_all, m.path('rank', 0, 'next'))
+        time.sleep(0.5)
+        assert not stalled.done(), 'a claim completed on a frozen journal'
+
+        def others():
+            held0.close()   # its release waits for rank 0's lock: not on the request thread
+            with held1:
+                got = {'held1': held1.read()}
+            got.update(readme=read_all(m.path('README')),
+                       peek1=read_all(m.path('rank', 1, 'peek')),
+                       step=read_all(m.path('rank', 1, 'step', 5)),
+                       ls=sorted(os.listdir(m.path('rank', 1))))
+            os.stat(m.path('rank', 1, 'state'))
+            return got
+        got = pool.submit(others).result(timeout=20)
+        assert got['held1'] == batch(ds, opts, 1, 0, 0)
+        assert b'rank' in got['readme']
+        assert got['peek1'] == batch(ds, opts, 1, 0, 1)
+        assert got['step'] == batch(ds, opts, 1, 5)
+        assert got['ls'] == ['next', 'peek', 'state', 'step']
+        assert not stalled.done(), 'a claim completed on a frozen journal'
+        subprocess.run(['fsfreeze', '-u', str(freezable_fs)], check=True)
+        frozen = False
+        assert stalled.result(timeout=20) == batch(ds, opts, 0, 0, 1)
+        unmount(m.mp)
+        assert m.proc.wait(timeout=20) == 0   # no offload thread left behind
+    finally:
+        if frozen:
+            subprocess.run(['fsfreeze', '-u', str(freezable_fs)])
+        pool.shutdown(wait=True)
+        held0.close()
+        held1.close()
+        m.stop()
