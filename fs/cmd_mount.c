@@ -295,6 +295,8 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 	int rc;
 
 	order_init(&sc.order, z->info->samples, z->cfg->seed, z->cfg->shuffle);
+	if (o->singlethread)
+		z->cfg->max_threads = 1; /* -s: the one thread must never wait in a claim */
 	rc = server_new(z->ds, &sc, z->journal, &z->srv);
 	if (rc) {
 		zfs_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
@@ -313,7 +315,7 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		"offload threads",
 		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
 		sc.layout.micro_batch, z->resume_applied, sc.workers,
-		o->singlethread ? 1 : z->cfg->max_threads, z->offload ? OFFLOAD_THREADS : 0);
+		z->cfg->max_threads, z->offload ? OFFLOAD_THREADS : 0);
 	if (o->singlethread) {
 		rc = fuse_session_loop(se);
 	} else {

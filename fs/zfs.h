@@ -42,6 +42,7 @@ struct zfs {
 	struct pid_claim pids[ZFS_PID_SLOTS];
 	unsigned pid_next;
 	uint64_t bytes_read, opens_next, control_writes, control_errors;
+	unsigned inline_claims;        /* claims on request threads now (atomic; fs/ops.c) */
 	/* Handles the kernel has not released yet. An unmount can come before the RELEASE of
 	 * a closed file (the kernel sends it in the background); they are freed then. */
 	struct open_file *open_files;

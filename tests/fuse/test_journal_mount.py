@@ -405,46 +405,50 @@ def freezable_fs(tmp_path):
     subprocess.run(['umount', str(d)])
 
 
-def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tmp_path):
+@pytest.mark.parametrize('threads', [1, 2])
+def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tmp_path,
+                                                             threads):
     """With the journal's file system frozen, a claim waits for its commit for as long as
-    the freeze lasts. With one request thread, every other file must still answer: the
-    rest of a batch claimed before, README, another rank's peek and state, a step/ file,
-    a listing, and the close of a handle of the stalled rank. After the thaw the claim
-    completes with the right bytes."""
-    opts = 'world_size=2,global_batch=8,micro_batch=2'
-    m = Mount(ds, tmp_path / 'mp', opts + ',max_threads=1,journal=%s' %
-              (freezable_fs / 'j.sqlite')).start()
+    the freeze lasts. Two claims stall; with one or two request threads (with two, one
+    claim may run on a request thread, no more: fs/ops.c, claim_inline_begin), every other
+    file must still answer: the rest of a batch claimed before, README, another rank's
+    peek and state, a step/ file, a listing, and the close of a handle of a stalled rank.
+    After the thaw the claims complete with the right bytes."""
+    opts = 'world_size=3,global_batch=12,micro_batch=2'
+    m = Mount(ds, tmp_path / 'mp', opts + ',max_threads=%d,journal=%s' %
+              (threads, freezable_fs / 'j.sqlite')).start()
     frozen = False
     pool = concurrent.futures.ThreadPoolExecutor(4)
     held0 = open(m.path('rank', 0, 'next'), 'rb')          # step 0 micro 0
-    held1 = open(m.path('rank', 1, 'next'), 'rb')          # step 0 micro 0
+    held2 = open(m.path('rank', 2, 'next'), 'rb')          # step 0 micro 0
     try:
         subprocess.run(['fsfreeze', '-f', str(freezable_fs)], check=True)
         frozen = True
-        stalled = pool.submit(read_all, m.path('rank', 0, 'next'))
+        stalled = [pool.submit(read_all, m.path('rank', r, 'next')) for r in (0, 1)]
         time.sleep(0.5)
-        assert not stalled.done(), 'a claim completed on a frozen journal'
+        assert not any(f.done() for f in stalled), 'a claim completed on a frozen journal'
 
         def others():
-            held0.close()   # its release waits for rank 0's lock: not on the request thread
-            with held1:
-                got = {'held1': held1.read()}
+            held0.close()   # its release waits for rank 0's lock: not on a request thread
+            with held2:
+                got = {'held2': held2.read()}
             got.update(readme=read_all(m.path('README')),
-                       peek1=read_all(m.path('rank', 1, 'peek')),
-                       step=read_all(m.path('rank', 1, 'step', 5)),
-                       ls=sorted(os.listdir(m.path('rank', 1))))
-            os.stat(m.path('rank', 1, 'state'))
+                       peek2=read_all(m.path('rank', 2, 'peek')),
+                       step=read_all(m.path('rank', 2, 'step', 5)),
+                       ls=sorted(os.listdir(m.path('rank', 2))))
+            os.stat(m.path('rank', 2, 'state'))
             return got
         got = pool.submit(others).result(timeout=20)
-        assert got['held1'] == batch(ds, opts, 1, 0, 0)
+        assert got['held2'] == batch(ds, opts, 2, 0, 0)
         assert b'rank' in got['readme']
-        assert got['peek1'] == batch(ds, opts, 1, 0, 1)
-        assert got['step'] == batch(ds, opts, 1, 5)
+        assert got['peek2'] == batch(ds, opts, 2, 0, 1)
+        assert got['step'] == batch(ds, opts, 2, 5)
         assert got['ls'] == ['next', 'peek', 'state', 'step']
-        assert not stalled.done(), 'a claim completed on a frozen journal'
+        assert not any(f.done() for f in stalled), 'a claim completed on a frozen journal'
         subprocess.run(['fsfreeze', '-u', str(freezable_fs)], check=True)
         frozen = False
-        assert stalled.result(timeout=20) == batch(ds, opts, 0, 0, 1)
+        assert stalled[0].result(timeout=20) == batch(ds, opts, 0, 0, 1)
+        assert stalled[1].result(timeout=20) == batch(ds, opts, 1, 0, 0)
         unmount(m.mp)
         assert m.proc.wait(timeout=20) == 0   # no offload thread left behind
     finally:
@@ -452,5 +456,5 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
             subprocess.run(['fsfreeze', '-u', str(freezable_fs)])
         pool.shutdown(wait=True)
         held0.close()
-        held1.close()
+        held2.close()
         m.stop()
