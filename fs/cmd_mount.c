@@ -24,8 +24,8 @@
 #include "zfs.h"
 #include "zephon_config.h"
 
-/* Requests that may block at once (fs/offload.h): a claim of every rank of a node held up
- * by a stalled journal, with room to spare for step/ builds and status reads. */
+/* Offload threads of each queue (fs/offload.h, fs/ops.c): requests that may wait for
+ * the journal, and builds of step/ and samples/ files. */
 #define OFFLOAD_THREADS 64
 
 static int use_syslog;
@@ -303,7 +303,8 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		return 1;
 	}
 	/* Without offload threads the handlers answer every request themselves */
-	if ((rc = offload_new(OFFLOAD_THREADS, &z->offload)))
+	if ((rc = offload_new(OFFLOAD_THREADS, &z->journal_queue)) ||
+	    (rc = offload_new(OFFLOAD_THREADS, &z->build_queue)))
 		zfs_log(LOG_WARNING, "no offload threads (%s): claims and step/ builds are served "
 			"on the request threads", strerror(-rc));
 	if (render_readme(z, &readme) == 0) {
@@ -315,7 +316,8 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		"offload threads",
 		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
 		sc.layout.micro_batch, z->resume_applied, sc.workers,
-		z->cfg->max_threads, z->offload ? OFFLOAD_THREADS : 0);
+		z->cfg->max_threads,
+		(z->journal_queue ? OFFLOAD_THREADS : 0) + (z->build_queue ? OFFLOAD_THREADS : 0));
 	if (o->singlethread) {
 		rc = fuse_session_loop(se);
 	} else {
@@ -327,8 +329,10 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
-	offload_free(z->offload); /* every handler has returned: nothing submits any more */
-	z->offload = NULL;
+	/* every handler has returned: nothing submits any more */
+	offload_free(z->journal_queue);
+	offload_free(z->build_queue);
+	z->journal_queue = z->build_queue = NULL;
 	zfs_free_open_files(z);
 	server_free(z->srv);
 	z->srv = NULL;

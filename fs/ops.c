@@ -303,10 +303,14 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 
 /*
  * Requests that may block are answered on an offload thread (fs/offload.h), so that the
- * few request threads (one per CPU by default) stay free for reads: a claim waits for
- * its journal commit, and status, metrics, state and peek wait for a rank's lock, which
- * a claim holds during that commit; samples/ and step/ files decode. Claims are the
- * exception while few run at once (claim_inline_begin).
+ * few request threads (one per CPU by default) stay free for reads. Two queues:
+ * - journal_queue: what may wait for the journal: a claim waits for its commit, and
+ *   status, metrics, state, peek and a release of next wait for a rank's lock, which a
+ *   claim holds during that commit; control writes commit;
+ * - build_queue: what decodes: samples/ and step/ files.
+ * A stalled journal file system can hold up every thread of the first, however many
+ * readers wait; the builds never queue behind them. Claims stay on the request thread
+ * while few run at once (claim_inline_begin).
  */
 enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE };
 
@@ -321,39 +325,47 @@ struct request_job {
 	char data[];                /* JOB_WRITE: the bytes written */
 };
 
-/* Can a lookup or a stat without a handle of ino block? */
-static int attr_may_block(const struct zfs *z, uint64_t ino)
+/* The queue of a lookup or a stat without a handle of ino; NULL: it never blocks. */
+static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
-	case NODE_STATUS: case NODE_METRICS: case NODE_STATE: case NODE_PEEK: case NODE_SAMPLE:
-		return 1;
+	case NODE_STATUS: case NODE_METRICS: case NODE_STATE: case NODE_PEEK:
+		return z->journal_queue;
 	case NODE_NEXT: /* npy and bin: a caller without a claim gets the peeked size */
-		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN;
+		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN ?
+		       z->journal_queue : NULL;
+	case NODE_SAMPLE:
+		return z->build_queue;
 	case NODE_STEP: /* tar: the headers' sizes need the samples */
-		return z->cfg->format == FORMAT_TAR;
+		return z->cfg->format == FORMAT_TAR ? z->build_queue : NULL;
 	default:
-		return 0;
+		return NULL;
 	}
 }
 
-/* Can an open of ino block? Everything but README and control. */
-static int open_may_block(uint64_t ino)
+/* The queue of an open of ino; NULL: it never blocks (README, control). */
+static struct offload *open_queue(const struct zfs *z, uint64_t ino)
 {
-	enum node type = inode_type(ino);
-
-	return type != NODE_README && type != NODE_CONTROL;
+	switch (inode_type(ino)) {
+	case NODE_README: case NODE_CONTROL:
+		return NULL;
+	case NODE_STEP: case NODE_SAMPLE:
+		return z->build_queue;
+	default:
+		return z->journal_queue;
+	}
 }
 
 static void run_job(struct offload_job *job, int cancelled);
 
-/* Queue the request for an offload thread: 1 when queued (the job answers it), 0 when
- * the caller must answer it itself (no offload thread could run it, or out of memory). */
-static int defer(struct zfs *z, enum job_op op, fuse_req_t req, fuse_ino_t ino,
-		 const struct fuse_file_info *fi, const char *data, size_t size)
+/* Queue the request on q: 1 when queued (the job answers it), 0 when the caller must
+ * answer it itself (q is NULL, no offload thread could run it, or out of memory). */
+static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t req,
+		 fuse_ino_t ino, const struct fuse_file_info *fi, const char *data, size_t size)
 {
 	struct request_job *j;
 
-	if (!z->offload)
+	if (!q)
 		return 0;
 	j = calloc(1, sizeof(*j) + size);
 	if (!j)
@@ -364,7 +376,7 @@ static int defer(struct zfs *z, enum job_op op, fuse_req_t req, fuse_ino_t ino,
 		j->fi = *fi;
 	if (size)
 		memcpy(j->data, data, size);
-	if (offload_submit(z->offload, &j->job)) {
+	if (offload_submit(q, &j->job)) {
 		free(j);
 		return 0;
 	}
@@ -404,7 +416,7 @@ static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!attr_may_block(z, ino) || !defer(z, JOB_LOOKUP, req, ino, NULL, NULL, 0))
+	if (!defer(z, attr_queue(z, ino), JOB_LOOKUP, req, ino, NULL, NULL, 0))
 		reply_entry(z, req, ino);
 }
 
@@ -429,7 +441,7 @@ static void zfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 	if (inode_type(ino) == NODE_CONTROL)
 		f = NULL; /* its handle holds pending input, not content */
-	if (f || !attr_may_block(z, ino) || !defer(z, JOB_GETATTR, req, ino, NULL, NULL, 0))
+	if (f || !defer(z, attr_queue(z, ino), JOB_GETATTR, req, ino, NULL, NULL, 0))
 		reply_attr(z, req, ino, f);
 }
 
@@ -649,7 +661,7 @@ static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (inode_type(ino) == NODE_NEXT && claim_inline_begin(z)) {
 		open_node(z, req, ino, fi);
 		claim_inline_end(z);
-	} else if (!open_may_block(ino) || !defer(z, JOB_OPEN, req, ino, fi, NULL, 0)) {
+	} else if (!defer(z, open_queue(z, ino), JOB_OPEN, req, ino, fi, NULL, 0)) {
 		open_node(z, req, ino, fi);
 	}
 }
@@ -792,7 +804,7 @@ static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t s
 		fuse_reply_err(req, E2BIG);
 		return;
 	}
-	if (!defer(z, JOB_WRITE, req, ino, NULL, data, size))
+	if (!defer(z, z->journal_queue, JOB_WRITE, req, ino, NULL, data, size))
 		control_write(z, req, data, size);
 }
 
@@ -806,7 +818,7 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	/* The rank's lock is busy while a claim of it commits: wait for it elsewhere */
 	if (inode_type(ino) == NODE_NEXT &&
 	    server_release(z->srv, inode_rank(ino), 0) == -EBUSY &&
-	    !defer(z, JOB_RELEASE, NULL, ino, NULL, NULL, 0))
+	    !defer(z, z->journal_queue, JOB_RELEASE, NULL, ino, NULL, NULL, 0))
 		server_release(z->srv, inode_rank(ino), 1);
 	if (f)
 		open_file_put(z, f);

@@ -28,7 +28,9 @@ struct zfs {
 	const struct dataset_info *info;
 	struct journal *journal;
 	struct server *srv;
-	struct offload *offload;       /* slow requests' threads (fs/offload.h); may be NULL */
+	/* Offload threads (fs/offload.h) of requests that may wait for the journal, and of
+	 * requests that decode; either may be NULL (its requests are then served inline). */
+	struct offload *journal_queue, *build_queue;
 	struct mount_config *cfg;
 	const char *dataset_path;      /* as given on the command line, absolute */
 	char resume_applied[256];      /* what journal_start() applied, for /status */

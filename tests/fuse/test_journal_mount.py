@@ -413,12 +413,16 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
     claim may run on a request thread, no more: fs/ops.c, claim_inline_begin), every other
     file must still answer: the rest of a batch claimed before, README, another rank's
     peek and state, a step/ file, a listing, and the close of a handle of a stalled rank.
-    After the thaw the claims complete with the right bytes."""
+    Then 70 readers of status, which wait for the journal too, take every offload thread
+    of their queue: step/ and samples/ files must still answer (they have a queue of
+    their own). After the thaw everything completes, with the right bytes."""
     opts = 'world_size=3,global_batch=12,micro_batch=2'
     m = Mount(ds, tmp_path / 'mp', opts + ',max_threads=%d,journal=%s' %
               (threads, freezable_fs / 'j.sqlite')).start()
     frozen = False
     pool = concurrent.futures.ThreadPoolExecutor(4)
+    flood = concurrent.futures.ThreadPoolExecutor(70)
+    sample7 = read_all(m.path('samples', 7))
     held0 = open(m.path('rank', 0, 'next'), 'rb')          # step 0 micro 0
     held2 = open(m.path('rank', 2, 'next'), 'rb')          # step 0 micro 0
     try:
@@ -445,16 +449,25 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         assert got['step'] == batch(ds, opts, 2, 5)
         assert got['ls'] == ['next', 'peek', 'state', 'step']
         assert not any(f.done() for f in stalled), 'a claim completed on a frozen journal'
+        statuses = [flood.submit(read_all, m.path('status')) for _ in range(70)]
+        time.sleep(0.5)
+        assert not any(f.done() for f in statuses), 'status answered on a frozen journal'
+        builds = pool.submit(lambda: (read_all(m.path('rank', 2, 'step', 6)),
+                                      read_all(m.path('samples', 7)),
+                                      read_all(m.path('README')))).result(timeout=20)
+        assert builds == (batch(ds, opts, 2, 6), sample7, got['readme'])
         subprocess.run(['fsfreeze', '-u', str(freezable_fs)], check=True)
         frozen = False
         assert stalled[0].result(timeout=20) == batch(ds, opts, 0, 0, 1)
         assert stalled[1].result(timeout=20) == batch(ds, opts, 1, 0, 0)
+        assert all(json.loads(f.result(timeout=20))['consumed_samples'] >= 0 for f in statuses)
         unmount(m.mp)
         assert m.proc.wait(timeout=20) == 0   # no offload thread left behind
     finally:
         if frozen:
             subprocess.run(['fsfreeze', '-u', str(freezable_fs)])
         pool.shutdown(wait=True)
+        flood.shutdown(wait=True)
         held0.close()
         held2.close()
         m.stop()
