@@ -141,7 +141,12 @@ struct rank_state {
 	uint64_t rank;
 	pthread_mutex_t lock;
 	pthread_cond_t decoded;  /* a slot of this rank left SLOT_DECODING */
+	/* view_lock: ci, last and commit_since are written with lock and view_lock held and
+	 * read with either; state, status and metrics take view_lock alone, so they never
+	 * wait for a claim, which holds lock during its journal commit. */
+	pthread_mutex_t view_lock;
 	uint64_t ci;             /* claim index of the cursor: the next claim */
+	double commit_since;     /* a claim's journal commit started then (now_s); 0: none */
 	uint64_t generation;     /* bumped by a rewind: in-flight decodes are dropped */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
@@ -523,6 +528,7 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 
 		rs->rank = s->ranks.ranks[i];
 		pthread_mutex_init(&rs->lock, NULL);
+		pthread_mutex_init(&rs->view_lock, NULL);
 		pthread_cond_init(&rs->decoded, NULL);
 		if (cfg->prefetch) {
 			rs->slots = calloc(cfg->prefetch, sizeof(*rs->slots));
@@ -588,6 +594,7 @@ void server_free(struct server *s)
 		free(rs->slots);
 		free(rs->last.ids);
 		pthread_mutex_destroy(&rs->lock);
+		pthread_mutex_destroy(&rs->view_lock);
 		pthread_cond_destroy(&rs->decoded);
 	}
 	free(s->rs);
@@ -685,16 +692,30 @@ static void return_cursor_batch(struct server *s, struct rank_state *rs, struct 
 	sl->batch = b;
 }
 
-static void record_last(struct rank_state *rs, const struct batch *b)
+/* A claim of b was journaled (rs->lock held): b is the rank's last claim, and the cursor
+ * moves past it, in one step for the readers of view_lock. */
+static void record_claim(struct rank_state *rs, const struct batch *b)
 {
 	uint64_t *ids = malloc(b->count * sizeof(*ids));
+	uint64_t *old;
 
-	free(rs->last.ids);
-	rs->last = (struct claim_info){ 1, b->step, b->micro, b->gsn, b->count, b->epoch, ids };
 	if (ids)
 		memcpy(ids, b->ids, b->count * sizeof(*ids));
-	else
-		rs->last.count = 0;
+	pthread_mutex_lock(&rs->view_lock);
+	old = rs->last.ids;
+	rs->last = (struct claim_info){ 1, b->step, b->micro, b->gsn, ids ? b->count : 0,
+					b->epoch, ids };
+	rs->ci++;
+	pthread_mutex_unlock(&rs->view_lock);
+	free(old);
+}
+
+/* Mark the start (since > 0) or the end (0) of rank's journal commit (rs->lock held). */
+static void set_commit_since(struct rank_state *rs, double since)
+{
+	pthread_mutex_lock(&rs->view_lock);
+	rs->commit_since = since;
+	pthread_mutex_unlock(&rs->view_lock);
 }
 
 static void count_claim(struct server *s, int rc, double t0, double journal_s,
@@ -745,7 +766,9 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 	if (s->journal) {
 		double tj = now_s();
 
+		set_commit_since(rs, tj);
 		rc = journal_claim(s->journal, rank, b->step, b->micro);
+		set_commit_since(rs, 0);
 		journal_s = now_s() - tj;
 		if (rc) {
 			char why[256];
@@ -763,8 +786,7 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 			goto out;
 		}
 	}
-	record_last(rs, b);
-	rs->ci++;
+	record_claim(rs, b);
 	if (s->cfg.prefetch) {
 		/* A reader that paces itself (a training step between claims) gets its batch
 		 * read before the refill's decode competes with it for the CPU: the refill
@@ -965,7 +987,7 @@ int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
 
 	if (!rs)
 		return -ENOENT;
-	pthread_mutex_lock(&rs->lock);
+	pthread_mutex_lock(&rs->view_lock);
 	ci_to_cursor(s, rs->ci, cursor_step, cursor_micro);
 	*last = rs->last;
 	last->ids = NULL;
@@ -976,7 +998,7 @@ int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
 		else
 			last->count = 0;
 	}
-	pthread_mutex_unlock(&rs->lock);
+	pthread_mutex_unlock(&rs->view_lock);
 	return 0;
 }
 
@@ -1019,7 +1041,9 @@ int server_rewind(struct server *s, uint64_t step)
 		for (size_t i = 0; i < s->nranks; i++) {
 			struct rank_state *rs = &s->rs[i];
 
+			pthread_mutex_lock(&rs->view_lock);
 			rs->ci = (step - s->cfg.layout.start_step) * a;
+			pthread_mutex_unlock(&rs->view_lock);
 			rs->generation++;
 			for (unsigned k = 0; k < s->cfg.prefetch; k++)
 				if (rs->slots[k].state != SLOT_DECODING)
@@ -1046,12 +1070,25 @@ uint64_t server_consumed(struct server *s)
 	uint64_t a = layout_micros(&s->cfg.layout), min_steps = UINT64_MAX;
 
 	for (size_t i = 0; i < s->nranks; i++) {
-		pthread_mutex_lock(&s->rs[i].lock);
+		pthread_mutex_lock(&s->rs[i].view_lock);
 		if (s->rs[i].ci / a < min_steps)
 			min_steps = s->rs[i].ci / a;
-		pthread_mutex_unlock(&s->rs[i].lock);
+		pthread_mutex_unlock(&s->rs[i].view_lock);
 	}
 	return s->cfg.layout.start_samples + min_steps * s->cfg.layout.global_batch;
+}
+
+double server_journal_wait(struct server *s)
+{
+	double now = now_s(), wait = 0;
+
+	for (size_t i = 0; i < s->nranks; i++) {
+		pthread_mutex_lock(&s->rs[i].view_lock);
+		if (s->rs[i].commit_since > 0 && now - s->rs[i].commit_since > wait)
+			wait = now - s->rs[i].commit_since;
+		pthread_mutex_unlock(&s->rs[i].view_lock);
+	}
+	return wait;
 }
 
 void server_stats(struct server *s, struct serve_stats *out)

@@ -155,7 +155,9 @@ void server_step_opened(struct server *s, uint64_t step);
 int server_sample(struct server *s, uint64_t id, struct batch **out);
 
 /* Cursor and last claim of a rank: copies into *cursor_step/micro and *last (last->ids
- * malloc'd, caller frees; NULL when no claim yet). 0 or -ENOENT. */
+ * malloc'd, caller frees; NULL when no claim yet). 0 or -ENOENT. Never waits for a
+ * claim in progress (nor its journal commit), like server_consumed and
+ * server_journal_wait. */
 int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
 		      uint64_t *cursor_micro, struct claim_info *last);
 
@@ -168,6 +170,10 @@ int server_rewind(struct server *s, uint64_t step);
 /* consumed_samples: every gsn below it was handed out (min over served ranks of the
  * completed steps). */
 uint64_t server_consumed(struct server *s);
+
+/* Seconds the oldest journal commit of a claim still in progress has taken so far; 0
+ * when none is. A commit that lasts is a journal file system that stalls. */
+double server_journal_wait(struct server *s);
 
 void server_stats(struct server *s, struct serve_stats *out);
 const struct serve_config *server_config(const struct server *s);

@@ -188,6 +188,10 @@ static int start_journal(struct zfs *z, const struct journal_ident *ident)
 		z->journal = NULL;
 		return rc == -EINVAL ? 2 : 1;
 	}
+	if ((rc = journal_layouts(z->journal, &z->layouts, &z->nlayouts))) {
+		journal_last_error(z->journal, err, sizeof(err));
+		zfs_log(LOG_WARNING, "status will list no layouts: %s", *err ? err : strerror(-rc));
+	}
 	return 0;
 }
 
@@ -448,6 +452,7 @@ out_handlers:
 out_session:
 	fuse_session_destroy(se);
 out_journal:
+	free(z.layouts);
 	journal_close(z.journal);
 out_ds:
 	dataset_close(ds);

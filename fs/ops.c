@@ -305,8 +305,9 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
  * Requests that may block are answered on an offload thread (fs/offload.h), so that the
  * few request threads (one per CPU by default) stay free for reads. Two queues:
  * - journal_queue: what may wait for the journal: a claim waits for its commit, and
- *   status, metrics, state, peek and a release of next wait for a rank's lock, which a
- *   claim holds during that commit; control writes commit;
+ *   peek and a release of next wait for a rank's lock, which a claim holds during that
+ *   commit; control writes commit (status, metrics and state read views that never
+ *   wait, server_rank_state, and are answered on the request thread);
  * - build_queue: what decodes: samples/ and step/ files.
  * A stalled journal file system can hold up every thread of the first, however many
  * readers wait; the builds never queue behind them. Claims stay on the request thread
@@ -329,7 +330,7 @@ struct request_job {
 static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
-	case NODE_STATUS: case NODE_METRICS: case NODE_STATE: case NODE_PEEK:
+	case NODE_PEEK:
 		return z->journal_queue;
 	case NODE_NEXT: /* npy and bin: a caller without a claim gets the peeked size */
 		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN ?
@@ -343,11 +344,12 @@ static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
 	}
 }
 
-/* The queue of an open of ino; NULL: it never blocks (README, control). */
+/* The queue of an open of ino; NULL: it never blocks (README, control, and the generated
+ * text of status, metrics and state). */
 static struct offload *open_queue(const struct zfs *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
-	case NODE_README: case NODE_CONTROL:
+	case NODE_README: case NODE_CONTROL: case NODE_STATUS: case NODE_METRICS: case NODE_STATE:
 		return NULL;
 	case NODE_STEP: case NODE_SAMPLE:
 		return z->build_queue;

@@ -95,19 +95,15 @@ int render_status(struct zfs *z, struct buf *out)
 {
 	const struct serve_config *c = server_config(z->srv);
 	json_t *root, *layouts, *cursors, *counters, *last_error;
-	struct journal_layout *hist = NULL;
 	struct serve_stats st;
-	size_t nhist = 0;
 	uint64_t consumed = server_consumed(z->srv);
 	char ranks[256];
 
 	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
 	server_stats(z->srv, &st);
 	layouts = json_array();
-	if (z->journal && journal_layouts(z->journal, &hist, &nhist) == 0)
-		for (size_t i = 0; i < nhist; i++)
-			json_array_append_new(layouts, layout_json(&hist[i]));
-	free(hist);
+	for (size_t i = 0; i < z->nlayouts; i++)
+		json_array_append_new(layouts, layout_json(&z->layouts[i]));
 	cursors = json_object();
 	for (size_t i = 0; i < z->cfg->ranks.count; i++) {
 		uint64_t r = z->cfg->ranks.ranks[i], step, micro;
@@ -141,7 +137,7 @@ int render_status(struct zfs *z, struct buf *out)
 			       : json_null();
 	}
 	root = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:s, "
-			 "s:o, s:s, s:o, s:s, s:s, s:o, s:o, s:o, s:o}",
+			 "s:o, s:s, s:o, s:s, s:s, s:f, s:o, s:o, s:o, s:o}",
 			 "dataset", z->dataset_path,
 			 "fingerprint", z->info->fingerprint,
 			 "samples", json_u64(z->info->samples),
@@ -160,6 +156,7 @@ int render_status(struct zfs *z, struct buf *out)
 			 "epochs", json_u64(z->cfg->epochs),
 			 "format", batch_format_name(c->format),
 			 "journal", z->cfg->journal,
+			 "journal_wait_s", server_journal_wait(z->srv),
 			 "layouts", layouts,
 			 "cursors", cursors,
 			 "counters", counters,
@@ -216,6 +213,12 @@ int render_metrics(struct zfs *z, struct buf *out)
 	METRIC("read_bytes_total", "counter", "Bytes returned by read().", bytes_read);
 	METRIC("consumed_samples", "gauge", "Every gsn below this was handed out.", server_consumed(z->srv));
 #undef METRIC
+	if (!rc)
+		rc = buf_printf(out, "# HELP zephon_journal_wait_seconds How long the oldest claim "
+				"still committing has waited for the journal (0: none); a value that "
+				"grows is a journal file system that stalls.\n"
+				"# TYPE zephon_journal_wait_seconds gauge\n"
+				"zephon_journal_wait_seconds %.6f\n", server_journal_wait(z->srv));
 	if (!rc)
 		rc = buf_printf(out, "# HELP zephon_claim_latency_seconds Time to claim in open() of next.\n"
 				"# TYPE zephon_claim_latency_seconds histogram\n");

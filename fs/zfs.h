@@ -34,6 +34,10 @@ struct zfs {
 	struct mount_config *cfg;
 	const char *dataset_path;      /* as given on the command line, absolute */
 	char resume_applied[256];      /* what journal_start() applied, for /status */
+	/* The journal's layout history for /status, read once after journal_start(): only
+	 * a mount's start adds to it, and reading it later would wait for any commit. */
+	struct journal_layout *layouts;
+	size_t nlayouts;
 	uid_t uid;
 	gid_t gid;
 	struct timespec mounted_at;

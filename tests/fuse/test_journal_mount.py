@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import sqlite3
 import subprocess
 import threading
@@ -412,10 +413,12 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
     the freeze lasts. Two claims stall; with one or two request threads (with two, one
     claim may run on a request thread, no more: fs/ops.c, claim_inline_begin), every other
     file must still answer: the rest of a batch claimed before, README, another rank's
-    peek and state, a step/ file, a listing, and the close of a handle of a stalled rank.
-    Then 70 readers of status, which wait for the journal too, take every offload thread
-    of their queue: step/ and samples/ files must still answer (they have a queue of
-    their own). After the thaw everything completes, with the right bytes."""
+    peek, every rank's state, status and metrics (which tell how long the journal has
+    kept the claims waiting), a step/ file, a listing, and the close of a handle of a
+    stalled rank. Then 70 readers of a stalled rank's peek, which waits for the claim,
+    take every offload thread of their queue: step/ and samples/ files must still
+    answer (they have a queue of their own). After the thaw everything completes, with
+    the right bytes."""
     opts = 'world_size=3,global_batch=12,micro_batch=2'
     m = Mount(ds, tmp_path / 'mp', opts + ',max_threads=%d,journal=%s' %
               (threads, freezable_fs / 'j.sqlite')).start()
@@ -439,7 +442,10 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
             got.update(readme=read_all(m.path('README')),
                        peek2=read_all(m.path('rank', 2, 'peek')),
                        step=read_all(m.path('rank', 2, 'step', 5)),
-                       ls=sorted(os.listdir(m.path('rank', 2))))
+                       ls=sorted(os.listdir(m.path('rank', 2))),
+                       state0=json.loads(read_all(m.path('rank', 0, 'state'))),
+                       status=json.loads(read_all(m.path('status'))),
+                       metrics=read_all(m.path('metrics')).decode())
             os.stat(m.path('rank', 2, 'state'))
             return got
         got = pool.submit(others).result(timeout=20)
@@ -448,10 +454,16 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         assert got['peek2'] == batch(ds, opts, 2, 0, 1)
         assert got['step'] == batch(ds, opts, 2, 5)
         assert got['ls'] == ['next', 'peek', 'state', 'step']
+        assert (got['state0']['step'], got['state0']['micro']) == (0, 1)  # the stalled claim's
+        assert got['status']['cursors']['1'] == {'step': 0, 'micro': 0}
+        assert got['status']['journal_wait_s'] >= 0.4
+        assert len(got['status']['layouts']) == 1
+        wait = re.search(r'^zephon_journal_wait_seconds (\S+)$', got['metrics'], re.M)
+        assert float(wait.group(1)) >= 0.4
         assert not any(f.done() for f in stalled), 'a claim completed on a frozen journal'
-        statuses = [flood.submit(read_all, m.path('status')) for _ in range(70)]
+        peeks = [flood.submit(read_all, m.path('rank', 0, 'peek')) for _ in range(70)]
         time.sleep(0.5)
-        assert not any(f.done() for f in statuses), 'status answered on a frozen journal'
+        assert not any(f.done() for f in peeks), "a stalled rank's peek answered"
         builds = pool.submit(lambda: (read_all(m.path('rank', 2, 'step', 6)),
                                       read_all(m.path('samples', 7)),
                                       read_all(m.path('README')))).result(timeout=20)
@@ -460,7 +472,8 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         frozen = False
         assert stalled[0].result(timeout=20) == batch(ds, opts, 0, 0, 1)
         assert stalled[1].result(timeout=20) == batch(ds, opts, 1, 0, 0)
-        assert all(json.loads(f.result(timeout=20))['consumed_samples'] >= 0 for f in statuses)
+        assert all(f.result(timeout=20) == batch(ds, opts, 0, 1, 0) for f in peeks)
+        assert json.loads(read_all(m.path('status')))['journal_wait_s'] == 0
         unmount(m.mp)
         assert m.proc.wait(timeout=20) == 0   # no offload thread left behind
     finally:
