@@ -19,6 +19,11 @@ const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1] = {
  * that read back to back (a close, then the next open within microseconds) refill at
  * once. */
 #define PACED_GAP_S 0.002
+/* A mount serving more ranks than this fills a rank's prefetch ring at its first claim,
+ * not at the start: one node that forgot `ranks=` at world_size=4096 otherwise decodes
+ * 2 x 4096 micro-batches at once (micro_batch=8 JSONL: 1 s of CPU and 179 MB; 256
+ * records per micro-batch would be 3 GB), for ranks other nodes serve. */
+#define PRIME_AT_START_MAX 64
 
 void batch_free(struct batch *b)
 {
@@ -151,6 +156,7 @@ struct rank_state {
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
 	double last_release;     /* when a handle of next was last closed (now_s) */
+	int primed;              /* the ring was filled once (fill_ring): PRIME_AT_START_MAX */
 	int refill_pending;      /* a claim left its refill to that close, see server_release */
 };
 
@@ -565,8 +571,10 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 		if (rc)
 			goto err_free;
 	}
-	for (size_t i = 0; i < s->nranks; i++)
+	for (size_t i = 0; i < s->nranks && s->nranks <= PRIME_AT_START_MAX; i++) {
 		fill_ring(s, &s->rs[i]);
+		s->rs[i].primed = 1;
+	}
 	*out = s;
 	return 0;
 
@@ -793,7 +801,10 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 		 * waits for the close. One that reads back to back keeps its lookahead.
 		 * At most one refill waits, whatever the reader does with its handles, and
 		 * only when the ring holds a batch beyond this one (prefetch >= 2). */
-		if (!rs->refill_pending && s->cfg.prefetch > 1 &&
+		if (!rs->primed) {
+			rs->primed = 1;
+			fill_ring(s, rs);
+		} else if (!rs->refill_pending && s->cfg.prefetch > 1 &&
 		    t0 - rs->last_release > PACED_GAP_S) {
 			rs->refill_pending = 1;
 		} else if (rs->refill_pending) {
@@ -1054,10 +1065,14 @@ int server_rewind(struct server *s, uint64_t step)
 	}
 	for (size_t i = s->nranks; i-- > 0;)
 		pthread_mutex_unlock(&s->rs[i].lock);
-	if (!rc)
-		for (size_t i = 0; i < s->nranks; i++)
-			fill_ring(s, &s->rs[i]);
-	else if (rc == -EINVAL)
+	if (!rc) {
+		for (size_t i = 0; i < s->nranks; i++) {
+			pthread_mutex_lock(&s->rs[i].lock);
+			if (s->rs[i].primed)
+				fill_ring(s, &s->rs[i]);
+			pthread_mutex_unlock(&s->rs[i].lock);
+		}
+	} else if (rc == -EINVAL)
 		slog(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else
 		slog(s, LOG_ERR, "rewind %" PRIu64 " could not be journaled: %s", step,

@@ -106,7 +106,8 @@ extern const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1];
 
 struct server;
 
-/* Start serving: starts cfg->workers threads that fill every rank's prefetch ring.
+/* Start serving: starts cfg->workers threads that fill every rank's prefetch ring (with
+ * more than 64 served ranks, a rank's ring from its first claim on).
  * The journal (may be NULL for tests: claims are then not recorded) stays owned by the
  * caller and must outlive the server. 0, -EINVAL (bad config), -ENOMEM, or a
  * pthread_create error. */

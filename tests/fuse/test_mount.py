@@ -313,6 +313,21 @@ def test_paced_reader_is_served_from_the_prefetch_ring(records, mount, keep_open
     assert metric(m, 'zephon_prefetch_hits_total') == 8
 
 
+def test_a_mount_of_many_ranks_prefetches_a_rank_from_its_first_claim(records, mount):
+    """A node that forgot ranks= at world_size=100 must not decode a ring for each of
+    the 100 ranks at mount (core/serve.c, PRIME_AT_START_MAX): rank 42's first claim is
+    decoded on demand, and its ring is filled from then on."""
+    ds, _ = records
+    opts = 'world_size=100,global_batch=200,prefetch=2'
+    m = mount(ds, opts)
+    time.sleep(0.5)  # a ring filled at mount would be ready by now
+    assert read_all(m.path('rank', 42, 'next')) == batch(ds, opts, 42, 0)
+    assert metric(m, 'zephon_prefetch_misses_total') == 1
+    time.sleep(0.5)
+    assert read_all(m.path('rank', 42, 'next')) == batch(ds, opts, 42, 1)
+    assert metric(m, 'zephon_prefetch_hits_total') == 1
+
+
 @pytest.mark.parametrize('threads', ['', ',max_threads=1'])
 def test_concurrent_openers_get_every_micro_batch_once(records, mount, threads):
     """Eight readers of four ranks at once, also through a single request thread (their
