@@ -1038,6 +1038,7 @@ int server_checkpoint(struct server *s, uint64_t step)
 int server_rewind(struct server *s, uint64_t step)
 {
 	uint64_t a = layout_micros(&s->cfg.layout);
+	double t0 = now_s();
 	char why[256];
 	int rc;
 
@@ -1045,9 +1046,13 @@ int server_rewind(struct server *s, uint64_t step)
 		return -ENOSYS;
 	/* Every rank lock is held across the journal write so no claim slips between the
 	 * journal's rewind and the in-memory one. Locks are taken in rank order. */
-	for (size_t i = 0; i < s->nranks; i++)
+	for (size_t i = 0; i < s->nranks; i++) {
 		pthread_mutex_lock(&s->rs[i].lock);
+		set_commit_since(&s->rs[i], t0); /* every claim now waits for this commit */
+	}
 	rc = journal_rewind(s->journal, step);
+	for (size_t i = 0; i < s->nranks; i++)
+		set_commit_since(&s->rs[i], 0);
 	if (!rc) {
 		for (size_t i = 0; i < s->nranks; i++) {
 			struct rank_state *rs = &s->rs[i];

@@ -172,8 +172,9 @@ int server_rewind(struct server *s, uint64_t step);
  * completed steps). */
 uint64_t server_consumed(struct server *s);
 
-/* Seconds the oldest journal commit of a claim still in progress has taken so far; 0
- * when none is. A commit that lasts is a journal file system that stalls. */
+/* Seconds the oldest journal commit that claims wait for (a claim's own, or a rewind's,
+ * which holds every rank) has taken so far; 0 when none is in progress. A commit that
+ * lasts is a journal file system that stalls. */
 double server_journal_wait(struct server *s);
 
 void server_stats(struct server *s, struct serve_stats *out);

@@ -484,3 +484,39 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         held0.close()
         held2.close()
         m.stop()
+
+
+def test_a_rewind_on_a_stalled_journal_shows_in_status(freezable_fs, ds, tmp_path):
+    """A rewind holds every rank while it commits: on a frozen journal every claim then
+    waits for it, and status must say so (journal_wait_s), not 0. After the thaw the
+    rewind applies and the claims start over at step 0 (helper-21's find)."""
+    opts = 'world_size=2,global_batch=4,micro_batch=1'
+    m = Mount(ds, tmp_path / 'mp', opts + ',journal=%s' % (freezable_fs / 'j.sqlite')).start()
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    frozen = False
+    try:
+        for _ in range(3):
+            read_all(m.path('rank', 0, 'next'))
+        subprocess.run(['fsfreeze', '-f', str(freezable_fs)], check=True)
+        frozen = True
+
+        def rewind():
+            with open(m.path('control'), 'w') as f:
+                f.write('rewind 0\n')
+        rw = pool.submit(rewind)
+        time.sleep(0.3)
+        claims = [pool.submit(read_all, m.path('rank', r, 'next')) for r in (0, 1)]
+        time.sleep(0.5)
+        status = json.loads(read_all(m.path('status')))
+        assert not rw.done() and not any(c.done() for c in claims)
+        assert status['journal_wait_s'] >= 0.7
+        subprocess.run(['fsfreeze', '-u', str(freezable_fs)], check=True)
+        frozen = False
+        rw.result(timeout=20)
+        assert claims[0].result(timeout=20) == batch(ds, opts, 0, 0, 0)
+        assert claims[1].result(timeout=20) == batch(ds, opts, 1, 0, 0)
+    finally:
+        if frozen:
+            subprocess.run(['fsfreeze', '-u', str(freezable_fs)])
+        pool.shutdown(wait=True)
+        m.stop()
