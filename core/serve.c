@@ -571,10 +571,11 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 		if (rc)
 			goto err_free;
 	}
-	for (size_t i = 0; i < s->nranks && s->nranks <= PRIME_AT_START_MAX; i++) {
-		fill_ring(s, &s->rs[i]);
-		s->rs[i].primed = 1;
-	}
+	if (s->nranks <= PRIME_AT_START_MAX)
+		for (size_t i = 0; i < s->nranks; i++) {
+			fill_ring(s, &s->rs[i]);
+			s->rs[i].primed = 1;
+		}
 	*out = s;
 	return 0;
 
@@ -1066,20 +1067,15 @@ int server_rewind(struct server *s, uint64_t step)
 					slot_clear(s, &rs->slots[k]);
 				else
 					rs->slots[k].state = SLOT_EMPTY; /* the worker drops its result */
+			if (rs->primed)
+				fill_ring(s, rs);
 		}
 	}
 	for (size_t i = s->nranks; i-- > 0;)
 		pthread_mutex_unlock(&s->rs[i].lock);
-	if (!rc) {
-		for (size_t i = 0; i < s->nranks; i++) {
-			pthread_mutex_lock(&s->rs[i].lock);
-			if (s->rs[i].primed)
-				fill_ring(s, &s->rs[i]);
-			pthread_mutex_unlock(&s->rs[i].lock);
-		}
-	} else if (rc == -EINVAL)
+	if (rc == -EINVAL)
 		slog(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
-	else
+	else if (rc)
 		slog(s, LOG_ERR, "rewind %" PRIu64 " could not be journaled: %s", step,
 		     journal_why(s, why));
 	return rc;
