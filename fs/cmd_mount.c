@@ -80,7 +80,7 @@ static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 static void mount_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s]\n"
+		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s] [--check]\n"
 		"       zephon DATASET MOUNTPOINT [-o OPTIONS]     (what mount.fuse3 and fstab call)\n"
 		"\n"
 		"Mount a packed dataset: rank r reads /rank/<r>/next, and every open of it hands\n"
@@ -89,6 +89,9 @@ static void mount_usage(FILE *f)
 		"  -f          stay in the foreground (log to stderr instead of syslog)\n"
 		"  -d          debug: foreground, and print every FUSE request\n"
 		"  -s          single-threaded FUSE loop\n"
+		"  --check     check the options against the dataset, then exit: 0, or the\n"
+		"              status and reason a mount would give; mounts and creates nothing\n"
+		"              (the mountpoint and the journal are not looked at)\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -381,7 +384,7 @@ int cmd_mount(int argc, char **argv)
 		die_msg("invalid mount options: %s", why);
 		goto out_opts;
 	}
-	if (!o.foreground && daemon_fork()) {
+	if (!o.foreground && !o.check_only && daemon_fork()) {
 		status = 1;
 		goto out_cfg;
 	}
@@ -390,7 +393,7 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot open dataset %s: %s", o.dataset, strerror(errno));
 		goto out_cfg;
 	}
-	if (!realpath(o.mountpoint, mp) && !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX &&
+	if (!o.check_only && !realpath(o.mountpoint, mp) && !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX &&
 					      strcpy(mp, o.mountpoint))) {
 		die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(errno));
 		goto out_cfg;
@@ -402,6 +405,10 @@ int cmd_mount(int argc, char **argv)
 	if (mount_config_check_dataset(&cfg, ds, why, sizeof(why))) {
 		die_msg("invalid mount options: %s", why);
 		status = 2;
+		goto out_ds;
+	}
+	if (o.check_only) {
+		status = 0;
 		goto out_ds;
 	}
 	z.ds = ds;
