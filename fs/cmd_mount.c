@@ -449,8 +449,8 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot open dataset %s: %s", o.dataset, strerror(errno));
 		goto out_cfg;
 	}
-	if (!o.check_only && !realpath(o.mountpoint, mp) && !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX &&
-					      strcpy(mp, o.mountpoint))) {
+	if (!o.check_only && !realpath(o.mountpoint, mp) &&
+	    !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX && strcpy(mp, o.mountpoint))) {
 		die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(errno));
 		goto out_cfg;
 	}
