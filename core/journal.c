@@ -790,8 +790,10 @@ static int open_common(const char *path, const struct journal_ident *want,
 			ident_text(want, b, sizeof(b));
 			rc = fail(err, errlen, -ESTALE,
 				  "journal %s belongs to another dataset or order (%s) than this "
-				  "mount (%s); pass a new journal=PATH to start fresh (resume=fresh, "
-				  "or resume=samples:G to keep the position)", path, a, b);
+				  "mount (%s), and no resume= rule can use it; pass journal=PATH naming "
+				  "a file that does not exist yet (add resume=samples:G@S to keep the "
+				  "position), or delete %s (and %s-wal) to start over at step 0",
+				  path, a, b, path, path);
 			goto err_rollback;
 		}
 		if (mode == OPEN_WRITE && version < JOURNAL_SCHEMA_VERSION) {

@@ -103,8 +103,9 @@ struct journal_event {
  * anything is written to it: SQLite header, application_id, schema version, meta,
  * PRAGMA quick_check, identity. On failure returns -errno with a one-line reason in err
  * (which names the path):
- *   -ESTALE   the journal belongs to another fingerprint/seed/shuffle (err names both
- *             and says to pass a new journal=PATH for a fresh start);
+ *   -ESTALE   the journal belongs to another fingerprint/seed/shuffle, whatever the
+ *             resume rule (err names both, and the two ways out: a new journal=PATH,
+ *             or deleting this file);
  *   -EBADMSG  not a Zephon journal (not SQLite, or SQLite of another application),
  *             corrupt, or a schema version newer than this build (nothing is written);
  *   -EBUSY    another process (a live mount) holds the journal;

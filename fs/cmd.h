@@ -6,6 +6,8 @@
 #ifndef ZEPHON_CMD_H
 #define ZEPHON_CMD_H
 
+#include <stddef.h>
+
 int cmd_pack(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
@@ -17,5 +19,9 @@ int cmd_mount(int argc, char **argv);
 
 /* Shared by the subcommands: print "zephon: <msg>\n" to stderr. */
 void die_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "20.6 MiB": bytes in binary units (B, KiB, MiB, ...), one decimal; every size the CLI
+ * prints uses it. Writes into buf (len >= 16 holds any value) and returns buf. */
+const char *human_size(double bytes, char *buf, size_t len);
 
 #endif

@@ -22,19 +22,6 @@ static void usage(FILE *f)
 		"dtype, seq_len, sources, ...).\n");
 }
 
-static const char *human(double v, char *buf, size_t len)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	unsigned u = 0;
-
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
-	return buf;
-}
-
 static uint64_t meta_u64(const struct catalog *c, const char *key)
 {
 	uint64_t v = 0;
@@ -121,9 +108,9 @@ static void print_table(const struct dataset *ds)
 		       meta_u64(c, "remainder_tokens"));
 	}
 	printf("raw bytes     %" PRIu64 " (%s)\n", in->raw_bytes,
-	       human((double)in->raw_bytes, a, sizeof(a)));
+	       human_size((double)in->raw_bytes, a, sizeof(a)));
 	printf("stored bytes  %" PRIu64 " (%s)\n", in->stored_bytes,
-	       human((double)in->stored_bytes, b, sizeof(b)));
+	       human_size((double)in->stored_bytes, b, sizeof(b)));
 	if (in->stored_bytes)
 		printf("ratio         %.2fx\n", (double)in->raw_bytes / (double)in->stored_bytes);
 	if (in->compressed)
@@ -152,7 +139,7 @@ static void print_table(const struct dataset *ds)
 		else
 			snprintf(b, sizeof(b), "no samples");
 		printf("  %-3zu %-8s %10s  %-22s %s\n", i, s->format,
-		       human((double)s->size, a, sizeof(a)), b, s->path);
+		       human_size((double)s->size, a, sizeof(a)), b, s->path);
 	}
 }
 

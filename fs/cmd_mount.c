@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,31 +31,71 @@
 
 static int use_syslog;
 static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_error[512];
+static char last_error[1024];
 static time_t last_error_time;
+
+static void write_line(int prio, const char *line)
+{
+	if (use_syslog)
+		syslog(prio, "%s", line);
+	else
+		fprintf(stderr, "zephon: %s%s\n", prio <= LOG_ERR ? "error: " :
+			prio == LOG_WARNING ? "warning: " : "", line);
+}
 
 void zfs_log(int prio, const char *fmt, ...)
 {
+	char line[1024];
 	va_list ap;
 
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
 	if (prio <= LOG_WARNING) { /* kept for /status: syslog may go nowhere */
 		pthread_mutex_lock(&last_error_lock);
-		va_start(ap, fmt);
-		vsnprintf(last_error, sizeof(last_error), fmt, ap);
-		va_end(ap);
+		snprintf(last_error, sizeof(last_error), "%s", line);
 		last_error_time = time(NULL);
 		pthread_mutex_unlock(&last_error_lock);
 	}
+	write_line(prio, line);
+}
+
+void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
+{
+	char line[1024];
+	struct timespec ts;
+	unsigned long held = 0;
+	double now;
+	int write = 0;
+	va_list ap;
+
 	va_start(ap, fmt);
-	if (use_syslog) {
-		vsyslog(prio, fmt, ap);
-	} else {
-		fprintf(stderr, "zephon: %s", prio <= LOG_ERR ? "error: " :
-			prio == LOG_WARNING ? "warning: " : "");
-		vfprintf(stderr, fmt, ap);
-		fputc('\n', stderr);
-	}
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	pthread_mutex_lock(&last_error_lock);
+	if (prio <= LOG_WARNING) {
+		snprintf(last_error, sizeof(last_error), "%s", line);
+		last_error_time = time(NULL);
+	}
+	if (now >= rl->next_s) {
+		write = 1;
+		held = rl->held;
+		rl->held = 0;
+		rl->next_s = now + interval_s;
+	} else {
+		rl->held++;
+	}
+	pthread_mutex_unlock(&last_error_lock);
+	if (write && held) {
+		size_t n = strlen(line);
+
+		snprintf(line + n, sizeof(line) - n, " (and %lu more like it since the last one "
+			 "logged)", held);
+	}
+	if (write)
+		write_line(prio, line);
 }
 
 time_t zfs_last_error(char *out, size_t len)
@@ -80,7 +121,7 @@ static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 static void mount_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s]\n"
+		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s] [--check]\n"
 		"       zephon DATASET MOUNTPOINT [-o OPTIONS]     (what mount.fuse3 and fstab call)\n"
 		"\n"
 		"Mount a packed dataset: rank r reads /rank/<r>/next, and every open of it hands\n"
@@ -89,6 +130,9 @@ static void mount_usage(FILE *f)
 		"  -f          stay in the foreground (log to stderr instead of syslog)\n"
 		"  -d          debug: foreground, and print every FUSE request\n"
 		"  -s          single-threaded FUSE loop\n"
+		"  --check     check the options against the dataset, then exit: 0, or the\n"
+		"              status and reason a mount would give; mounts and creates nothing\n"
+		"              (the mountpoint and the journal are not looked at)\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -279,6 +323,21 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 	return 0;
 }
 
+/* A shell starts background jobs of a script (`zephon mount -f ... &`) with SIGINT
+ * ignored, and fuse_set_signal_handlers() leaves an ignored signal ignored: the stop
+ * signals would then not unmount. A mount stops on them however it was started. */
+static void unignore_stop_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM };
+	struct sigaction sa;
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) {
+			sa.sa_handler = SIG_DFL;
+			sigaction(sigs[i], &sa, NULL);
+		}
+}
+
 void zfs_ready(void)
 {
 	daemon_ready(0);
@@ -381,7 +440,7 @@ int cmd_mount(int argc, char **argv)
 		die_msg("invalid mount options: %s", why);
 		goto out_opts;
 	}
-	if (!o.foreground && daemon_fork()) {
+	if (!o.foreground && !o.check_only && daemon_fork()) {
 		status = 1;
 		goto out_cfg;
 	}
@@ -390,8 +449,8 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot open dataset %s: %s", o.dataset, strerror(errno));
 		goto out_cfg;
 	}
-	if (!realpath(o.mountpoint, mp) && !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX &&
-					      strcpy(mp, o.mountpoint))) {
+	if (!o.check_only && !realpath(o.mountpoint, mp) &&
+	    !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX && strcpy(mp, o.mountpoint))) {
 		die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(errno));
 		goto out_cfg;
 	}
@@ -402,6 +461,10 @@ int cmd_mount(int argc, char **argv)
 	if (mount_config_check_dataset(&cfg, ds, why, sizeof(why))) {
 		die_msg("invalid mount options: %s", why);
 		status = 2;
+		goto out_ds;
+	}
+	if (o.check_only) {
+		status = 0;
 		goto out_ds;
 	}
 	z.ds = ds;
@@ -439,6 +502,7 @@ int cmd_mount(int argc, char **argv)
 	se = fuse_session_new(&args, &zfs_ops, sizeof(zfs_ops), &z);
 	if (!se)
 		goto out_journal;
+	unignore_stop_signals();
 	if (fuse_set_signal_handlers(se))
 		goto out_session;
 	if (fuse_session_mount(se, mp)) {

@@ -13,6 +13,9 @@
 #include "pack.h"
 
 #define NOTICES_SHOWN 20
+/* Above this fraction of the raw bytes stored, zstd saves too little to pay for decoding
+ * every sample at every read. */
+#define NEAR_RAW 0.9
 
 struct pack_ui {
 	int bar;                 /* draw a progress bar (stderr is a terminal) */
@@ -35,20 +38,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* "12.3 MB" (decimal units, as progress bars and throughput figures use). */
-static const char *human(double v, char *buf, size_t len)
-{
-	static const char *const unit[] = { "B", "kB", "MB", "GB", "TB", "PB" };
-	unsigned u = 0;
-
-	while (v >= 1000 && u < 5) {
-		v /= 1000;
-		u++;
-	}
-	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
-	return buf;
 }
 
 static void progress(void *ctx, const struct pack_progress *p)
@@ -83,9 +72,9 @@ static void progress(void *ctx, const struct pack_progress *p)
 		snprintf(eta, sizeof(eta), "  ETA %u:%02u:%02u", s / 3600, s / 60 % 60, s % 60);
 	}
 	fprintf(stderr, "\r\033[K%3.0f%% [%s] %s/%s  %" PRIu64 " samples  %.0f samples/s  %s/s%s",
-		frac * 100, bar, human((double)p->input_bytes, a, sizeof(a)),
-		human((double)p->input_bytes_total, b, sizeof(b)), p->samples,
-		el > 0 ? (double)p->samples / el : 0.0, human(rate, r, sizeof(r)), eta);
+		frac * 100, bar, human_size((double)p->input_bytes, a, sizeof(a)),
+		human_size((double)p->input_bytes_total, b, sizeof(b)), p->samples,
+		el > 0 ? (double)p->samples / el : 0.0, human_size(rate, r, sizeof(r)), eta);
 	ui->drawn = 1;
 }
 
@@ -200,7 +189,7 @@ int cmd_pack(int argc, char **argv)
 	char err[1024], a[24], b[24], c[24];
 	uint64_t v;
 	int quiet = 0, opt, rc;
-	double el;
+	double el, stored;
 
 	pack_opts_init(&o);
 	optind = 1;
@@ -329,16 +318,21 @@ int cmd_pack(int argc, char **argv)
 		return 1;
 	}
 	el = now() - ui.start;
+	stored = (double)res.stored_bytes + (double)res.dict_bytes;
 	if (!quiet) {
 		printf("packed %" PRIu64 " samples (%s) from %zu input%s into %s\n", res.samples,
 		       dataset_kind_name(res.kind), res.sources, res.sources == 1 ? "" : "s", o.out);
 		printf("  %s raw, %s stored (%.2fx), %" PRIu64 " shard%s, dictionary %zu bytes\n",
-		       human((double)res.raw_bytes, a, sizeof(a)),
-		       human((double)res.stored_bytes, b, sizeof(b)),
+		       human_size((double)res.raw_bytes, a, sizeof(a)),
+		       human_size((double)res.stored_bytes, b, sizeof(b)),
 		       res.stored_bytes ? (double)res.raw_bytes / (double)res.stored_bytes : 0.0,
 		       res.shards, res.shards == 1 ? "" : "s", res.dict_bytes);
-		printf("  %s of input in %.2f s (%s/s)\n", human((double)res.input_bytes, c, sizeof(c)),
-		       el, human(el > 0 ? (double)res.input_bytes / el : 0, a, sizeof(a)));
+		if (o.compress && res.raw_bytes && stored > NEAR_RAW * (double)res.raw_bytes)
+			printf("  compression saves little here (stored, dictionary included, is "
+			       "%.0f%% of raw): a pack with --compress none would serve faster, "
+			       "with no decoding\n", 100.0 * stored / (double)res.raw_bytes);
+		printf("  %s of input in %.2f s (%s/s)\n", human_size((double)res.input_bytes, c, sizeof(c)),
+		       el, human_size(el > 0 ? (double)res.input_bytes / el : 0, a, sizeof(a)));
 		if (res.skipped) /* bad records (--skip-bad), tar members without an extension,
 				  * symlinks and special files: each had its warning */
 			printf("  skipped %" PRIu64 " record%s or file%s (see the warnings above)\n",

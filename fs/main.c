@@ -34,6 +34,19 @@ void die_msg(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
+const char *human_size(double bytes, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	unsigned u = 0;
+
+	while (bytes >= 1024 && u < 5) {
+		bytes /= 1024;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+	return buf;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,

@@ -35,7 +35,14 @@ struct open_file {
 	struct buf text;        /* status, metrics, state; control's pending input */
 	int refs;
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
+	/* next: the claiming thread and rank, while the handle is in z->next_holders */
+	uint64_t rank;
+	uint32_t tid;
+	int holding;
+	struct open_file *hold_prev, *hold_next;
 };
+
+static void next_unhold_locked(struct zfs *z, struct open_file *f);
 
 static void open_file_free(struct zfs *z, struct open_file *f)
 {
@@ -48,6 +55,7 @@ static void open_file_put(struct zfs *z, struct open_file *f)
 {
 	if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 		pthread_mutex_lock(&z->lock);
+		next_unhold_locked(z, f); /* a handle the kernel never got: no release came */
 		if (f->prev)
 			f->prev->next = f->next;
 		else
@@ -76,6 +84,124 @@ void zfs_free_open_files(struct zfs *z)
 
 		z->open_files = f->next;
 		open_file_free(z, f);
+	}
+	memset(z->next_holders, 0, sizeof(z->next_holders));
+	free(z->overlaps);
+	z->overlaps = NULL;
+	z->noverlaps = 0;
+}
+
+/* The process (thread group) of thread tid, or 0 when it is gone or a zombie: a process
+ * that has exited holds no file. FUSE names the calling thread, not its process. */
+static uint32_t tgid_of(uint32_t tid)
+{
+	char path[40], line[128];
+	unsigned long tgid = 0;
+	int alive = 1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%" PRIu32 "/status", tid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char state;
+
+		if (sscanf(line, "State: %c", &state) == 1)
+			alive = state != 'Z' && state != 'X';
+		else if (sscanf(line, "Tgid: %lu", &tgid) == 1)
+			break;
+	}
+	fclose(f);
+	return alive ? (uint32_t)tgid : 0;
+}
+
+/* Count an open of rank's next by process mine while process theirs held it, and say
+ * so (once a minute per rank). Under z->lock. */
+static void next_overlap_locked(struct zfs *z, uint64_t rank, uint32_t mine, uint32_t theirs)
+{
+	struct next_overlap *o;
+	size_t i = 0;
+
+	while (i < z->noverlaps && z->overlaps[i].rank < rank)
+		i++;
+	if (i == z->noverlaps || z->overlaps[i].rank != rank) {
+		o = realloc(z->overlaps, (z->noverlaps + 1) * sizeof(*o));
+		if (!o)
+			return;
+		z->overlaps = o;
+		memmove(o + i + 1, o + i, (z->noverlaps - i) * sizeof(*o));
+		o[i] = (struct next_overlap){ .rank = rank };
+		z->noverlaps++;
+	}
+	o = &z->overlaps[i];
+	o->opens++;
+	z->overlaps_total++;
+	zfs_log_limited(&o->log, 60, LOG_WARNING, "rank %" PRIu64 ": processes %" PRIu32 " and %"
+			PRIu32 " hold rank/%" PRIu64 "/next open at once (%" PRIu64 " such opens "
+			"so far); every open claims the rank's next batch, so they split the "
+			"batches between them and the trainer gets them out of order (a DataLoader "
+			"with num_workers >= 2 over next does this); read next from one process, "
+			"or read rank/%" PRIu64 "/step/<t> from several",
+			rank, theirs, mine, rank, o->opens, rank);
+}
+
+#define HOLDERS_CHECKED 8
+
+/* Handle f of next (rank's claim by thread tid) is open: note it, and whether another
+ * process holds the rank's next open at this moment. Reads /proc only when another
+ * thread does. */
+static void next_hold(struct zfs *z, struct open_file *f, uint64_t rank, uint32_t tid)
+{
+	struct open_file **head = &z->next_holders[rank % ZFS_HOLD_BUCKETS];
+	uint32_t others[HOLDERS_CHECKED], mine, theirs = 0;
+	size_t n = 0;
+
+	f->rank = rank;
+	f->tid = tid;
+	pthread_mutex_lock(&z->lock);
+	f->hold_prev = NULL;
+	f->hold_next = *head;
+	if (*head)
+		(*head)->hold_prev = f;
+	*head = f;
+	f->holding = 1;
+	for (const struct open_file *g = f->hold_next; g && tid && n < HOLDERS_CHECKED; g = g->hold_next) {
+		size_t k = 0;
+
+		while (k < n && others[k] != g->tid)
+			k++;
+		if (g->rank == rank && g->tid && g->tid != tid && k == n)
+			others[n++] = g->tid;
+	}
+	pthread_mutex_unlock(&z->lock);
+	if (!n || !(mine = tgid_of(tid)))
+		return;
+	for (size_t k = 0; k < n && !theirs; k++) {
+		uint32_t t = tgid_of(others[k]);
+
+		if (t && t != mine)
+			theirs = t;
+	}
+	if (!theirs)
+		return; /* threads of one process, or holders that have exited */
+	pthread_mutex_lock(&z->lock);
+	next_overlap_locked(z, rank, mine, theirs);
+	pthread_mutex_unlock(&z->lock);
+}
+
+/* f no longer holds its rank's next (released, or never handed to the kernel). Under
+ * z->lock. */
+static void next_unhold_locked(struct zfs *z, struct open_file *f)
+{
+	if (f->holding) {
+		if (f->hold_prev)
+			f->hold_prev->hold_next = f->hold_next;
+		else
+			z->next_holders[f->rank % ZFS_HOLD_BUCKETS] = f->hold_next;
+		if (f->hold_next)
+			f->hold_next->hold_prev = f->hold_prev;
+		f->holding = 0;
 	}
 }
 
@@ -385,6 +511,27 @@ static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t re
 	return 1;
 }
 
+/* A lookup of rank/<name> found nothing: when name is a rank number, say which ranks
+ * this mount serves (a loop retrying it must not flood the log). */
+static void say_unserved_rank(struct zfs *z, const char *name)
+{
+	uint64_t r, w = z->cfg->layout.world_size;
+	char ranks[256];
+
+	if (parse_decimal(name, UINT64_MAX, &r))
+		return;
+	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
+	if (r >= w)
+		zfs_log_limited(&z->unserved_log, 10, LOG_WARNING, "no rank %s: this mount serves "
+				"ranks %s of world_size %" PRIu64 ", and ranks run from 0 to %" PRIu64
+				"; check the rank the reader uses, or mount with world_size= of the "
+				"job (ENOENT)", name, ranks, w, w - 1);
+	else
+		zfs_log_limited(&z->unserved_log, 10, LOG_WARNING, "rank %s is not served here: "
+				"this mount serves ranks %s of world_size %" PRIu64 "; read it on "
+				"the node whose ranks= include %s (ENOENT)", name, ranks, w, name);
+}
+
 static void reply_entry(struct zfs *z, fuse_req_t req, uint64_t ino)
 {
 	struct fuse_entry_param e;
@@ -415,6 +562,8 @@ static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	ino = child_of(z, parent, name);
 	if (!ino) {
+		if (pt == NODE_RANKDIR)
+			say_unserved_rank(z, name);
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -567,8 +716,10 @@ static void open_node(struct zfs *z, fuse_req_t req, uint64_t ino, struct fuse_f
 	switch (type) {
 	case NODE_NEXT:
 		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
-		if (!rc)
+		if (!rc) {
 			pid_claim_record(z, fuse_req_ctx(req)->pid, inode_rank(ino), batch_len(f->batch));
+			next_hold(z, f, inode_rank(ino), fuse_req_ctx(req)->pid);
+		}
 		break;
 	case NODE_PEEK:
 		rc = server_peek(z->srv, inode_rank(ino), &f->batch);
@@ -816,6 +967,12 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct zfs *z = zfs_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 
+	if (f && inode_type(ino) == NODE_NEXT) {
+		/* first: the closer's next open may come right behind this release */
+		pthread_mutex_lock(&z->lock);
+		next_unhold_locked(z, f);
+		pthread_mutex_unlock(&z->lock);
+	}
 	fuse_reply_err(req, 0); /* close() need not wait for the free */
 	/* The rank's lock is busy while a claim of it commits: wait for it elsewhere */
 	if (inode_type(ino) == NODE_NEXT &&

@@ -11,7 +11,7 @@
 
 enum {
 	KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION,
-	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS,
+	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS, KEY_CHECK,
 };
 
 #define OPT(t, field) { t, offsetof(struct mount_options, field), 0 }
@@ -37,6 +37,7 @@ static const struct fuse_opt option_table[] = {
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("--check", KEY_CHECK),
 	FUSE_OPT_KEY("ranks=", KEY_RANKS),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
@@ -98,6 +99,11 @@ static int option_proc(void *data, const char *arg, int key, struct fuse_args *o
 	case KEY_SINGLE: o->singlethread = 1; return 0;
 	case KEY_HELP: o->show_help = 1; return 0;
 	case KEY_VERSION: o->show_version = 1; return 0;
+	case KEY_CHECK:
+		if (o->batch_mode && !o->bad_option)
+			o->bad_option = strdup(arg);
+		o->check_only = 1;
+		return 0;
 	case KEY_ALLOW_OTHER: o->allow_other = 1; return 0;
 	case KEY_DEFAULT_PERMISSIONS: o->default_permissions = 1; return 0;
 	case FUSE_OPT_KEY_NONOPT:

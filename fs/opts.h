@@ -20,6 +20,7 @@ struct mount_options {
 	char *world_size, *global_batch, *micro_batch, *ranks, *seed, *shuffle, *epochs;
 	char *format, *journal, *resume, *prefetch, *sync, *workers, *max_threads;
 	int foreground, debug, singlethread, show_help, show_version;
+	int check_only;               /* --check: validate against the dataset, mount nothing */
 	int allow_other, default_permissions;
 	char *dataset, *mountpoint;   /* the first two non-option arguments */
 	int extra_nonopt;             /* a third non-option argument: a usage error */

@@ -94,7 +94,7 @@ static json_t *layout_json(const struct journal_layout *jl)
 int render_status(struct zfs *z, struct buf *out)
 {
 	const struct serve_config *c = server_config(z->srv);
-	json_t *root, *layouts, *cursors, *counters, *last_error;
+	json_t *root, *layouts, *cursors, *counters, *last_error, *overlaps = json_object();
 	struct serve_stats st;
 	uint64_t consumed = server_consumed(z->srv);
 	char ranks[256];
@@ -118,7 +118,13 @@ int render_status(struct zfs *z, struct buf *out)
 							    "micro", json_u64(micro)));
 	}
 	pthread_mutex_lock(&z->lock);
-	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	for (size_t i = 0; i < z->noverlaps; i++) {
+		char key[24];
+
+		snprintf(key, sizeof(key), "%" PRIu64, z->overlaps[i].rank);
+		json_object_set_new(overlaps, key, json_u64(z->overlaps[i].opens));
+	}
+	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			     "claims", json_u64(st.claims),
 			     "claim_errors", json_u64(st.claim_errors),
 			     "decode_errors", json_u64(st.decode_errors),
@@ -127,17 +133,18 @@ int render_status(struct zfs *z, struct buf *out)
 			     "prefetch_hits", json_u64(st.prefetch_hits),
 			     "prefetch_misses", json_u64(st.prefetch_misses),
 			     "bytes_read", json_u64(z->bytes_read),
-			     "control_errors", json_u64(z->control_errors));
+			     "control_errors", json_u64(z->control_errors),
+			     "overlapping_opens", json_u64(z->overlaps_total));
 	pthread_mutex_unlock(&z->lock);
 	{
-		char msg[512];
+		char msg[1024];
 		time_t t = zfs_last_error(msg, sizeof(msg));
 
 		last_error = t ? json_pack("{s:I, s:s}", "time", (json_int_t)t, "message", msg)
 			       : json_null();
 	}
 	root = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:s, "
-			 "s:o, s:s, s:o, s:s, s:s, s:f, s:o, s:o, s:o, s:o}",
+			 "s:o, s:s, s:o, s:s, s:s, s:f, s:o, s:o, s:o, s:o, s:o}",
 			 "dataset", z->dataset_path,
 			 "fingerprint", z->info->fingerprint,
 			 "samples", json_u64(z->info->samples),
@@ -160,6 +167,7 @@ int render_status(struct zfs *z, struct buf *out)
 			 "layouts", layouts,
 			 "cursors", cursors,
 			 "counters", counters,
+			 "overlapping_opens", overlaps,
 			 "last_error", last_error);
 	return dump_json(root, out);
 }
@@ -192,12 +200,20 @@ int render_state(struct zfs *z, uint64_t rank, struct buf *out)
 int render_metrics(struct zfs *z, struct buf *out)
 {
 	struct serve_stats st;
-	uint64_t cumulative = 0, bytes_read;
+	struct next_overlap *ov = NULL;
+	uint64_t cumulative = 0, bytes_read, overlaps_total;
+	size_t nov;
 	int rc = 0;
 
 	server_stats(z->srv, &st);
 	pthread_mutex_lock(&z->lock);
 	bytes_read = z->bytes_read;
+	overlaps_total = z->overlaps_total;
+	nov = z->noverlaps;
+	if (nov && !(ov = malloc(nov * sizeof(*ov))))
+		rc = -ENOMEM;
+	else if (nov)
+		memcpy(ov, z->overlaps, nov * sizeof(*ov));
 	pthread_mutex_unlock(&z->lock);
 #define METRIC(name, type, help, value) \
 	if (!rc) rc = buf_printf(out, "# HELP zephon_" name " " help "\n# TYPE zephon_" name " " type \
@@ -212,7 +228,17 @@ int render_metrics(struct zfs *z, struct buf *out)
 	METRIC("batch_bytes_total", "counter", "Bytes of claimed batches.", st.batch_bytes);
 	METRIC("read_bytes_total", "counter", "Bytes returned by read().", bytes_read);
 	METRIC("consumed_samples", "gauge", "Every gsn below this was handed out.", server_consumed(z->srv));
+	METRIC("overlapping_opens_total", "counter", "Opens of a rank's next while another process "
+	       "held it open (several readers of one rank: out of order).", overlaps_total);
 #undef METRIC
+	if (!rc && nov)
+		rc = buf_printf(out, "# HELP zephon_rank_overlapping_opens_total Opens of the rank's "
+				"next while another process held it open.\n"
+				"# TYPE zephon_rank_overlapping_opens_total counter\n");
+	for (size_t i = 0; i < nov && !rc; i++)
+		rc = buf_printf(out, "zephon_rank_overlapping_opens_total{rank=\"%" PRIu64 "\"} %"
+				PRIu64 "\n", ov[i].rank, ov[i].opens);
+	free(ov);
 	if (!rc)
 		rc = buf_printf(out, "# HELP zephon_journal_wait_seconds How long the oldest claim "
 				"still committing has waited for the journal (0: none); a value that "

@@ -23,6 +23,22 @@ struct pid_claim {
 	uint64_t size;
 };
 
+/* One rate-limited log line (zfs_log_limited()); zero-initialized. */
+struct zfs_ratelimit {
+	double next_s;              /* CLOCK_MONOTONIC seconds before which the line is held */
+	unsigned long held;         /* lines held back since the last one written */
+};
+
+/* Opens of one rank's next made while another process held that rank's next open. */
+struct next_overlap {
+	uint64_t rank;
+	uint64_t opens;
+	struct zfs_ratelimit log;
+};
+
+/* Buckets (by rank) of the handles of next not yet released: who holds which rank. */
+#define ZFS_HOLD_BUCKETS 256
+
 struct zfs {
 	const struct dataset *ds;
 	const struct dataset_info *info;
@@ -48,18 +64,33 @@ struct zfs {
 	struct pid_claim pids[ZFS_PID_SLOTS];
 	unsigned pid_next;
 	uint64_t bytes_read, opens_next, control_writes, control_errors;
+	/* Handles of next not released yet, by rank % ZFS_HOLD_BUCKETS, and the ranks whose
+	 * next was opened while another process held it (fs/ops.c): sorted by rank, grown
+	 * as ranks are seen, freed by zfs_free_open_files(). */
+	struct open_file *next_holders[ZFS_HOLD_BUCKETS];
+	struct next_overlap *overlaps;
+	size_t noverlaps;
+	uint64_t overlaps_total;
+	struct zfs_ratelimit unserved_log;  /* reads of a rank this mount does not serve */
 	unsigned inline_claims;        /* claims on request threads now (atomic; fs/ops.c) */
 	/* Handles the kernel has not released yet. An unmount can come before the RELEASE of
 	 * a closed file (the kernel sends it in the background); they are freed then. */
 	struct open_file *open_files;
 };
 
-/* Free every handle still open; after the session loop ended (fs/ops.c). */
+/* Free every handle still open, and the overlap records; after the session loop ended
+ * (fs/ops.c). */
 void zfs_free_open_files(struct zfs *z);
 
 /* Log a message: to stderr in the foreground, to syslog when daemonized (fs/cmd_mount.c).
  * Also the server's log sink. */
 void zfs_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* zfs_log(), but the line itself is written at most once per interval_s seconds per rl
+ * (the next one written says how many were held back); every call still becomes
+ * /status' last_error. For lines a reader's loop can provoke at any rate. */
+void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* The kernel's INIT reached the daemon: the mount is live. A daemonizing `zephon mount`
  * returns success to its caller only now and detaches from the terminal. */

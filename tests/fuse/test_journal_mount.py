@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import pathlib
 import random
 import re
 import sqlite3
@@ -520,3 +521,33 @@ def test_a_rewind_on_a_stalled_journal_shows_in_status(freezable_fs, ds, tmp_pat
             subprocess.run(['fsfreeze', '-u', str(freezable_fs)])
         pool.shutdown(wait=True)
         m.stop()
+
+
+def test_refused_journal_of_another_dataset_says_what_works(ds, tmp_path):
+    """The refusal names the ways out, and both work: a new journal path (keeping the
+    position with resume=samples:G@S), or deleting the journal file; a resume= rule on
+    the same file does not, and the refusal does not suggest one."""
+    journal = tmp_path / 'j.sqlite'
+    with Mount(ds, tmp_path / 'mp', 'world_size=1,global_batch=2,journal=%s' % journal) as m:
+        read_all(m.path('rank', 0, 'next'))
+    write_jsonl(tmp_path / 'other.jsonl', 50)
+    other = pack(tmp_path / 'other', [tmp_path / 'other.jsonl'])
+    code, err = mount_fails(other, tmp_path, 'journal=%s' % journal)
+    assert code == 1 and 'resume=fresh' not in err, err
+    assert 'journal=PATH naming a file that does not exist yet' in err and \
+        'resume=samples:G@S' in err and 'delete %s' % journal in err, err
+    for rule in ('fresh', 'samples:2@1', 'auto'):
+        code, err = mount_fails(other, tmp_path, 'journal=%s,resume=%s' % (journal, rule))
+        assert code == 1 and 'belongs to another dataset' in err, (rule, err)
+    new = tmp_path / 'new.sqlite'
+    opts = 'world_size=1,global_batch=2,resume=samples:2@1,journal=%s' % new
+    with Mount(other, tmp_path / 'mp2', opts) as m:
+        assert read_all(m.path('rank', 0, 'next')) == batch(other, 'world_size=1,global_batch=2,'
+                                                            'resume=samples:2@1', 0, 1)
+    journal.unlink()
+    for side in ('-wal', '-shm'):
+        assert not pathlib.Path(str(journal) + side).exists()
+    opts = 'world_size=1,global_batch=2,journal=%s' % journal
+    with Mount(other, tmp_path / 'mp3', opts) as m:
+        assert read_all(m.path('rank', 0, 'next')) == batch(other, 'world_size=1,global_batch=2',
+                                                            0, 0)

@@ -9,7 +9,9 @@ import pathlib
 import re
 import shutil
 import stat
+import signal
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -781,3 +783,134 @@ def test_views_of_a_shard_truncated_under_a_live_mount(big_tokens, mount):
         assert e.value.errno == errno.EIO
     assert open_errno(m.path('rank', 0, 'next')) == errno.EIO
     assert m.proc.poll() is None
+
+
+# ---------------------------------------------------------------- what a new user trips on
+
+def last_error(m):
+    st = json.loads(read_all(m.path('status')))
+    return (st['last_error'] or {}).get('message', '')
+
+
+def test_unserved_rank_says_which_ranks_are_served(records, mount):
+    """ENOENT for a rank of another node, or past world_size, with the served ranks in
+    /status' last_error and the log; a reader retrying in a loop does not flood the log."""
+    ds, _ = records
+    m = mount(ds, 'world_size=4,global_batch=8,ranks=0-1')
+    assert last_error(m) == ''
+    start = time.monotonic()
+    assert open_errno(m.path('rank', 3, 'next')) == errno.ENOENT
+    msg = last_error(m)
+    assert msg.startswith('rank 3 is not served here') and \
+        'this mount serves ranks 0-1 of world_size 4' in msg and 'ranks=' in msg, msg
+    assert open_errno(m.path('rank', 7, 'next')) == errno.ENOENT
+    msg = last_error(m)
+    assert msg.startswith('no rank 7') and 'this mount serves ranks 0-1 of world_size 4' in msg \
+        and 'from 0 to 3' in msg, msg
+    for _ in range(300):
+        assert open_errno(m.path('rank', 3, 'next')) == errno.ENOENT
+    elapsed = time.monotonic() - start
+    assert open_errno(m.path('rank', 0, 'next')) == 0
+    m.stop()
+    lines = [l for l in m.stderr_text.splitlines() if 'of world_size 4' in l]
+    assert lines and lines[0].startswith('zephon: warning: rank 3 is not served here'), \
+        m.stderr_text
+    # one line per 10 s at most
+    assert len(lines) <= 1 + int(elapsed / 10) + 1, (elapsed, lines)
+
+
+HOLD = '''
+import sys
+f = open(sys.argv[1], 'rb')
+print('open', flush=True)
+sys.stdin.readline()
+sys.stdout.buffer.write(f.read())
+'''
+
+
+def status_and_metrics(m):
+    st = json.loads(read_all(m.path('status')))
+    return st, read_all(m.path('metrics')).decode()
+
+
+def test_processes_holding_one_ranks_next_are_counted_and_named(records, mount):
+    """Another process holding rank 0's next while this one opens it: counted in /status
+    and /metrics, logged with both pids; both still get consecutive, distinct batches.
+    One process holding two handles (from one thread or two), and processes opening one
+    after the other, are not counted."""
+    ds, _ = records
+    opts = 'world_size=2,global_batch=8,micro_batch=2'
+    m = mount(ds, opts)
+    nxt = m.path('rank', 0, 'next')
+    with open(nxt, 'rb') as a, open(nxt, 'rb') as b:
+        assert a.read() == batch(ds, opts, 0, 0, 0) and b.read() == batch(ds, opts, 0, 0, 1)
+    held, opened = threading.Event(), threading.Event()
+
+    def holder():
+        with open(nxt, 'rb') as f:
+            held.set()
+            opened.wait(timeout=30)
+            f.read()
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(timeout=30)
+    read_all(nxt)                                   # (1, 1), while the thread holds (1, 0)
+    opened.set()
+    t.join(timeout=30)
+    for _ in range(2):                              # two processes, one after the other
+        subprocess.run(['cat', str(m.path('rank', 1, 'next'))], check=True,
+                       stdout=subprocess.DEVNULL)
+    st, metrics = status_and_metrics(m)
+    assert st['counters']['overlapping_opens'] == 0 and st['overlapping_opens'] == {}, st
+    assert 'zephon_overlapping_opens_total 0\n' in metrics
+
+    child = subprocess.Popen([sys.executable, '-c', HOLD, str(nxt)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b'open\n'
+        mine = read_all(nxt)
+        out, _ = child.communicate(b'go\n', timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert out == batch(ds, opts, 0, 2, 0) and mine == batch(ds, opts, 0, 2, 1)
+    st, metrics = status_and_metrics(m)
+    assert st['counters']['overlapping_opens'] == 1 and st['overlapping_opens'] == {'0': 1}, st
+    assert 'zephon_overlapping_opens_total 1\n' in metrics, metrics
+    assert 'zephon_rank_overlapping_opens_total{rank="0"} 1\n' in metrics, metrics
+    msg = last_error(m)
+    assert msg.startswith('rank 0: processes %d and %d hold rank/0/next open at once' % (
+        child.pid, os.getpid())), msg
+    m.stop()
+    warn = [l for l in m.stderr_text.splitlines() if 'hold rank/0/next open at once' in l]
+    assert len(warn) == 1 and str(child.pid) in warn[0] and str(os.getpid()) in warn[0], \
+        m.stderr_text
+
+
+@pytest.mark.parametrize('sig', ['INT', 'TERM'])
+def test_foreground_mount_started_in_background_stops_on_signal(records, tmp_path, sig):
+    """`zephon mount -f ... &` in a script: the shell starts it with SIGINT ignored (and
+    with SIGTERM ignored under `trap '' TERM`); the signal still unmounts it cleanly."""
+    ds, _ = records
+    mp, pidf, rcf, errf = (tmp_path / n for n in ('mp', 'pid', 'rc', 'stderr'))
+    mp.mkdir()
+    script = ('%s"$0" mount -f "$1" "$2" -o world_size=1 2>"$3" & echo $! >"$4"; '
+              'wait $!; echo $? >"$5"') % ("trap '' TERM; " if sig == 'TERM' else '')
+    shell = subprocess.Popen(['bash', '-c', script, ZEPHON, ds, mp, errf, pidf, rcf])
+    try:
+        deadline = time.time() + 30
+        while not (mounted(mp) and os.path.exists(mp / 'status')):
+            assert time.time() < deadline and shell.poll() is None, errf.read_text()
+            time.sleep(0.02)
+        pid = int(pidf.read_text())
+        signum = getattr(signal, 'SIG' + sig)
+        os.kill(pid, signum)
+        shell.wait(timeout=30)
+    finally:
+        if shell.poll() is None:
+            unmount(mp)
+            shell.wait(timeout=30)
+    assert rcf.read_text().strip() == '0', errf.read_text()
+    assert not mounted(mp)
+    assert not any(mk in errf.read_text() for mk in ('error', 'Sanitizer', 'runtime error'))

@@ -371,6 +371,23 @@ def test_torchrun_script_refuses_clearly(ds, tmp_path):
     assert not mounts_under(tmp_path)
 
 
+@pytest.mark.parametrize('options,why', [
+    ('global_batch=3', 'must be a multiple of world_size'),
+    ('global_batch=4,bogus=1', "unknown mount option 'bogus=1'"),
+])
+def test_torchrun_script_with_invalid_options_creates_nothing(ds, tmp_path, options, why):
+    """Options the mount refuses stop the script before it creates the journal directory
+    or the mountpoint."""
+    d, _ = ds
+    env = base_env(tmp_path, 'inval', ZEPHON_DATASET=d, ZEPHON_OPTIONS=options,
+                   ZEPHON_TORCHRUN=PY + ' -m torch.distributed.run')
+    rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'], env, check=False)
+    assert rc == 2 and why in err, err
+    assert not (tmp_path / 'inval-journals').exists(), err
+    assert not (tmp_path / 'inval-node0').exists(), err
+    assert not mounts_under(tmp_path)
+
+
 def test_torchrun_single_node_standalone(ds, tmp_path):
     """One node: the script computes the resume point itself; two runs continue."""
     d, ref = ds

@@ -1322,3 +1322,32 @@ def run_pack(tmp_path, src, name):
     out = tmp_path / name
     run('pack', src, '-o', out, '-q')
     return out
+
+
+# ---------------------------------------------------------------- the summary's words
+
+def test_pack_and_info_print_sizes_in_one_unit(tmp_path):
+    conftest.write_jsonl(tmp_path / 'in.jsonl', 3000, size=400)
+    out = conftest.run('pack', tmp_path / 'in.jsonl', '-o', tmp_path / 'ds').stdout.decode()
+    info = conftest.run('info', tmp_path / 'ds').stdout.decode()
+    for text in (out, info):
+        assert ' MB' not in text and ' kB' not in text, text
+    raw = out.split('\n')[1].split(' raw,')[0].strip()        # "  1.2 MiB raw, ..."
+    assert raw.endswith(' MiB') and '(%s)' % raw in info, (out, info)
+    assert out.split('\n')[2].split('(')[1].endswith(' MiB/s)'), out
+    # zstd stores these records in a fraction of their size: no hint
+    assert '--compress none' not in out, out
+
+
+def test_pack_says_when_compression_saves_little(tmp_path):
+    """Random bytes: zstd stores about what it reads, so the summary suggests a raw pack,
+    which then stores them without the hint."""
+    src = tmp_path / 'files'
+    src.mkdir()
+    for k in range(64):
+        (src / ('f%02d.bin' % k)).write_bytes(os.urandom(16384))
+    out = conftest.run('pack', src, '-o', tmp_path / 'ds').stdout.decode()
+    assert 'compression saves little here' in out and \
+        'a pack with --compress none would serve faster' in out, out
+    out = conftest.run('pack', src, '-o', tmp_path / 'raw', '--compress', 'none').stdout.decode()
+    assert '--compress none' not in out, out
