@@ -38,8 +38,16 @@ def test_kill9_during_concurrent_readers_loses_no_claim(ds, tmp_path):
     opts = 'world_size=4,global_batch=16,micro_batch=1'   # A = 4 per step
     journal = tmp_path / 'j.sqlite'
     rng = random.Random(7)
-    # the W=1 stream, one line per gsn: the reference for every claim (m = 1)
-    ref = batch(ds, 'world_size=1,global_batch=20000', 0, 0).splitlines(keepends=True)
+    # the W=1 stream, one line per gsn: the reference for every claim (m = 1), made
+    # longer whenever a round's claims run past it (how far they go depends on speed)
+    ref = []
+
+    def ref_upto(n):
+        if len(ref) < n:
+            size = max(20000, 2 * n)
+            ref[:] = batch(ds, 'world_size=1,global_batch=%d' % size, 0, 0).splitlines(
+                keepends=True)
+        return ref
     for round_ in range(20):
         m = Mount(ds, tmp_path / ('mp%d' % round_), opts + ',journal=%s' % journal).start()
         status = json.loads(read_all(m.path('status')))
@@ -77,6 +85,7 @@ def test_kill9_during_concurrent_readers_loses_no_claim(ds, tmp_path):
             assert len(got[r]) <= claimed <= len(got[r]) + 2, (round_, r, len(got[r]), claimed)
             # and what they received were that rank's claims: its slice of each step
             g0 = status['start_samples']
+            ref_upto(g0 + (claimed // 4 + 1) * 16)
             want = [ref[g0 + (k // 4) * 16 + r * 4 + k % 4] for k in range(claimed)]
             assert not (collections.Counter(got[r]) - collections.Counter(want)), (round_, r)
         if round_ == 0:
