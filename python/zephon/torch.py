@@ -112,8 +112,8 @@ class ZephonLoader:
         self.seed: int = int(st["seed"])
         self.shuffle: str = st["shuffle"]
         self.overlap: int = int(st.get("overlap", 0))
-        self.seq_len: int = int(st["seq_len"])
-        self.window: int = self.seq_len + self.overlap
+        self.window: int = int(st["seq_len"])          # tokens per sample as stored
+        self.seq_len: int = self.window - self.overlap  # the pack's --seq-len
         self.dtype = np.dtype(_DTYPES[st["dtype"]])
         self.format: str = st["format"]
         self.global_batch: int = int(st["global_batch"])
