@@ -45,6 +45,7 @@ another global batch. The mount must be mounted with ``world_size`` = the DP deg
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -178,6 +179,7 @@ class ZephonDataLoader(BaseDataLoader):
                              f"make inputs of {w - 1} tokens, not seq_len {self.seq_len}; set "
                              f"training.seq_len to {w - 1}")
         self.micro_batch = self._loader.micro_batch
+        self._warned_offset = False
 
     @property
     def loader(self) -> ZephonLoader:
@@ -190,8 +192,21 @@ class ZephonDataLoader(BaseDataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position (see :meth:`zephon.torch.ZephonLoader.state_dict`), the
-        same on every rank."""
-        return self._loader.state_dict()
+        same on every rank.
+
+        TorchTitan saves after an optimizer step; a state taken inside a step of the mount
+        means the trainer's global batch is not the mount's ``global_batch``: it restores
+        only at the same layout, so this warns once."""
+        state = self._loader.state_dict()
+        if state.get("step_offset") and not self._warned_offset:
+            self._warned_offset = True
+            warnings.warn(
+                f"the data loader state was taken {state['step_offset']} samples into a step "
+                f"of the mount (global_batch {self._loader.global_batch}): the trainer's global "
+                "batch differs from the mount's, so this checkpoint restores only at the same "
+                "data-parallel degree and global batch; mount with global_batch = the "
+                "trainer's global batch", RuntimeWarning, stacklevel=2)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Position the stream where ``state_dict`` says (saved at any DP degree). An empty
