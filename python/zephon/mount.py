@@ -98,11 +98,11 @@ class Mount:
                                       stderr=self._log, start_new_session=True)
         deadline = time.monotonic() + self.timeout
         while True:
-            if self._proc.poll() is not None:
-                msg = self.log()
+            rc = self._proc.poll()
+            if rc is not None:
+                msg = self.log().strip() or f"zephon exited with status {rc}"
                 self._proc = None
-                raise ZephonError(f"cannot mount {self.dataset} at {self.path}: "
-                                  f"{msg.strip() or 'zephon exited with status %d' % self._proc}")
+                raise ZephonError(f"cannot mount {self.dataset} at {self.path}: {msg}")
             try:
                 st = read_status(self.path)
                 if st.get("dataset") == self.dataset or os.path.realpath(
@@ -142,7 +142,8 @@ class Mount:
             _fusermount_u(self.path)
 
     def __enter__(self) -> "Mount":
-        return self.start()
+        """Mount (unless :meth:`start` already did) and return self."""
+        return self if self._proc is not None else self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
