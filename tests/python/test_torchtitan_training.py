@@ -4,11 +4,13 @@ torchrun (gloo, CPU) trains a small Llama-style model (titan_train.py: RoPE at t
 loader's positions, block-causal attention per document, SwiGLU, float64) on a token
 dataset with end-of-document tokens, global batch 12:
   run 1: DP 2 (micro-batch 2), steps 0-11, uninterrupted;
-  run 2: DP 4 (micro-batch 3); after step 4 the model, the optimizer and the loader's state are saved with
-         torch.distributed.checkpoint; after step 6 the job and the mount get SIGKILL;
-  run 3: the dataset is mounted again at DP 3 and the job runs 6 processes, DP 3 x TP 2
-         (two processes per DP rank, as tensor-parallel peers; micro-batch 2); it loads the checkpoint
-         and trains steps 5-11.
+  run 2: DP 4 (micro-batch 3); after step 4 the model, the optimizer and the loader's
+         state are saved with torch.distributed.checkpoint; after step 6 the job and the
+         mount get SIGKILL;
+  run 3: the dataset is mounted again at DP 3 with resume=fresh (the checkpoint, not the
+         journal, positions the stream) and the job runs 6 processes, DP 3 x TP 2 (two
+         processes per DP rank, as tensor-parallel peers; micro-batch 2); it loads the
+         checkpoint and trains steps 5-11.
 Every step's windows (in DP rank order) equal run 1's and the uninterrupted single-rank
 stream; every step's loss equals run 1's within 1e-9 relative; the TP peers of a DP rank
 read the same windows.
@@ -110,10 +112,12 @@ def test_elastic_restart_with_tp_peers_trains_like_an_uninterrupted_run(tmp_path
     same_steps(part1, run1, range(HANG_AFTER + 1))
 
     # run 3: DP 3 x TP 2 from the checkpoint of step 5; the loader's state positions the
-    # stream, whatever the mount's journal says
+    # stream, whatever the mount's journal says (resume=fresh: the mount starts at 0)
     log3 = tmp_path / 'run3'
     log3.mkdir()
-    with zephon.mount(ds, tmp_path / 'mnt2', world_size=3, journal=j2, **opts) as m3:
+    with zephon.mount(ds, tmp_path / 'mnt2', world_size=3, journal=j2, resume='fresh',
+                      **opts) as m3:
+        assert m3.status()['start_samples'] == 0
         rc, out = torchrun(6, 'titan_train.py', ['--mount', m3.path, '--tp', 2, '--micro', 2, '--records',
                                                   log3, *args, '--load', ckpt], log3)
         status = m3.status()
