@@ -1,0 +1,249 @@
+"""TorchTitan data loader over a Zephon mount: resume at any data-parallel degree.
+
+:class:`ZephonDataLoader` is a subclass of TorchTitan's ``BaseDataLoader``. A user enables it
+by replacing ``config.dataloader`` in a TorchTitan config function::
+
+    from zephon.torchtitan import ZephonDataLoader
+    config.dataloader = ZephonDataLoader.Config(mount="/mnt/z")
+
+(:func:`zephon.recipes.llama3_debugmodel_zephon` is that recipe for the Llama 3 debug
+model.) The trainer builds it with the keyword arguments it passes every data loader; the
+loader reads the DP rank's share of each global step from the mount
+(:class:`zephon.torch.ZephonLoader`) and yields TorchTitan's batch::
+
+    ({"input": ids, "positions": positions}, labels)        # all int64
+
+- TorchTitan 0.3.0 (``seq_len``, ``local_batch_size`` passed): each of shape
+  ``[local_batch_size, seq_len]``, one sample per row.
+- Later TorchTitan (``max_context_length``, ``num_tokens_per_batch`` passed, no
+  ``local_batch_size``): each 1-D of ``num_tokens_per_batch`` tokens, the samples one after
+  the other; ``positions`` return to 0 at each sample so no sample attends to another.
+
+``labels`` are the inputs shifted by one. A dataset packed with windows of ``seq_len + 1``
+tokens (``zephon pack --format tokens --seq-len L --overlap 1``, the Megatron convention;
+or plain windows of L + 1) gives ``input = w[:-1]``, ``labels = w[1:]``: every token has its
+label. With plain windows of ``seq_len`` tokens the last token of a window has no next token
+in the same sample (the next window in the stream is another, shuffled sample), so its label
+is TorchTitan's ``IGNORE_INDEX`` (-100) and the loss skips it.
+
+``positions`` count from 0 at the start of each window, and, when ``eod_token`` is set, from 0
+again after every end-of-document token (the Megatron ``reset_position_ids`` rule: the
+token after an EOD starts a document; the EOD belongs to the document it ends), as
+TorchTitan's own packing restarts them at every document. Block-causal attention masks
+(FlexAttention, varlen) are built from these positions by the trainer.
+
+Processes that share a DP rank (tensor, pipeline and context parallel peers) read the same
+pure files and get identical bytes. The state (``state_dict()``) is the loader's
+(:meth:`zephon.torch.ZephonLoader.state_dict`): the position of the global stream plus the
+dataset fingerprint and seed, the same keys and values on every rank, so
+``torch.distributed.checkpoint``, which stores a value that every rank holds under one key
+once, keeps exactly it, and a checkpoint taken at DP degree 4 restores at 2, 3 or 8, and with
+another global batch. The mount must be mounted with ``world_size`` = the DP degree and
+``global_batch`` = the trainer's global batch (``training.global_batch_size``, or
+``local_batch_size x DP degree``): one optimizer step of the trainer is one step of the mount.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torchtitan.components.dataloader import BaseDataLoader
+from torchtitan.components.loss import IGNORE_INDEX
+from torchtitan.components.tokenizer import BaseTokenizer
+
+from .torch import ZephonLoader
+
+__all__ = ["ZephonDataLoader", "PretokenizedTokenizer", "trainer_batch"]
+
+TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
+
+
+def positions_of(inputs: torch.Tensor, eod_token: int | None = None) -> torch.Tensor:
+    """Per-token positions of ``inputs`` ``[batch, length]`` (int64, same shape): 0 at the
+    start of each row and, when ``eod_token`` is given, 0 at every token that follows an
+    ``eod_token``; +1 elsewhere."""
+    n = inputs.shape[-1]
+    idx = torch.arange(n, dtype=torch.int64).expand(inputs.shape)
+    if eod_token is None:
+        return idx.clone()
+    starts = torch.zeros(inputs.shape, dtype=torch.bool)
+    starts[..., 0] = True
+    starts[..., 1:] = inputs[..., :-1] == eod_token
+    last_start = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=-1).values
+    return idx - last_start
+
+
+def trainer_batch(windows: torch.Tensor, seq_len: int, *, eod_token: int | None = None,
+                  flat: bool = False) -> TrainerBatch:
+    """TorchTitan's batch from ``windows`` ``[m, w]`` (int64) for inputs of ``seq_len``
+    tokens: ``w == seq_len + 1`` splits each window into ``w[:-1]`` and ``w[1:]``;
+    ``w == seq_len`` keeps the window as input and gives its last label ``IGNORE_INDEX``.
+    ``flat`` joins the ``m`` samples into 1-D tensors of ``m * seq_len`` tokens.
+    Raises ``ValueError`` for any other ``w``."""
+    m, w = windows.shape
+    if w == seq_len + 1:
+        inputs, labels = windows[:, :-1], windows[:, 1:]
+    elif w == seq_len:
+        inputs = windows
+        labels = torch.empty_like(windows)
+        labels[:, :-1] = windows[:, 1:]
+        labels[:, -1] = IGNORE_INDEX
+    else:
+        raise ValueError(f"windows of {w} tokens do not make inputs of seq_len {seq_len}; "
+                         f"pack with --seq-len {seq_len} --overlap 1 or set the trainer's "
+                         f"seq_len to {w - 1}")
+    positions = positions_of(inputs, eod_token)
+    if flat:
+        return ({"input": inputs.reshape(-1), "positions": positions.reshape(-1)},
+                labels.reshape(-1))
+    return {"input": inputs.contiguous(), "positions": positions}, labels.contiguous()
+
+
+class ZephonDataLoader(BaseDataLoader):
+    """One DP rank's TorchTitan batches from a Zephon mount of a token dataset.
+
+    Built by TorchTitan's trainer through ``Config.build(dp_world_size=, dp_rank=,
+    tokenizer=, seq_len=, local_batch_size=, ...)`` (0.3.0) or ``Config.build(dp_world_size=,
+    dp_rank=, tokenizer=, max_context_length=, num_tokens_per_batch=, ...)`` (later
+    versions); other keyword arguments are ignored. The tokenizer is not used: the
+    dataset is already tokenized.
+
+    Raises ``ValueError`` (nothing read from the stream) when the mount does not fit the
+    trainer: no mount configured, not a token dataset, ``world_size`` other than the DP
+    degree, a rank the mount does not serve, windows that do not make inputs of the
+    trainer's sequence length, a micro-batch that does not divide the rank's share of a
+    step, or ``num_tokens_per_batch`` that is not a whole number of samples.
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseDataLoader.Config):
+        mount: str = ""
+        """Mountpoint of the Zephon mount (``zephon mount DATASET MOUNTPOINT -o
+        world_size=DP,global_batch=B``); empty: the ``ZEPHON_MOUNT`` environment variable."""
+
+        eod_token: int | None = None
+        """End-of-document token id: positions restart after each one. None: positions
+        count per window."""
+
+    def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
+                 tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
+                 local_batch_size: int | None = None, max_context_length: int | None = None,
+                 num_tokens_per_batch: int | None = None, **kwargs: Any) -> None:
+        mount = config.mount or os.environ.get("ZEPHON_MOUNT", "")
+        if not mount:
+            raise ValueError("no zephon mount to read: set the data loader config's mount "
+                             "(--dataloader.mount PATH) or ZEPHON_MOUNT")
+        self.config = config
+        self.eod_token = config.eod_token
+        self.dp_rank, self.dp_world_size = int(dp_rank), int(dp_world_size)
+        if local_batch_size is not None or num_tokens_per_batch is None:
+            if seq_len is None or local_batch_size is None:
+                raise ValueError("the trainer passed neither seq_len and local_batch_size "
+                                 "nor num_tokens_per_batch; cannot size the batches")
+            self.flat = False
+            self.seq_len, micro = int(seq_len), int(local_batch_size)
+            if num_tokens_per_batch is not None and int(num_tokens_per_batch) != micro * self.seq_len:
+                raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
+                                 f"local_batch_size {micro} x seq_len {self.seq_len}")
+            self._loader = ZephonLoader(mount, dp_rank=self.dp_rank,
+                                        dp_world_size=self.dp_world_size, micro_batch=micro)
+        else:
+            # 1-D batches of num_tokens_per_batch tokens: a whole number of samples
+            self.flat = True
+            probe = ZephonLoader(mount, dp_rank=self.dp_rank, dp_world_size=self.dp_world_size,
+                                 micro_batch=1)
+            self.seq_len = probe.window - 1 if probe.overlap else probe.window
+            tokens = int(num_tokens_per_batch)
+            if tokens % self.seq_len:
+                raise ValueError(f"num_tokens_per_batch {tokens} is not a whole number of "
+                                 f"samples of {self.seq_len} tokens; make it a multiple of "
+                                 f"{self.seq_len} or pack with a --seq-len that divides it")
+            if max_context_length is not None and self.seq_len > int(max_context_length):
+                raise ValueError(f"the mount's samples have {self.seq_len} input tokens, more "
+                                 f"than max_context_length {max_context_length}; pack with "
+                                 "a shorter --seq-len or raise max_context_length")
+            self._loader = ZephonLoader(mount, dp_rank=self.dp_rank,
+                                        dp_world_size=self.dp_world_size,
+                                        micro_batch=tokens // self.seq_len)
+        w = self._loader.window
+        if w not in (self.seq_len, self.seq_len + 1):
+            raise ValueError(f"the mount at {mount} serves windows of {w} tokens, which do not "
+                             f"make inputs of the trainer's seq_len {self.seq_len}: pack with "
+                             f"--seq-len {self.seq_len} --overlap 1, or set training.seq_len "
+                             f"to {w - 1 if self._loader.overlap else w}")
+        if self._loader.overlap and w != self.seq_len + 1:
+            raise ValueError(f"the mount's windows overlap by one token ({w} tokens), so they "
+                             f"make inputs of {w - 1} tokens, not seq_len {self.seq_len}; set "
+                             f"training.seq_len to {w - 1}")
+        self.micro_batch = self._loader.micro_batch
+        self._warned_offset = False
+
+    @property
+    def loader(self) -> ZephonLoader:
+        """The underlying :class:`zephon.torch.ZephonLoader` (raw windows, the position)."""
+        return self._loader
+
+    def __iter__(self) -> Iterator[TrainerBatch]:
+        for windows in self._loader:
+            yield trainer_batch(windows, self.seq_len, eod_token=self.eod_token, flat=self.flat)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position (see :meth:`zephon.torch.ZephonLoader.state_dict`), the
+        same on every rank.
+
+        TorchTitan saves after an optimizer step; a state taken inside a step of the mount
+        means the trainer's global batch is not the mount's ``global_batch``: it restores
+        only at the same layout, so this warns once."""
+        state = self._loader.state_dict()
+        if state.get("step_offset") and not self._warned_offset:
+            self._warned_offset = True
+            warnings.warn(
+                f"the data loader state was taken {state['step_offset']} samples into a step "
+                f"of the mount (global_batch {self._loader.global_batch}): the trainer's global "
+                "batch differs from the mount's, so this checkpoint restores only at the same "
+                "data-parallel degree and global batch; mount with global_batch = the "
+                "trainer's global batch", RuntimeWarning, stacklevel=2)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Position the stream where ``state_dict`` says (saved at any DP degree). An empty
+        state (a checkpoint without data loader state) leaves the position as mounted.
+        Raises ``ValueError`` for a state of another dataset, seed or window."""
+        if not state_dict:
+            return
+        self._loader.load_state_dict(state_dict)
+
+
+class PretokenizedTokenizer(BaseTokenizer):
+    """The tokenizer of a job whose data is already tokens: TorchTitan's trainer builds a
+    tokenizer for every job, from files under ``hf_assets_path``; a Zephon token dataset
+    needs none. ``encode``/``decode`` raise; ``get_vocab_size`` is the config's."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseTokenizer.Config):
+        vocab_size: int = 0
+        """Vocabulary size of the packed tokens (0: unknown)."""
+
+        eos_token: int | None = None
+        """End-of-sequence token id, if the data has one."""
+
+    def __init__(self, config: Config | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        config = config or PretokenizedTokenizer.Config()
+        self.eos_id = config.eos_token
+        self._vocab_size = config.vocab_size
+
+    def encode(self, *args: Any, **kwargs: Any) -> list[int]:
+        raise RuntimeError("the dataset is already tokenized (a zephon token dataset): "
+                           "there is no tokenizer to encode text; configure a real "
+                           "tokenizer for components that need one")
+
+    def decode(self, *args: Any, **kwargs: Any) -> str:
+        raise RuntimeError("the dataset is already tokenized (a zephon token dataset): "
+                           "there is no tokenizer to decode tokens")
+
+    def get_vocab_size(self) -> int:
+        return self._vocab_size

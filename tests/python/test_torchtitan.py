@@ -1,0 +1,242 @@
+"""zephon.torchtitan against the real TorchTitan 0.3.0 classes (BaseDataLoader, Configurable,
+ConfigManager, IGNORE_INDEX): how the trainer builds it, the batches it yields, TorchTitan's
+own data-checkpoint property for every DP rank, identical bytes for peers sharing a DP
+rank, and the refusals (each a clear ValueError that leaves the position as it was).
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from torch.distributed.checkpoint.stateful import Stateful
+from torchtitan.components.dataloader import BaseDataLoader
+from torchtitan.components.loss import IGNORE_INDEX
+from torchtitan.config import ConfigManager, Configurable
+
+import zephon
+from titan_helpers import EOD, documents, pack_tokens, reference, zrun
+from zephon.torchtitan import (PretokenizedTokenizer, ZephonDataLoader, positions_of,
+                               trainer_batch)
+
+SEQ = 16
+SEED = 7
+B = 12                   # global batch of the mounts
+
+
+@pytest.fixture(scope='module')
+def ds(tmp_path_factory):
+    d = tmp_path_factory.mktemp('titan')
+    return pack_tokens(d / 'ds', documents(20000, 300), SEQ)
+
+
+@pytest.fixture
+def mounts(tmp_path):
+    made = []
+
+    def make(dataset, **options):
+        options.setdefault('seed', SEED)
+        options.setdefault('journal', tmp_path / 'journal.sqlite')
+        m = zephon.mount(dataset, tmp_path / ('mnt%d' % len(made)), **options)
+        made.append(m)
+        return m.start()
+    yield make
+    for m in made:
+        m.stop()
+
+
+def build(mp, dp_rank, dp, micro=2, seq=SEQ, extra=None, **config):
+    """As torchtitan/trainer.py (0.3.0) builds its data loader (extra: more keywords)."""
+    return ZephonDataLoader.Config(mount=str(mp), **config).build(
+        dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, seq_len=seq,
+        local_batch_size=micro, snapshot_every_n_steps=None, **(extra or {}))
+
+
+def take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def equal_batches(a, b):
+    return all(torch.equal(x[0]['input'], y[0]['input']) and
+               torch.equal(x[0]['positions'], y[0]['positions']) and
+               torch.equal(x[1], y[1]) for x, y in zip(a, b, strict=True))
+
+
+def test_it_is_a_torchtitan_configurable_data_loader():
+    assert issubclass(ZephonDataLoader, BaseDataLoader)
+    assert issubclass(ZephonDataLoader, Configurable) and issubclass(ZephonDataLoader, Stateful)
+    cfg = ZephonDataLoader.Config
+    assert issubclass(cfg, BaseDataLoader.Config) and '__slots__' in cfg.__dict__
+    assert all(f.kw_only for f in dataclasses.fields(cfg))
+    assert cfg._owner is ZephonDataLoader
+    # Configurable.build refuses a keyword named like a config field
+    with pytest.raises(ValueError, match='overlap with config fields'):
+        cfg(mount='/x').build(mount='/y', dp_world_size=1, dp_rank=0)
+
+
+def test_the_recipe_through_torchtitans_config_manager(ds, mounts):
+    m = mounts(ds, world_size=1, global_batch=B)
+    config = ConfigManager().parse_args([
+        '--module', 'zephon.recipes', '--config', 'llama3_debugmodel_zephon',
+        '--dataloader.mount', m.path, '--dataloader.eod_token', str(EOD),
+        '--training.seq_len', str(SEQ), '--training.local_batch_size', '4'])
+    assert isinstance(config.dataloader, ZephonDataLoader.Config)
+    assert (config.dataloader.mount, config.dataloader.eod_token) == (m.path, EOD)
+    assert not config.validator.enable
+    tok = config.tokenizer.build(tokenizer_path=config.hf_assets_path)   # as the trainer does
+    assert isinstance(tok, PretokenizedTokenizer) and tok.get_vocab_size() == 2048
+    with pytest.raises(RuntimeError, match='already tokenized'):
+        tok.encode('text')
+    dl = config.dataloader.build(dp_world_size=1, dp_rank=0, tokenizer=tok,
+                                 seq_len=config.training.seq_len,
+                                 local_batch_size=config.training.local_batch_size,
+                                 snapshot_every_n_steps=10)
+    inp, labels = next(iter(dl))
+    assert inp['input'].shape == labels.shape == inp['positions'].shape == (4, SEQ)
+
+
+@pytest.mark.parametrize('dp', [1, 3])
+def test_batches_are_the_ranks_share_split_into_inputs_and_labels(ds, mounts, dp):
+    m = mounts(ds, world_size=dp, global_batch=B)
+    ref = reference(ds, 0, 3 * B, SEQ + 1, SEED)
+    share = B // dp
+    for r in range(dp):
+        dl = build(m.path, r, dp, micro=2, extra={'unknown_future_kwarg': 1})
+        it = iter(dl)
+        for t in range(3):
+            for k in range(share // 2):
+                inp, labels = next(it)
+                want = torch.from_numpy(ref[t * B + r * share + 2 * k:][:2])
+                assert inp['input'].dtype == labels.dtype == inp['positions'].dtype == torch.int64
+                assert torch.equal(inp['input'], want[:, :-1])
+                assert torch.equal(labels, want[:, 1:])
+                assert torch.equal(inp['positions'], positions_of(want[:, :-1]))
+
+
+def test_later_torchtitan_keywords_give_flat_batches(ds, mounts):
+    """max_context_length and num_tokens_per_batch (no local_batch_size): 1-D batches of
+    num_tokens_per_batch tokens, samples one after the other, positions 0 at each."""
+    m = mounts(ds, world_size=2, global_batch=B)
+    flat = ZephonDataLoader.Config(mount=m.path).build(
+        dp_world_size=2, dp_rank=1, tokenizer=None, max_context_length=64,
+        num_tokens_per_batch=3 * SEQ, some_other_kwarg='x')
+    assert flat.flat and flat.micro_batch == 3
+    rows = build(m.path, 1, 2, micro=3)
+    for (fi, fl), (ri, rl) in zip(take(iter(flat), 4), take(iter(rows), 4)):
+        assert fi['input'].shape == fi['positions'].shape == fl.shape == (3 * SEQ,)
+        assert torch.equal(fi['input'], ri['input'].reshape(-1))
+        assert torch.equal(fl, rl.reshape(-1))
+        assert torch.equal(fi['positions'], torch.arange(SEQ).repeat(3))
+
+
+def test_positions_restart_after_each_end_of_document_token(ds, mounts):
+    m = mounts(ds, world_size=1, global_batch=B)
+    n_eod = 0
+    for inp, labels in take(iter(build(m.path, 0, 1, micro=4, eod_token=EOD)), 6):
+        for row, pos in zip(inp['input'].tolist(), inp['positions'].tolist()):
+            want, p = [], 0
+            for i, tok in enumerate(row):         # Megatron's reset_position_ids
+                want.append(p)
+                p = 0 if tok == EOD else p + 1
+            assert pos == want
+            n_eod += row.count(EOD)
+    assert n_eod > 0
+
+
+def test_plain_windows_keep_every_token_as_input_and_ignore_the_last_label(tmp_path, mounts):
+    plain = pack_tokens(tmp_path / 'plain', documents(5000, 300), SEQ, overlap=0)
+    m = mounts(plain, world_size=1, global_batch=4)
+    ref = torch.from_numpy(reference(plain, 0, 4, SEQ, SEED))
+    inp, labels = next(iter(build(m.path, 0, 1, micro=4, seq=SEQ)))
+    assert torch.equal(inp['input'], ref)
+    assert torch.equal(labels[:, :-1], ref[:, 1:])
+    assert (labels[:, -1] == IGNORE_INDEX).all()
+    # a trainer seq_len one shorter than the windows splits them instead
+    inp, labels = next(iter(build(m.path, 0, 1, micro=4, seq=SEQ - 1)))
+    assert torch.equal(inp['input'], ref[:, :-1]) and torch.equal(labels, ref[:, 1:])
+
+
+@pytest.mark.parametrize('dp', [1, 2, 3])
+def test_torchtitans_checkpoint_property_for_every_dp_rank(ds, mounts, dp):
+    """tests/unit_tests/test_dataset_checkpointing.py: iterate, state_dict(), a fresh
+    loader, load_state_dict(), the next batches equal the uninterrupted ones. Also from a
+    state taken inside a step (same layout)."""
+    m = mounts(ds, world_size=dp, global_batch=B)
+    for r in range(dp):
+        for first in (6, 7):
+            dl = build(m.path, r, dp, micro=2, eod_token=EOD)
+            it = iter(dl)
+            take(it, first)
+            if first % 2:       # inside a step of the mount: TorchTitan never saves there
+                with pytest.warns(RuntimeWarning, match='restores only at the same'):
+                    state = dl.state_dict()
+            else:
+                state = dl.state_dict()
+            expected = take(it, 8)
+            fresh = build(m.path, r, dp, micro=2, eod_token=EOD)
+            fresh.load_state_dict(state)
+            assert equal_batches(take(iter(fresh), 8), expected), (r, first)
+
+
+def test_peers_sharing_a_dp_rank_get_identical_bytes(ds, mounts):
+    """Tensor/pipeline/context parallel peers: two loaders of DP rank 1 read the same
+    batches (nothing is claimed per reader); DP rank 0 reads others."""
+    m = mounts(ds, world_size=2, global_batch=B)
+    a, b, other = (take(iter(build(m.path, r, 2)), 9) for r in (1, 1, 0))
+    assert equal_batches(a, b)
+    assert not torch.equal(a[0][0]['input'], other[0][0]['input'])
+
+
+def test_trainer_batch_refuses_windows_that_do_not_fit():
+    w = torch.arange(2 * 10).reshape(2, 10)
+    with pytest.raises(ValueError, match='windows of 10 tokens do not make inputs of seq_len 7'):
+        trainer_batch(w, 7)
+
+
+def refusal(fn, *match):
+    with pytest.raises(ValueError) as e:
+        fn()
+    msg = str(e.value)
+    assert all(s in msg for s in match), msg
+    assert msg[0].islower(), msg
+
+
+def test_refusals_of_a_mount_that_does_not_fit_the_trainer(ds, mounts, tmp_path, monkeypatch):
+    m = mounts(ds, world_size=2, global_batch=B)
+    refusal(lambda: build(m.path, 0, 4), 'world_size=2', 'data-parallel degree is 4')
+    refusal(lambda: build(m.path, 0, 2, seq=32), 'windows of 17 tokens', 'seq_len 32',
+            '--seq-len 32 --overlap 1')
+    refusal(lambda: build(m.path, 0, 2, micro=4), 'micro_batch 4 does not divide', '6')
+    refusal(lambda: ZephonDataLoader.Config(mount=m.path).build(
+        dp_world_size=2, dp_rank=0, tokenizer=None, max_context_length=64,
+        num_tokens_per_batch=40), 'num_tokens_per_batch 40', 'samples of 16 tokens')
+    refusal(lambda: ZephonDataLoader.Config(mount=m.path).build(
+        dp_world_size=2, dp_rank=0, tokenizer=None, max_context_length=8,
+        num_tokens_per_batch=32), 'more than max_context_length 8')
+    monkeypatch.delenv('ZEPHON_MOUNT', raising=False)
+    refusal(lambda: build('', 0, 2), 'no zephon mount', '--dataloader.mount')
+    lines = tmp_path / 'l.txt'
+    lines.write_text('a\nb\nc\nd\n')
+    zrun('pack', '--format', 'lines', lines, '-o', tmp_path / 'lines')
+    ml = mounts(tmp_path / 'lines', world_size=1, global_batch=2,
+                journal=tmp_path / 'lines.sqlite')
+    refusal(lambda: build(ml.path, 0, 1), 'is a records dataset', 'token datasets only')
+
+
+def test_refusals_of_a_foreign_state_leave_the_position(ds, mounts, tmp_path):
+    m = mounts(ds, world_size=1, global_batch=B)
+    other_seed = mounts(ds, world_size=1, global_batch=B, seed=SEED + 1,
+                        journal=tmp_path / 'j2.sqlite')
+    other_ds = pack_tokens(tmp_path / 'other', documents(20000, 300, seed=9), SEQ)
+    other = mounts(other_ds, world_size=1, global_batch=B, journal=tmp_path / 'j3.sqlite')
+    dl = build(m.path, 0, 1)
+    it = iter(dl)
+    take(it, 6)             # one step: 6 micro-batches of 2
+    before = dl.state_dict()
+    expected = take(iter(build(m.path, 0, 1)), 8)[6:]
+    for mp, what in ((other_seed.path, 'seed=%d' % SEED), (other.path, 'fingerprint')):
+        state = build(mp, 0, 1).state_dict()
+        refusal(lambda: dl.load_state_dict(state), what)
+    assert dl.state_dict() == before
+    assert equal_batches(take(it, 2), expected)
+    refusal(lambda: dl.load_state_dict({'bogus': 1}), 'not a ZephonLoader state')
+    assert equal_batches(take(it, 1), take(iter(build(m.path, 0, 1)), 9)[8:])
