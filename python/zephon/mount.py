@@ -116,6 +116,11 @@ class Mount:
                                   f"within {self.timeout:g} s; its log: {self.log()[-2000:]}")
             time.sleep(0.02)
 
+    @property
+    def pid(self) -> int | None:
+        """The pid of the mount's daemon (``zephon mount -f``), or None when not started."""
+        return self._proc.pid if self._proc is not None else None
+
     def log(self) -> str:
         """What the mount has written to its log (stderr) so far."""
         if self._log is None:

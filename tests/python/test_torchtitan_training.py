@@ -103,7 +103,7 @@ def test_elastic_restart_with_tp_peers_trains_like_an_uninterrupted_run(tmp_path
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)          # the job: torchrun and its workers
         job.wait()
-        os.kill(m2._proc.pid, signal.SIGKILL)           # and the mount
+        os.kill(m2.pid, signal.SIGKILL)           # and the mount
         m2._proc.wait()
         subprocess.run(['fusermount3', '-uz', m2.path], stderr=subprocess.DEVNULL)
         m2.stop()
