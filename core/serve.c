@@ -150,15 +150,14 @@ struct rank_state {
 	/* view_lock: ci, last, commit_since and generation are written with lock and
 	 * view_lock held and read with either; state, status and metrics take view_lock
 	 * alone, so they never wait for a claim, which holds lock during its journal
-	 * commit. Deliveries (dv, outstanding) are kept under view_lock alone, for the same
-	 * reason: a reader's close must not wait for a commit. */
+	 * commit. Deliveries (dv) are kept under view_lock alone, for the same reason: a
+	 * reader's close must not wait for a commit. */
 	pthread_mutex_t view_lock;
 	uint64_t ci;             /* claim index of the cursor: the next claim */
 	double commit_since;     /* a claim's journal commit started then (now_s); 0: none */
 	uint64_t generation;     /* bumped by a rewind: in-flight decodes and deliveries of
 	                          * earlier claims are dropped */
 	struct delivery dv;      /* which claims reached their reader */
-	uint64_t outstanding;    /* claims handed out and not delivered */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
 	double last_release;     /* when a handle of next was last closed (now_s) */
@@ -201,13 +200,7 @@ struct server {
 	struct reader_pool readers;
 	struct serve_stats stats;
 
-	/* A clean stop: claims refused from then on (server_stop_claims), and the
-	 * claims handed out and not yet delivered, over every rank (server_wait_delivered
-	 * waits for 0). */
-	int closing;             /* atomic */
-	pthread_mutex_t dlock;
-	pthread_cond_t dcond;    /* outstanding reached 0 (CLOCK_MONOTONIC) */
-	uint64_t outstanding;
+	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */
 
 	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
 	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
@@ -530,15 +523,6 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	pthread_mutex_init(&s->readers.lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 	pthread_mutex_init(&s->log_lock, NULL);
-	pthread_mutex_init(&s->dlock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&s->dcond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
 	s->log_tokens = LOG_BURST;
 	s->log_t = now_s();
 	/* enough buffers for every rank's ring, the batches being read, and the workers */
@@ -648,8 +632,6 @@ void server_free(struct server *s)
 	pthread_mutex_destroy(&s->readers.lock);
 	pthread_mutex_destroy(&s->qlock);
 	pthread_cond_destroy(&s->qcond);
-	pthread_mutex_destroy(&s->dlock);
-	pthread_cond_destroy(&s->dcond);
 	rankset_release(&s->ranks);
 	free(s);
 }
@@ -732,7 +714,7 @@ static void return_cursor_batch(struct server *s, struct rank_state *rs, struct 
 
 /* A claim of b was journaled (rs->lock held): b is the rank's last claim, and the cursor
  * moves past it, in one step for the readers of view_lock. */
-static void record_claim(struct server *s, struct rank_state *rs, struct batch *b)
+static void record_claim(struct rank_state *rs, struct batch *b)
 {
 	uint64_t *ids = malloc(b->count * sizeof(*ids));
 	uint64_t *old;
@@ -744,13 +726,9 @@ static void record_claim(struct server *s, struct rank_state *rs, struct batch *
 	rs->last = (struct claim_info){ 1, b->step, b->micro, b->gsn, ids ? b->count : 0,
 					b->epoch, ids };
 	rs->ci++;
-	rs->outstanding++;
 	b->generation = rs->generation;
 	pthread_mutex_unlock(&rs->view_lock);
 	free(old);
-	pthread_mutex_lock(&s->dlock);
-	s->outstanding++;
-	pthread_mutex_unlock(&s->dlock);
 }
 
 /* Mark the start (since > 0) or the end (0) of rank's journal commit (rs->lock held). */
@@ -791,16 +769,6 @@ static void count_claim(struct server *s, int rc, double t0, double journal_s,
 	pthread_mutex_unlock(&s->qlock);
 }
 
-/* n claims handed out were delivered, or dropped by a rewind. */
-static void count_delivered(struct server *s, uint64_t n)
-{
-	pthread_mutex_lock(&s->dlock);
-	s->outstanding -= n <= s->outstanding ? n : s->outstanding;
-	if (!s->outstanding)
-		pthread_cond_broadcast(&s->dcond);
-	pthread_mutex_unlock(&s->dlock);
-}
-
 int server_delivered(struct server *s, const struct batch *b)
 {
 	struct rank_state *rs = find_rank(s, b->rank);
@@ -815,8 +783,6 @@ int server_delivered(struct server *s, const struct batch *b)
 		before = rs->dv.prefix;
 		rc = delivery_mark(&rs->dv, ci);
 		after = rs->dv.prefix;
-		if (rc) /* counted once, even when the mark could not be kept */
-			rs->outstanding -= rs->outstanding ? 1 : 0;
 		if (after != before && s->journal) {
 			uint64_t step, micro;
 
@@ -825,8 +791,6 @@ int server_delivered(struct server *s, const struct batch *b)
 		}
 	}
 	pthread_mutex_unlock(&rs->view_lock);
-	if (rc)
-		count_delivered(s, 1);
 	if (rc < 0) {
 		slog(s, LOG_WARNING, "rank %" PRIu64 ": the delivery of step %" PRIu64 " micro %"
 		     PRIu64 " could not be recorded (%s); a restart serves it and the claims "
@@ -846,31 +810,13 @@ int server_stop_claims(struct server *s, double timeout_s)
 	until.tv_sec = (time_t)t;
 	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
 	/* A claim that passed its check before closing was set holds its rank's lock until
-	 * it has counted its batch as outstanding: taking each lock once waits for them. */
+	 * it has recorded its claim: taking each lock once waits for them. */
 	for (size_t i = 0; i < s->nranks && !rc; i++) {
 		rc = -pthread_mutex_clocklock(&s->rs[i].lock, CLOCK_MONOTONIC, &until);
 		if (!rc)
 			pthread_mutex_unlock(&s->rs[i].lock);
 	}
 	return rc == -ETIMEDOUT ? rc : 0;
-}
-
-int server_wait_delivered(struct server *s, double timeout_s, uint64_t *outstanding)
-{
-	struct timespec until;
-	double t = now_s() + timeout_s;
-	int rc = 0;
-
-	until.tv_sec = (time_t)t;
-	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
-	pthread_mutex_lock(&s->dlock);
-	while (s->outstanding && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&s->dcond, &s->dlock, &until);
-	if (outstanding)
-		*outstanding = s->outstanding;
-	rc = s->outstanding ? -ETIMEDOUT : 0;
-	pthread_mutex_unlock(&s->dlock);
-	return rc;
 }
 
 int server_claim(struct server *s, uint64_t rank, struct batch **out)
@@ -917,7 +863,7 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 			goto out;
 		}
 	}
-	record_claim(s, rs, b);
+	record_claim(rs, b);
 	if (s->cfg.prefetch) {
 		/* A reader that paces itself (a training step between claims) gets its batch
 		 * read before the refill's decode competes with it for the CPU: the refill
@@ -1180,17 +1126,11 @@ int server_rewind(struct server *s, uint64_t step)
 		for (size_t i = 0; i < s->nranks; i++) {
 			struct rank_state *rs = &s->rs[i];
 
-			uint64_t dropped;
-
 			pthread_mutex_lock(&rs->view_lock);
 			rs->ci = (step - s->cfg.layout.start_step) * a;
 			rs->generation++;
 			delivery_reset(&rs->dv, rs->ci);
-			dropped = rs->outstanding;
-			rs->outstanding = 0;
 			pthread_mutex_unlock(&rs->view_lock);
-			if (dropped)
-				count_delivered(s, dropped);
 			for (unsigned k = 0; k < s->cfg.prefetch; k++)
 				if (rs->slots[k].state != SLOT_DECODING)
 					slot_clear(s, &rs->slots[k]);

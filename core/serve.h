@@ -143,15 +143,10 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out);
  * recorded: logged; a restart serves it again). b stays the caller's. */
 int server_delivered(struct server *s, const struct batch *b);
 
-/* A clean stop, first half: from now on every server_claim() fails with -ESHUTDOWN.
- * Returns once every claim in progress has finished (and counts as handed out), or
- * -ETIMEDOUT after timeout_s seconds (a claim still waits for the journal). 0. */
+/* A clean stop: from now on every server_claim() fails with -ESHUTDOWN. Returns once
+ * every claim in progress has finished, 0, or -ETIMEDOUT after timeout_s seconds (a
+ * claim still waits for the journal). */
 int server_stop_claims(struct server *s, double timeout_s);
-
-/* Wait up to timeout_s seconds until every claim handed out was delivered (or dropped
- * by a rewind). 0, or -ETIMEDOUT; *outstanding (may be NULL) receives how many claims
- * are still out. */
-int server_wait_delivered(struct server *s, double timeout_s, uint64_t *outstanding);
 
 /* A handle of rank's next was closed: the refill of a paced reader's prefetch ring,
  * left by its last claim, starts now (so the decode never competes with the reads of
