@@ -1853,6 +1853,15 @@ static int check_unmoved(struct journal *j, int every_time)
 				j->moved_known = 1;
 			hist_release(&h);
 		}
+		/* From the cursors: the deliveries this handle knows, written or not (the
+		 * history only has those written with each rank's last claim). */
+		if (j->moved_known && j->moved_point.basis == JOURNAL_POINT_CURSORS &&
+		    j->cur.id && j->nranks == j->cur.layout.world_size) {
+			j->moved_point.samples = consumed_locked(j, &minstep);
+			j->moved_point.step = minstep;
+			fmt(j->moved_point.why, sizeof(j->moved_point.why), "every rank of the "
+			    "last layout had the steps below %" PRIu64 " delivered", minstep);
+		}
 	}
 	if (j->moved_known)
 		return jfail(j, -EIO, "journal %s was deleted or replaced under the mount, so no "
