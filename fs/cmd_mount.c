@@ -383,6 +383,8 @@ static void *stopper_main(void *arg)
 	unsigned left = 0;
 	double deadline;
 
+	/* what top -H and /proc/PID/task/TID/comm show: not a request thread */
+	pthread_setname_np(pthread_self(), "zephon-stop");
 	while (!stop_byte(-1, &c))
 		;
 	if (c == 0)
