@@ -19,7 +19,7 @@ import pytest
 
 from conftest import Mount, batch, mounted, pack, read_all, run, unmount, write_jsonl
 
-N = 6000          # samples: no epoch wraps within the test, so a line names its gsn
+N = 50000         # samples: no epoch wraps within a test, so a line names its gsn
 W = 4
 OPTS = 'world_size=4,global_batch=4'
 READER = r'''
@@ -137,6 +137,7 @@ def test_clean_stop_delivers_every_claim(ds, tmp_path, sig):
             received[r] += [t for t in got[r] if t < s_next]
     for r in range(W):
         assert received[r] == list(range(s_next)), r
+    assert s_next < N // W   # still in epoch 0: the gsns above were unambiguous
 
 
 def test_kill9_serves_undelivered_steps_again(ds, tmp_path):
@@ -159,3 +160,4 @@ def test_kill9_serves_undelivered_steps_again(ds, tmp_path):
             received[r] += [t for t in got[r] if t < s_next]
     for r in range(W):
         assert received[r] == list(range(s_next)), r
+    assert s_next < N // W
