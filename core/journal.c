@@ -37,6 +37,15 @@ extern const char schema_journal_sql[];
  */
 static const char *const journal_migrations[] = {
 	schema_journal_sql, /* 0 -> 1: the first schema */
+	/* 1 -> 2: each cursor row also holds its rank's delivered position: every claim
+	 * below it reached its reader (read to its end, or closed). A version-1 journal
+	 * recorded claims only, and counted each as consumed once claimed: its rows keep
+	 * that meaning. */
+	"ALTER TABLE cursor ADD COLUMN delivered_step INTEGER NOT NULL DEFAULT 0 "
+	"CHECK (delivered_step >= 0);"
+	"ALTER TABLE cursor ADD COLUMN delivered_micro INTEGER NOT NULL DEFAULT 0 "
+	"CHECK (delivered_micro >= 0);"
+	"UPDATE cursor SET delivered_step = step, delivered_micro = micro;",
 };
 _Static_assert(sizeof(journal_migrations) / sizeof(journal_migrations[0]) ==
 	       JOURNAL_SCHEMA_VERSION, "one migration step per schema version");
@@ -47,10 +56,21 @@ _Static_assert(sizeof(journal_migrations) / sizeof(journal_migrations[0]) ==
 /* WAL size after a checkpoint is truncated back to this (the file size a long run keeps). */
 #define JOURNAL_WAL_LIMIT (1 << 20)
 
+/* A (step, micro) position of one rank. */
 struct rank_pos {
 	uint64_t step;
 	uint64_t micro;
 };
+
+static int pos_before(struct rank_pos a, struct rank_pos b)
+{
+	return a.step < b.step || (a.step == b.step && a.micro < b.micro);
+}
+
+static int pos_same(struct rank_pos a, struct rank_pos b)
+{
+	return a.step == b.step && a.micro == b.micro;
+}
 
 struct journal {
 	pthread_mutex_t mu;
@@ -58,6 +78,7 @@ struct journal {
 	char *path;
 	char *wal_cleanup;          /* readers: a -wal this open created, removed at close */
 	int readonly;
+	int version;                /* user_version: 1 has no delivered positions */
 	struct journal_ident ident;
 	int64_t next_seq;           /* seq of the next history row */
 	sqlite3_stmt *st_claim;     /* UPDATE cursor ... (the hot path) */
@@ -66,6 +87,16 @@ struct journal {
 	size_t nranks;
 	uint64_t *ranks;            /* sorted */
 	struct rank_pos *pos;       /* committed cursor of ranks[i] */
+	struct rank_pos *dpos;      /* committed delivered position of ranks[i] */
+	/* journal_track_delivery(): deliveries are reported by journal_delivered() and
+	 * written with the rank's next claim or journal_flush_delivered(); else a claim
+	 * counts as delivered when it commits. dmu guards dlv and claimed, and is never held
+	 * during a commit: a delivery never waits for the journal's file system. Lock
+	 * order: mu, then dmu. */
+	int track;
+	pthread_mutex_t dmu;
+	struct rank_pos *dlv;       /* delivered position reported, not yet written */
+	struct rank_pos *claimed;   /* = pos, for journal_delivered's check */
 	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1;
 				     * atomic, not under mu: a step/ read must not wait for a
 				     * commit (the journal's file system may stall) */
@@ -582,7 +613,8 @@ static int validate(sqlite3 *db, const char *path, struct journal_ident *id, int
 static int prepare_claim(struct journal *j)
 {
 	return sqlite3_prepare_v3(j->db,
-		"UPDATE cursor SET step = ?1, micro = ?2 WHERE layout = ?3 AND rank = ?4",
+		"UPDATE cursor SET step = ?1, micro = ?2, delivered_step = ?5, delivered_micro = ?6 "
+		"WHERE layout = ?3 AND rank = ?4",
 		-1, SQLITE_PREPARE_PERSISTENT, &j->st_claim, NULL);
 }
 
@@ -773,6 +805,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 			goto err_close;
 		}
 		have = *want;
+		version = JOURNAL_SCHEMA_VERSION;
 	} else {
 		/* BEGIN IMMEDIATE takes the write lock now: in EXCLUSIVE mode it stays ours
 		 * until close, and a live mount elsewhere makes this fail with BUSY. Readers
@@ -803,6 +836,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 					  "version %d: %s", path, version, sqlite3_errmsg(db));
 				goto err_rollback;
 			}
+			version = JOURNAL_SCHEMA_VERSION;
 		}
 		src = exec_sql(db, "COMMIT");
 		if (src != SQLITE_OK) {
@@ -835,8 +869,14 @@ static int open_common(const char *path, const struct journal_ident *want,
 	j->db = db;
 	j->ident = have;
 	j->readonly = mode != OPEN_WRITE;
+	j->version = version;
 	j->path = strdup(path);
 	if (!j->path || pthread_mutex_init(&j->mu, NULL)) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	if (pthread_mutex_init(&j->dmu, NULL)) {
+		pthread_mutex_destroy(&j->mu);
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -847,6 +887,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 		rc = fail(err, errlen, sql_errno(src) == -ENOMEM ? -ENOMEM : -EBADMSG,
 			  "cannot open journal %s: %s", path, sqlite3_errmsg(db));
 		pthread_mutex_destroy(&j->mu);
+		pthread_mutex_destroy(&j->dmu);
 		goto err_free;
 	}
 	if (mode == OPEN_WRITE) {
@@ -915,9 +956,13 @@ void journal_close(struct journal *j)
 	sqlite3_close_v2(j->db);
 	drop_empty_side(j->wal_cleanup, 0);
 	pthread_mutex_destroy(&j->mu);
+	pthread_mutex_destroy(&j->dmu);
 	free(j->wal_cleanup);
 	free(j->ranks);
 	free(j->pos);
+	free(j->dpos);
+	free(j->dlv);
+	free(j->claimed);
 	free(j->path);
 	free(j);
 }
@@ -979,8 +1024,10 @@ static void hist_release(struct hist *h)
 	memset(h, 0, sizeof(*h));
 }
 
-/* Rows (rank, step, micro) of `sql` with ?1 = key, into a malloc'd array. 0 or -errno; a
- * read that found impossible values is reported as corruption. */
+/* Rows (rank, step, micro[, delivered_step, delivered_micro]) of `sql` with ?1 = key,
+ * into a malloc'd array; without the delivered columns the delivered position is the
+ * cursor (a version-1 journal, a rewind's cursors). 0 or -errno; a read that found
+ * impossible values is reported as corruption. */
 static int load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
 			    struct journal_cursor **out, size_t *count)
 {
@@ -1012,6 +1059,13 @@ static int load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
 			rc = SQLITE_CORRUPT;
 			break;
 		}
+		v[n].delivered_step = v[n].step;
+		v[n].delivered_micro = v[n].micro;
+		if (sqlite3_column_count(st) == 5 &&
+		    (u64_col(st, 3, &v[n].delivered_step) || u64_col(st, 4, &v[n].delivered_micro))) {
+			rc = SQLITE_CORRUPT;
+			break;
+		}
 		n++;
 	}
 	sqlite3_finalize(st);
@@ -1024,14 +1078,17 @@ static int load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
 	return 0;
 }
 
-static int load_cursors(sqlite3 *db, int64_t layout_id, struct journal_cursor **out,
-			size_t *count)
+static int load_cursors(sqlite3 *db, int version, int64_t layout_id,
+			struct journal_cursor **out, size_t *count)
 {
-	return load_cursor_rows(db, "SELECT rank, step, micro FROM cursor WHERE layout = ?1 "
+	return load_cursor_rows(db, version >= 2 ?
+				"SELECT rank, step, micro, delivered_step, delivered_micro "
+				"FROM cursor WHERE layout = ?1 ORDER BY rank" :
+				"SELECT rank, step, micro FROM cursor WHERE layout = ?1 "
 				"ORDER BY rank", layout_id, out, count);
 }
 
-static int hist_load(sqlite3 *db, size_t src, struct hist *h)
+static int hist_load(sqlite3 *db, int version, size_t src, struct hist *h)
 {
 	sqlite3_stmt *st;
 	size_t cap = 0;
@@ -1106,7 +1163,7 @@ static int hist_load(sqlite3 *db, size_t src, struct hist *h)
 			break;
 		}
 	if (h->last) {
-		rc = load_cursors(db, h->last->layout_id, &h->cur, &h->ncur);
+		rc = load_cursors(db, version, h->last->layout_id, &h->cur, &h->ncur);
 		if (rc) {
 			hist_release(h);
 			return rc;
@@ -1255,7 +1312,7 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 			if (hs[i].cur[k].rank >= W)
 				continue;
 			claims[m].rank = hs[i].cur[k].rank;
-			claims[m].step = hs[i].cur[k].step;
+			claims[m].step = hs[i].cur[k].delivered_step;
 			claims[m].row = hs[i].last;
 			m++;
 		}
@@ -1314,7 +1371,7 @@ int journal_resume_point_ex(struct journal *j, struct journal_point *info)
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
-	rc = hist_load(j->db, 0, &h);
+	rc = hist_load(j->db, j->version, 0, &h);
 	if (!rc) {
 		rc = point_compute(&h, 1, NULL, info);
 		hist_release(&h);
@@ -1368,7 +1425,7 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 				  paths[0], a, paths[i], b);
 		}
 		if (!rc) {
-			rc = hist_load(j->db, i, &hs[i]);
+			rc = hist_load(j->db, j->version, i, &hs[i]);
 			if (rc)
 				fail(err, errlen, rc, "cannot read journal %s: %s", paths[i],
 				     hist_errmsg(j->db));
@@ -1410,7 +1467,7 @@ static int layout_reached(struct journal *j, const struct hev *e, uint64_t step)
 	size_t n;
 	int yes = e->step == step;
 
-	if (!yes && load_cursors(j->db, e->layout_id, &cur, &n) == 0) {
+	if (!yes && load_cursors(j->db, j->version, e->layout_id, &cur, &n) == 0) {
 		for (size_t i = 0; i < n && !yes; i++)
 			yes = cur[i].step >= step;
 		free(cur);
@@ -1504,8 +1561,9 @@ static int insert_cursors(struct journal *j, int64_t layout_id, const uint64_t *
 			  size_t n, uint64_t step)
 {
 	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(j->db, "INSERT INTO cursor (layout, rank, step, micro) "
-				    "VALUES (?1, ?2, ?3, 0)", -1, &st, NULL);
+	int rc = sqlite3_prepare_v2(j->db, "INSERT INTO cursor (layout, rank, step, micro, "
+				    "delivered_step, delivered_micro) VALUES (?1, ?2, ?3, 0, ?3, 0)",
+				    -1, &st, NULL);
 
 	if (rc != SQLITE_OK)
 		return rc;
@@ -1534,7 +1592,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	char why[128] = "", *ranks_text = NULL;
 	size_t ranks_len;
 	uint64_t *nranks = NULL, g;
-	struct rank_pos *npos = NULL;
+	struct rank_pos *npos = NULL, *ndpos = NULL, *ndlv = NULL, *nclaimed = NULL;
 	int64_t id = 0, t;
 	int rc;
 
@@ -1563,7 +1621,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 				   "(%" PRIu64 ")", nl.world_size);
 			goto out;
 		}
-	rc = hist_load(j->db, 0, &h);
+	rc = hist_load(j->db, j->version, 0, &h);
 	if (rc) {
 		rc = jfail(j, rc == -ENOMEM ? rc : -EIO, "journal %s: cannot read the history: %s",
 			   j->path, hist_errmsg(j->db));
@@ -1619,10 +1677,13 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	}
 	nranks = malloc(ranks->count * sizeof(*nranks));
 	npos = malloc(ranks->count * sizeof(*npos));
+	ndpos = malloc(ranks->count * sizeof(*npos));
+	ndlv = malloc(ranks->count * sizeof(*npos));
+	nclaimed = malloc(ranks->count * sizeof(*npos));
 	/* the list for the row: whole unless absurdly fragmented (compact ranges are short) */
 	ranks_len = ranks->count < 3000 ? ranks->count * 21 + 1 : 65536;
 	ranks_text = malloc(ranks_len);
-	if (!nranks || !npos || !ranks_text) {
+	if (!nranks || !npos || !ndpos || !ndlv || !nclaimed || !ranks_text) {
 		rc = jfail(j, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -1630,6 +1691,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	for (size_t i = 0; i < ranks->count; i++) {
 		npos[i].step = nl.start_step;
 		npos[i].micro = 0;
+		ndpos[i] = ndlv[i] = nclaimed[i] = npos[i];
 	}
 	rankset_format(ranks, ranks_text, ranks_len);
 	journal_resume_format(rule, rule_text, sizeof(rule_text));
@@ -1649,16 +1711,24 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		goto out;
 	}
 	j->next_seq++;
+	pthread_mutex_lock(&j->dmu);
 	free(j->ranks);
 	free(j->pos);
+	free(j->dpos);
+	free(j->dlv);
+	free(j->claimed);
 	j->ranks = nranks;
 	j->pos = npos;
+	j->dpos = ndpos;
+	j->dlv = ndlv;
+	j->claimed = nclaimed;
 	nranks = NULL;
-	npos = NULL;
+	npos = ndpos = ndlv = nclaimed = NULL;
 	j->nranks = ranks->count;
 	memset(&j->cur, 0, sizeof(j->cur));
 	j->cur.id = id;
 	j->cur.layout = nl;
+	pthread_mutex_unlock(&j->dmu);
 	copy_str(j->cur.ranks, sizeof(j->cur.ranks), ranks_text);
 	j->cur.time = t / 1000000;
 	copy_str(j->cur.host, sizeof(j->cur.host), host);
@@ -1670,6 +1740,9 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 out:
 	free(nranks);
 	free(npos);
+	free(ndpos);
+	free(ndlv);
+	free(nclaimed);
 	free(ranks_text);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
@@ -1698,15 +1771,29 @@ static ssize_t rank_index(const struct journal *j, uint64_t rank)
 /* Claims between two checks that the journal is still the file at its path. */
 #define MOVED_CHECK_NS 10000000 /* 10 ms */
 
+/* The delivered position of ranks[i] as known now (caller holds j->mu): the latest
+ * reported, never past the committed cursor. */
+static struct rank_pos delivered_now(struct journal *j, size_t i)
+{
+	struct rank_pos d;
+
+	if (!j->track)
+		return j->pos[i];
+	pthread_mutex_lock(&j->dmu);
+	d = j->dlv[i];
+	pthread_mutex_unlock(&j->dmu);
+	return pos_before(j->pos[i], d) ? j->pos[i] : d;
+}
+
 /* consumed_samples of the current layout (caller holds j->mu, and cur.id is set):
- * G0 + (min over served ranks of the cursor step - S0) * B; *minstep gets that step. */
-static uint64_t consumed_locked(const struct journal *j, uint64_t *minstep)
+ * G0 + (min over served ranks of the delivered step - S0) * B; *minstep gets that step. */
+static uint64_t consumed_locked(struct journal *j, uint64_t *minstep)
 {
 	uint64_t m = UINT64_MAX;
 
 	for (size_t i = 0; i < j->nranks; i++)
-		if (j->pos[i].step < m)
-			m = j->pos[i].step;
+		if (delivered_now(j, i).step < m)
+			m = delivered_now(j, i).step;
 	*minstep = m;
 	return j->cur.layout.start_samples + (m - j->cur.layout.start_step) *
 	       j->cur.layout.global_batch;
@@ -1762,11 +1849,20 @@ static int check_unmoved(struct journal *j, int every_time)
 		/* Where resume=auto would have started, from the history this handle still
 		 * holds open (the orphaned file): the latest checkpoint mark or other position
 		 * statement, else the cursors. */
-		if (hist_load(j->db, 0, &h) == 0) {
+		if (hist_load(j->db, j->version, 0, &h) == 0) {
 			if (point_compute(&h, 1, NULL, &j->moved_point) == 0 &&
 			    j->moved_point.basis != JOURNAL_POINT_EMPTY)
 				j->moved_known = 1;
 			hist_release(&h);
+		}
+		/* From the cursors: the deliveries this handle knows, written or not (the
+		 * history only has those written with each rank's last claim). */
+		if (j->moved_known && j->moved_point.basis == JOURNAL_POINT_CURSORS &&
+		    j->cur.id && j->nranks == j->cur.layout.world_size) {
+			j->moved_point.samples = consumed_locked(j, &minstep);
+			j->moved_point.step = minstep;
+			fmt(j->moved_point.why, sizeof(j->moved_point.why), "every rank of the "
+			    "last layout had the steps below %" PRIu64 " delivered", minstep);
 		}
 	}
 	if (j->moved_known)
@@ -1781,20 +1877,28 @@ static int check_unmoved(struct journal *j, int every_time)
 		     "is unreadable)", j->path, consumed, minstep);
 }
 
-/* Commit the advance of ranks[i] past its cursor (caller holds j->mu and checked i). */
+/* Commit the advance of ranks[i] past its cursor (caller holds j->mu and checked i),
+ * with the rank's delivered position in the same row update: the claim already pays
+ * for the transaction, so recording deliveries costs no commit of its own. */
 static int claim_locked(struct journal *j, size_t i)
 {
 	uint64_t step = j->pos[i].step, micro = j->pos[i].micro;
+	struct rank_pos d;
 	int rc;
 
 	rc = check_unmoved(j, 0);
 	if (rc)
 		return rc;
+	d = delivered_now(j, i);
 	layout_advance(&j->cur.layout, &step, &micro);
+	if (!j->track) /* the caller hands the batch over as the claim commits */
+		d = (struct rank_pos){ step, micro };
 	sqlite3_bind_int64(j->st_claim, 1, (int64_t)step);
 	sqlite3_bind_int64(j->st_claim, 2, (int64_t)micro);
 	sqlite3_bind_int64(j->st_claim, 3, j->cur.id);
 	sqlite3_bind_int64(j->st_claim, 4, (int64_t)j->ranks[i]);
+	sqlite3_bind_int64(j->st_claim, 5, (int64_t)d.step);
+	sqlite3_bind_int64(j->st_claim, 6, (int64_t)d.micro);
 	rc = sqlite3_step(j->st_claim);
 	sqlite3_reset(j->st_claim);
 	if (rc != SQLITE_DONE) {
@@ -1806,7 +1910,94 @@ static int claim_locked(struct journal *j, size_t i)
 			     j->path, j->ranks[i]);
 	j->pos[i].step = step;
 	j->pos[i].micro = micro;
+	j->dpos[i] = d;
+	if (j->track) {
+		pthread_mutex_lock(&j->dmu);
+		j->claimed[i] = j->pos[i];
+		pthread_mutex_unlock(&j->dmu);
+	}
 	return 0;
+}
+
+void journal_track_delivery(struct journal *j)
+{
+	pthread_mutex_lock(&j->mu);
+	if (!j->track && j->cur.id) {
+		pthread_mutex_lock(&j->dmu);
+		for (size_t i = 0; i < j->nranks; i++)
+			j->dlv[i] = j->claimed[i] = j->pos[i];
+		pthread_mutex_unlock(&j->dmu);
+	}
+	j->track = 1;
+	pthread_mutex_unlock(&j->mu);
+}
+
+int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t micro)
+{
+	struct rank_pos p = { step, micro };
+	ssize_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&j->dmu);
+	i = j->cur.id ? rank_index(j, rank) : -1;
+	if (i < 0 || !j->track || pos_before(j->claimed[i], p))
+		rc = -EINVAL;
+	else if (pos_before(j->dlv[i], p))
+		j->dlv[i] = p;
+	pthread_mutex_unlock(&j->dmu);
+	return rc;
+}
+
+int journal_flush_delivered(struct journal *j)
+{
+	sqlite3_stmt *st = NULL;
+	size_t n = 0;
+	int rc;
+
+	pthread_mutex_lock(&j->mu);
+	if (j->readonly) {
+		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
+		goto out;
+	}
+	rc = 0;
+	for (size_t i = 0; i < j->nranks && j->cur.id; i++)
+		n += !pos_same(delivered_now(j, i), j->dpos[i]);
+	if (!n)
+		goto out;
+	rc = check_unmoved(j, 1);
+	if (rc)
+		goto out;
+	rc = exec_sql(j->db, "BEGIN IMMEDIATE");
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(j->db, "UPDATE cursor SET delivered_step = ?1, "
+					"delivered_micro = ?2 WHERE layout = ?3 AND rank = ?4",
+					-1, &st, NULL);
+	for (size_t i = 0; rc == SQLITE_OK && i < j->nranks; i++) {
+		struct rank_pos d = delivered_now(j, i);
+
+		if (pos_same(d, j->dpos[i]))
+			continue;
+		sqlite3_bind_int64(st, 1, (int64_t)d.step);
+		sqlite3_bind_int64(st, 2, (int64_t)d.micro);
+		sqlite3_bind_int64(st, 3, j->cur.id);
+		sqlite3_bind_int64(st, 4, (int64_t)j->ranks[i]);
+		rc = sqlite3_step(st);
+		sqlite3_reset(st);
+		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	}
+	sqlite3_finalize(st);
+	if (rc == SQLITE_OK)
+		rc = exec_sql(j->db, "COMMIT");
+	if (rc != SQLITE_OK) {
+		rc = jfail_sql(j, rc, "cannot record the delivered positions");
+		rc = rc == -ENOMEM ? rc : -EIO;
+		goto out;
+	}
+	for (size_t i = 0; i < j->nranks; i++)
+		j->dpos[i] = delivered_now(j, i);
+out:
+	pthread_mutex_unlock(&j->mu);
+	return rc;
 }
 
 static int claim_check(struct journal *j, uint64_t rank, ssize_t *i)
@@ -2013,8 +2204,9 @@ int journal_rewind(struct journal *j, uint64_t step)
 	sqlite3_finalize(st);
 	st = NULL;
 	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(j->db, "UPDATE cursor SET step = ?1, micro = 0 "
-					"WHERE layout = ?2", -1, &st, NULL);
+		rc = sqlite3_prepare_v2(j->db, "UPDATE cursor SET step = ?1, micro = 0, "
+					"delivered_step = ?1, delivered_micro = 0 WHERE layout = ?2",
+					-1, &st, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_bind_int64(st, 1, (int64_t)step);
 		sqlite3_bind_int64(st, 2, j->cur.id);
@@ -2030,10 +2222,13 @@ int journal_rewind(struct journal *j, uint64_t step)
 		goto out;
 	}
 	j->next_seq++;
+	pthread_mutex_lock(&j->dmu);
 	for (size_t i = 0; i < j->nranks; i++) {
 		j->pos[i].step = step;
 		j->pos[i].micro = 0;
+		j->dpos[i] = j->dlv[i] = j->claimed[i] = j->pos[i];
 	}
+	pthread_mutex_unlock(&j->dmu);
 	j->err[0] = 0;
 out:
 	pthread_mutex_unlock(&j->mu);
@@ -2127,7 +2322,7 @@ int journal_cursors(struct journal *j, int64_t layout_id, struct journal_cursor 
 	else if (!one)
 		rc = jfail(j, -ENOENT, "journal %s has no layout %" PRId64, j->path, layout_id);
 	else
-		rc = load_cursors(j->db, layout_id, out, count);
+		rc = load_cursors(j->db, j->version, layout_id, out, count);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
 }

@@ -3,14 +3,17 @@
  *
  * Owns: the identity it belongs to (dataset fingerprint + seed + shuffle), the layout
  * history (one row per mount: W, B, m, ranks, S0, G0, time, host), the cursor of every
- * served rank, checkpoint marks and rewinds. The DDL is schema/journal.sql (embedded at
+ * served rank (its next claim) and its delivered position (every claim below it reached
+ * its reader), checkpoint marks and rewinds. The DDL is schema/journal.sql (embedded at
  * build time), versioned with PRAGMA user_version and migrated step by step. SQLite result
  * codes are translated to -errno here and nowhere else.
  *
  * Invariant: journal_claim() returns 0 only after the cursor advance is committed
  * (synchronous=NORMAL: survives a killed process; FULL: survives power loss). A claim
  * that cannot be committed returns -EIO and leaves the cursor where it was, both in
- * memory and on disk.
+ * memory and on disk. The delivered position never passes the cursor; what is consumed
+ * (consumed_samples, the resume point) is counted from it, so a claim whose reader never
+ * had its bytes is served again after a restart, never skipped.
  *
  * Locking: a writable journal is opened in SQLite's EXCLUSIVE locking mode: the mount
  * holds the file's lock from journal_open() to journal_close(), so a second mount of the
@@ -37,7 +40,7 @@
 
 /* COMPATIBILITY: the on-disk schema version (PRAGMA user_version). A journal with a
  * higher version is refused (-EBADMSG); lower versions are migrated on open. */
-#define JOURNAL_SCHEMA_VERSION 1
+#define JOURNAL_SCHEMA_VERSION 2
 /* PRAGMA application_id of every Zephon journal: "ZPHJ". COMPATIBILITY: never change. */
 #define JOURNAL_APPLICATION_ID 0x5a50484a
 
@@ -81,11 +84,15 @@ struct journal_layout {
 	                             * -> step 12, samples:384"), maybe truncated */
 };
 
-/* One served rank's cursor: the next claim of that rank is (step, micro). */
+/* One served rank's cursor: the next claim of that rank is (step, micro); every claim
+ * before (delivered_step, delivered_micro) was delivered to its reader. A version-1
+ * journal and a rewind's cursors have delivered = the cursor. */
 struct journal_cursor {
 	uint64_t rank;
 	uint64_t step;
 	uint64_t micro;
+	uint64_t delivered_step;
+	uint64_t delivered_micro;
 };
 
 /* A checkpoint mark or a rewind as recorded: STEP, its first gsn in the layout it was
@@ -152,8 +159,8 @@ void journal_last_error(struct journal *j, char *out, size_t len);
  *     the same (G0, W, B) belongs to it (each node records its own row of one job
  *     layout; S0 may differ, see below); for a rank served by several of those rows
  *     (ranks moved between nodes at a restart from the same point) the most recently
- *     started row counts. With c_r = cursor.step - S0 of its row the steps rank r
- *     completed (a partly claimed step is not complete), S = S0 + min_r c_r and
+ *     started row counts. With c_r = delivered_step - S0 of its row the steps rank r
+ *     completed (a step with a claim not yet delivered is not complete), S = S0 + min_r c_r and
  *     G = G0 + min_r c_r * B (S0 of the most recent row), the minimum over every rank
  *     0..W-1: a rank in none of the rows has unknown progress and counts as c_r = 0 (the
  *     point is then the layout's start: nothing is skipped), and `warning` says so.
@@ -219,6 +226,30 @@ int journal_claim(struct journal *j, uint64_t rank, uint64_t step, uint64_t micr
 
 /* Claim whatever the rank's cursor is: *step, *micro receive the claimed position.
  * Errors as journal_claim(). */
+
+/*
+ * Deliveries. By default a claim counts as delivered when it commits (a caller that
+ * hands the bytes over at once). After journal_track_delivery(), the caller reports
+ * deliveries with journal_delivered(), and they are written lazily: with the rank's next
+ * claim (the same row update, no extra commit) and by journal_flush_delivered() (a
+ * clean unmount). A kill in between loses only the latest deliveries: those claims are
+ * then served again by a restart (a repeat, never a skip).
+ */
+/* Deliveries are reported from now on (the mount calls it once after journal_start).
+ * The delivered position of every served rank starts at its cursor. */
+void journal_track_delivery(struct journal *j);
+
+/* Every claim of rank before (step, micro) was delivered. In memory only, and never
+ * waits for a commit in progress (a delivery must not stall with the journal's file
+ * system). A position behind the one already reported is ignored. 0, or -EINVAL (no
+ * journal_start, rank not served, not tracking, or (step, micro) past the rank's
+ * committed cursor: nothing beyond what was claimed can be delivered). */
+int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t micro);
+
+/* Write the delivered positions reported since the last write, in one transaction
+ * (nothing when none changed). 0, -EROFS, -EIO (nothing written; reason in
+ * journal_last_error), -ENOMEM. */
+int journal_flush_delivered(struct journal *j);
 int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *micro);
 
 /* The current cursor of a served rank (the next claim). 0 or -EINVAL (not served, or no
@@ -241,8 +272,8 @@ void journal_note_reached(struct journal *j, uint64_t step);
  * -EROFS, -EIO. */
 int journal_checkpoint(struct journal *j, uint64_t step);
 
-/* `rewind STEP`: every served rank's cursor goes to (STEP, 0), in one transaction that
- * also records the cursors it moved from. Same validity range as journal_checkpoint()
+/* `rewind STEP`: every served rank's cursor and delivered position go to (STEP, 0), in
+ * one transaction that also records the cursors it moved from. Same validity range as journal_checkpoint()
  * (ranks behind STEP move forward: the trainer says its model holds every step below
  * STEP). 0, -EINVAL, -EROFS, -EIO (nothing changed). */
 int journal_rewind(struct journal *j, uint64_t step);
@@ -254,8 +285,8 @@ int journal_rewind(struct journal *j, uint64_t step);
  * of range; reason in journal_last_error), -EROFS, -EIO. */
 int journal_checkpoint_at(struct journal *j, uint64_t gsn, uint64_t step);
 
-/* consumed_samples: G0 + (min over served ranks of completed steps) * B for the current
- * layout; 0 before journal_start. */
+/* consumed_samples: G0 + (min over served ranks of delivered steps) * B for the current
+ * layout (the deliveries reported so far, written or not); 0 before journal_start. */
 uint64_t journal_consumed(struct journal *j);
 
 /* The layout history, oldest first. *out is malloc'd (caller frees; NULL when *count is

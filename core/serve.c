@@ -1,4 +1,5 @@
 #include "serve.h"
+#include "delivery.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -146,13 +147,17 @@ struct rank_state {
 	uint64_t rank;
 	pthread_mutex_t lock;
 	pthread_cond_t decoded;  /* a slot of this rank left SLOT_DECODING */
-	/* view_lock: ci, last and commit_since are written with lock and view_lock held and
-	 * read with either; state, status and metrics take view_lock alone, so they never
-	 * wait for a claim, which holds lock during its journal commit. */
+	/* view_lock: ci, last, commit_since and generation are written with lock and
+	 * view_lock held and read with either; state, status and metrics take view_lock
+	 * alone, so they never wait for a claim, which holds lock during its journal
+	 * commit. Deliveries (dv) are kept under view_lock alone, for the same reason: a
+	 * reader's close must not wait for a commit. */
 	pthread_mutex_t view_lock;
 	uint64_t ci;             /* claim index of the cursor: the next claim */
 	double commit_since;     /* a claim's journal commit started then (now_s); 0: none */
-	uint64_t generation;     /* bumped by a rewind: in-flight decodes are dropped */
+	uint64_t generation;     /* bumped by a rewind: in-flight decodes and deliveries of
+	                          * earlier claims are dropped */
+	struct delivery dv;      /* which claims reached their reader */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
 	double last_release;     /* when a handle of next was last closed (now_s) */
@@ -194,6 +199,8 @@ struct server {
 
 	struct reader_pool readers;
 	struct serve_stats stats;
+
+	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */
 
 	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
 	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
@@ -549,7 +556,10 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 			    step >= cfg->layout.start_step)
 				rs->ci = (step - cfg->layout.start_step) * layout_micros(&cfg->layout) + micro;
 		}
+		delivery_init(&rs->dv, rs->ci);
 	}
+	if (j) /* the mount reports deliveries (server_delivered) */
+		journal_track_delivery(j);
 	s->threads = calloc(cfg->workers, sizeof(*s->threads));
 	if (!s->threads)
 		goto err_free;
@@ -602,6 +612,7 @@ void server_free(struct server *s)
 			slot_clear(s, &rs->slots[k]);
 		free(rs->slots);
 		free(rs->last.ids);
+		delivery_release(&rs->dv);
 		pthread_mutex_destroy(&rs->lock);
 		pthread_mutex_destroy(&rs->view_lock);
 		pthread_cond_destroy(&rs->decoded);
@@ -703,7 +714,7 @@ static void return_cursor_batch(struct server *s, struct rank_state *rs, struct 
 
 /* A claim of b was journaled (rs->lock held): b is the rank's last claim, and the cursor
  * moves past it, in one step for the readers of view_lock. */
-static void record_claim(struct rank_state *rs, const struct batch *b)
+static void record_claim(struct rank_state *rs, struct batch *b)
 {
 	uint64_t *ids = malloc(b->count * sizeof(*ids));
 	uint64_t *old;
@@ -715,6 +726,7 @@ static void record_claim(struct rank_state *rs, const struct batch *b)
 	rs->last = (struct claim_info){ 1, b->step, b->micro, b->gsn, ids ? b->count : 0,
 					b->epoch, ids };
 	rs->ci++;
+	b->generation = rs->generation;
 	pthread_mutex_unlock(&rs->view_lock);
 	free(old);
 }
@@ -757,6 +769,56 @@ static void count_claim(struct server *s, int rc, double t0, double journal_s,
 	pthread_mutex_unlock(&s->qlock);
 }
 
+int server_delivered(struct server *s, const struct batch *b)
+{
+	struct rank_state *rs = find_rank(s, b->rank);
+	uint64_t a = layout_micros(&s->cfg.layout), ci, before = 0, after = 0;
+	int rc = 0;
+
+	if (!rs || b->step < s->cfg.layout.start_step || b->micros != 1)
+		return -EINVAL;
+	ci = (b->step - s->cfg.layout.start_step) * a + b->micro;
+	pthread_mutex_lock(&rs->view_lock);
+	if (b->generation == rs->generation && ci < rs->ci) {
+		before = rs->dv.prefix;
+		rc = delivery_mark(&rs->dv, ci);
+		after = rs->dv.prefix;
+		if (after != before && s->journal) {
+			uint64_t step, micro;
+
+			ci_to_cursor(s, after, &step, &micro);
+			journal_delivered(s->journal, rs->rank, step, micro);
+		}
+	}
+	pthread_mutex_unlock(&rs->view_lock);
+	if (rc < 0) {
+		slog(s, LOG_WARNING, "rank %" PRIu64 ": the delivery of step %" PRIu64 " micro %"
+		     PRIu64 " could not be recorded (%s); a restart serves it and the claims "
+		     "after it again", b->rank, b->step, b->micro, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+int server_stop_claims(struct server *s, double timeout_s)
+{
+	struct timespec until;
+	double t = now_s() + timeout_s;
+	int rc = 0;
+
+	__atomic_store_n(&s->closing, 1, __ATOMIC_RELEASE);
+	until.tv_sec = (time_t)t;
+	until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+	/* A claim that passed its check before closing was set holds its rank's lock until
+	 * it has recorded its claim: taking each lock once waits for them. */
+	for (size_t i = 0; i < s->nranks && !rc; i++) {
+		rc = -pthread_mutex_clocklock(&s->rs[i].lock, CLOCK_MONOTONIC, &until);
+		if (!rc)
+			pthread_mutex_unlock(&s->rs[i].lock);
+	}
+	return rc == -ETIMEDOUT ? rc : 0;
+}
+
 int server_claim(struct server *s, uint64_t rank, struct batch **out)
 {
 	struct rank_state *rs = find_rank(s, rank);
@@ -767,6 +829,12 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 	if (!rs)
 		return -ENOENT;
 	pthread_mutex_lock(&rs->lock);
+	/* checked under the rank's lock: server_stop_claims() passes every rank's lock once
+	 * after setting it, so no claim starts after that pass */
+	if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
+		rc = -ESHUTDOWN;
+		goto out;
+	}
 	do
 		rc = past_end(s, rs->ci) ? -ENODATA : take_cursor_batch(s, rs, &b, &hit);
 	while (rc == -EAGAIN);
@@ -1060,8 +1128,9 @@ int server_rewind(struct server *s, uint64_t step)
 
 			pthread_mutex_lock(&rs->view_lock);
 			rs->ci = (step - s->cfg.layout.start_step) * a;
-			pthread_mutex_unlock(&rs->view_lock);
 			rs->generation++;
+			delivery_reset(&rs->dv, rs->ci);
+			pthread_mutex_unlock(&rs->view_lock);
 			for (unsigned k = 0; k < s->cfg.prefetch; k++)
 				if (rs->slots[k].state != SLOT_DECODING)
 					slot_clear(s, &rs->slots[k]);
@@ -1087,8 +1156,8 @@ uint64_t server_consumed(struct server *s)
 
 	for (size_t i = 0; i < s->nranks; i++) {
 		pthread_mutex_lock(&s->rs[i].view_lock);
-		if (s->rs[i].ci / a < min_steps)
-			min_steps = s->rs[i].ci / a;
+		if (s->rs[i].dv.prefix / a < min_steps)
+			min_steps = s->rs[i].dv.prefix / a;
 		pthread_mutex_unlock(&s->rs[i].view_lock);
 	}
 	return s->cfg.layout.start_samples + min_steps * s->cfg.layout.global_batch;

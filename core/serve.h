@@ -9,7 +9,10 @@
  *  - struct server: the per-mount state. For each served rank a cursor (step, micro) and
  *    a ring of `prefetch` decoded micro-batches that worker threads keep filled
  *    (prefetch never claims). server_claim() hands over the batch at the cursor after
- *    journal_claim() committed it, then advances the cursor.
+ *    journal_claim() committed it, then advances the cursor. The caller reports when a
+ *    claimed batch reached its reader (server_delivered); a step counts as consumed
+ *    (server_consumed, the journal's resume point) only when every claim of it was
+ *    delivered.
  *
  * Invariants: a rank's cursor advances only after the journal committed the claim; two
  * concurrent claims of one rank get consecutive, distinct micro-batches (a per-rank
@@ -45,6 +48,7 @@ struct batch {
 	uint64_t count;         /* samples, gsn .. gsn + count - 1 */
 	uint64_t epoch;         /* epoch of the first sample */
 	uint64_t *ids;          /* count sample ids, owned by the batch */
+	uint64_t generation;    /* server_claim: the rank's rewind count when claimed */
 };
 
 void batch_free(struct batch *b);
@@ -124,10 +128,25 @@ void server_free(struct server *s);
  * (*out is the caller's; free with batch_free). 0, or
  *   -ENOENT  rank not served;
  *   -ENODATA the stream ended (epochs=E);
+ *   -ESHUTDOWN the mount is stopping (server_stop_claims): nothing claimed;
  *   -EIO     a sample failed its checksum (logged with sample id and shard) or the journal
  *            could not record the claim (logged); nothing handed out, cursor unchanged;
  *   -ENOMEM. */
 int server_claim(struct server *s, uint64_t rank, struct batch **out);
+
+/* The batch b that server_claim() handed out reached its reader: read to its end, or
+ * its handle closed. Each claim counts once (a second report is ignored), in any order
+ * across a rank's claims; the rank's delivered position (the claims before the first
+ * one not delivered) goes to the journal lazily (journal_delivered). Never waits for a
+ * claim or a commit in progress. A batch from before a rewind is ignored. 0, -EINVAL
+ * (b is not a claim of this server), -ENOMEM or -EOVERFLOW (the delivery could not be
+ * recorded: logged; a restart serves it again). b stays the caller's. */
+int server_delivered(struct server *s, const struct batch *b);
+
+/* A clean stop: from now on every server_claim() fails with -ESHUTDOWN. Returns once
+ * every claim in progress has finished, 0, or -ETIMEDOUT after timeout_s seconds (a
+ * claim still waits for the journal). */
+int server_stop_claims(struct server *s, double timeout_s);
 
 /* A handle of rank's next was closed: the refill of a paced reader's prefetch ring,
  * left by its last claim, starts now (so the decode never competes with the reads of
@@ -168,8 +187,8 @@ int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
 int server_checkpoint(struct server *s, uint64_t step);
 int server_rewind(struct server *s, uint64_t step);
 
-/* consumed_samples: every gsn below it was handed out (min over served ranks of the
- * completed steps). */
+/* consumed_samples: every gsn below it was delivered (min over served ranks of the
+ * steps whose every claim was delivered). */
 uint64_t server_consumed(struct server *s);
 
 /* Seconds the oldest journal commit that claims wait for (a claim's own, or a rewind's,

@@ -90,21 +90,35 @@ static json_t *jint(uint64_t v)
 	return json_integer((json_int_t)v); /* steps and gsns stay below 2^62 */
 }
 
-/* consumed_samples of a layout from its recorded cursors: G0 + min completed steps * B. */
+/* consumed_samples of a layout from its recorded cursors: G0 + min delivered steps * B. */
 static uint64_t consumed_of(const struct layout *l, const struct journal_cursor *cs, size_t n)
 {
 	uint64_t minc = UINT64_MAX;
 
 	for (size_t i = 0; i < n; i++) {
-		uint64_t c = cs[i].step > l->start_step ? cs[i].step - l->start_step : 0;
+		uint64_t c = cs[i].delivered_step > l->start_step ?
+			     cs[i].delivered_step - l->start_step : 0;
 
 		minc = c < minc ? c : minc;
 	}
 	return n ? l->start_samples + minc * l->global_batch : l->start_samples;
 }
 
-/* "ranks 0-3 at 5.0, rank 4 at 4.1": runs of consecutive ranks at one position. */
-static void print_cursors(const struct journal_cursor *cs, size_t n, const char *indent)
+/* A cursor's position, or its delivered position. */
+static uint64_t pos_step(const struct journal_cursor *c, int delivered)
+{
+	return delivered ? c->delivered_step : c->step;
+}
+
+static uint64_t pos_micro(const struct journal_cursor *c, int delivered)
+{
+	return delivered ? c->delivered_micro : c->micro;
+}
+
+/* "ranks 0-3 at 5.0, rank 4 at 4.1": runs of consecutive ranks at one position (the
+ * cursors, or with `delivered` the delivered positions). */
+static void print_cursors(const struct journal_cursor *cs, size_t n, const char *indent,
+			  int delivered)
 {
 	size_t col = 0;
 
@@ -112,16 +126,17 @@ static void print_cursors(const struct journal_cursor *cs, size_t n, const char 
 		size_t k = i;
 		char item[96];
 		int len;
+		uint64_t s = pos_step(&cs[i], delivered), m = pos_micro(&cs[i], delivered);
 
 		while (k + 1 < n && cs[k + 1].rank == cs[k].rank + 1 &&
-		       cs[k + 1].step == cs[i].step && cs[k + 1].micro == cs[i].micro)
+		       pos_step(&cs[k + 1], delivered) == s && pos_micro(&cs[k + 1], delivered) == m)
 			k++;
 		if (k == i)
 			len = snprintf(item, sizeof(item), "rank %" PRIu64 " at %" PRIu64 ".%" PRIu64,
-				       cs[i].rank, cs[i].step, cs[i].micro);
+				       cs[i].rank, s, m);
 		else
 			len = snprintf(item, sizeof(item), "ranks %" PRIu64 "-%" PRIu64 " at %" PRIu64
-				       ".%" PRIu64, cs[i].rank, cs[k].rank, cs[i].step, cs[i].micro);
+				       ".%" PRIu64, cs[i].rank, cs[k].rank, s, m);
 		if (col && col + (size_t)len + 2 > 88) {
 			printf(",\n%s", indent);
 			col = 0;
@@ -237,8 +252,10 @@ static json_t *cursors_json(const struct journal_cursor *cs, size_t n)
 
 	for (size_t i = 0; o && i < n; i++) {
 		snprintf(key, sizeof(key), "%" PRIu64, cs[i].rank);
-		json_object_set_new(o, key, json_pack("{s:o, s:o}", "step", jint(cs[i].step),
-						      "micro", jint(cs[i].micro)));
+		json_object_set_new(o, key, json_pack("{s:o, s:o, s:o, s:o}", "step",
+						      jint(cs[i].step), "micro", jint(cs[i].micro),
+						      "delivered_step", jint(cs[i].delivered_step),
+						      "delivered_micro", jint(cs[i].delivered_micro)));
 	}
 	return o;
 }
@@ -330,7 +347,9 @@ static int show_text(struct journal *j, const char *path, const struct history *
 		printf("        resume  %s\n", l->resume);
 		printf("        consumed_samples %" PRIu64 "; cursors (next claim, step.micro):\n",
 		       consumed_of(&l->layout, h->cur[i], h->ncur[i]));
-		print_cursors(h->cur[i], h->ncur[i], "          ");
+		print_cursors(h->cur[i], h->ncur[i], "          ", 0);
+		printf("        delivered (every claim before it was read to its end or closed):\n");
+		print_cursors(h->cur[i], h->ncur[i], "          ", 1);
 	}
 	printf("\ncheckpoint marks:%s\n", h->nmarks ? "" : " none");
 	for (size_t i = 0; i < h->nmarks; i++)
@@ -350,7 +369,7 @@ static int show_text(struct journal *j, const char *path, const struct history *
 			die_msg("journal show: cannot read the rewinds of %s", path);
 			return 1;
 		}
-		print_cursors(from, nfrom, "    ");
+		print_cursors(from, nfrom, "    ", 0);
 		free(from);
 	}
 	printf("\nconsumed_samples  %" PRIu64 "%s\n", h->nls ?

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -323,28 +324,177 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 	return 0;
 }
 
-/* A shell starts background jobs of a script (`zephon mount -f ... &`) with SIGINT
- * ignored, and fuse_set_signal_handlers() leaves an ignored signal ignored: the stop
- * signals would then not unmount. A mount stops on them however it was started. */
-static void unignore_stop_signals(void)
-{
-	static const int sigs[] = { SIGINT, SIGTERM };
-	struct sigaction sa;
-
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) {
-			sa.sa_handler = SIG_DFL;
-			sigaction(sigs[i], &sa, NULL);
-		}
-}
-
 void zfs_ready(void)
 {
 	daemon_ready(0);
 }
 
+/*
+ * A clean stop. SIGTERM, SIGINT and SIGHUP do not end the session loop at once (as
+ * libfuse's handlers do): a reader that had just opened next would then get
+ * ECONNABORTED on read(), and its batch, though journaled, would never reach it. The
+ * handler only writes the signal to a pipe; the stopper thread then refuses new claims
+ * (opens of next fail with ESHUTDOWN), waits up to STOP_WAIT_S for every batch handed
+ * out to be read to its end or closed (a second signal cuts the wait short), and only
+ * then ends the loop. A batch still out then is not delivered: the journal does not
+ * count it, and resume=auto serves it again.
+ */
+#define STOP_WAIT_S 5.0
+
+static int stop_pipe[2] = { -1, -1 };
+static int stop_signals[] = { SIGTERM, SIGINT, SIGHUP };
+static int stop_installed[3];
+
+static void on_stop_signal(int sig)
+{
+	unsigned char c = (unsigned char)sig;
+	int e = errno;
+
+	if (write(stop_pipe[1], &c, 1) != 1) { /* full: a stop is pending anyway */ }
+	errno = e;
+}
+
+/* Install the stop handlers, over libfuse's and over SIG_IGN for SIGTERM and SIGINT (a
+ * shell starts background jobs with SIGINT ignored; a mount must still stop cleanly).
+ * SIGHUP stays ignored when it is (nohup). No SA_RESTART: the signal must interrupt the
+ * wait of the thread that runs the session loop. 0 or -1. */
+static int stop_signals_install(void)
+{
+	struct sigaction sa, old;
+
+	if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK))
+		return -1;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	for (unsigned i = 0; i < 3; i++) {
+		if (stop_signals[i] == SIGHUP && (sigaction(SIGHUP, NULL, &old) ||
+		    old.sa_handler == SIG_IGN))
+			continue;
+		if (sigaction(stop_signals[i], &sa, NULL))
+			return -1;
+		stop_installed[i] = 1;
+	}
+	return 0;
+}
+
+static void stop_signals_remove(void)
+{
+	for (unsigned i = 0; i < 3; i++)
+		if (stop_installed[i]) {
+			signal(stop_signals[i], SIG_DFL);
+			stop_installed[i] = 0;
+		}
+	for (unsigned i = 0; i < 2; i++)
+		if (stop_pipe[i] >= 0) {
+			close(stop_pipe[i]);
+			stop_pipe[i] = -1;
+		}
+}
+
+/* The next byte of the stop pipe within timeout_ms (-1: forever): a signal number, or 0
+ * when the session loop has ended. 1 when one was read, 0 when none came. */
+static int stop_byte(int timeout_ms, unsigned char *c)
+{
+	struct pollfd p = { .fd = stop_pipe[0], .events = POLLIN };
+
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return 0;
+	return read(stop_pipe[0], c, 1) == 1;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct stopper {
+	struct zfs *z;
+	struct fuse_session *se;
+	pthread_t loop;         /* the thread that runs the session loop */
+	pthread_t thread;
+	int started;
+};
+
+static void *stopper_main(void *arg)
+{
+	struct stopper *st = arg;
+	unsigned char c = 0;
+	unsigned left = 0;
+	double deadline;
+
+	/* what top -H and /proc/PID/task/TID/comm show: not a request thread */
+	pthread_setname_np(pthread_self(), "zephon-stop");
+	while (!stop_byte(-1, &c))
+		;
+	if (c == 0)
+		return NULL; /* the loop ended by itself (fusermount3 -u) */
+	zfs_log(LOG_INFO, "%s: stopping; opens of next now fail with ESHUTDOWN, batches "
+		"handed out may be read for up to %.0f s", strsignal(c), STOP_WAIT_S);
+	deadline = mono_s() + STOP_WAIT_S;
+	server_stop_claims(st->z->srv, STOP_WAIT_S);
+	for (;;) {
+		double rest = deadline - mono_s();
+
+		if (!zfs_wait_claims(st->z, rest < 0.1 ? (rest > 0 ? rest : 0) : 0.1, &left) ||
+		    mono_s() >= deadline)
+			break;
+		if (stop_byte(0, &c)) {
+			if (c == 0)
+				return NULL;
+			break; /* a second signal: stop now */
+		}
+	}
+	if (left)
+		zfs_log(LOG_WARNING, "stopping with %u batch%s of next still open; those not read "
+			"to their end count as not consumed (resume=auto serves them again)", left,
+			left == 1 ? "" : "es");
+	fuse_session_exit(st->se);
+	/* Wake the loop's thread from its wait; again until the loop says it ended, since
+	 * the first signal may come just before that thread starts to wait. */
+	do
+		pthread_kill(st->loop, SIGTERM);
+	while (!stop_byte(100, &c) || c != 0);
+	return NULL;
+}
+
+static void stopper_start(struct stopper *st)
+{
+	sigset_t all, old;
+
+	st->loop = pthread_self();
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	st->started = stop_pipe[0] >= 0 && !pthread_create(&st->thread, NULL, stopper_main, st);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!st->started)
+		zfs_log(LOG_WARNING, "no stopper thread: SIGTERM and SIGINT will not stop the mount; "
+			"unmount with fusermount3 -u");
+}
+
+/* The loop ended: the stopper goes. */
+static void stopper_join(struct stopper *st)
+{
+	unsigned char zero = 0;
+
+	if (!st->started)
+		return;
+	while (write(stop_pipe[1], &zero, 1) != 1 && errno == EAGAIN) {
+		unsigned char c;
+
+		if (read(stop_pipe[0], &c, 1) != 1) /* a full pipe of signals: make room */
+			break;
+	}
+	pthread_join(st->thread, NULL);
+}
+
 static int serve(struct zfs *z, struct fuse_session *se, const struct mount_options *o)
 {
+	struct stopper stopper = { .z = z, .se = se };
+	int frc;
 	struct serve_config sc = {
 		.layout = z->cfg->layout,
 		.ranks = &z->cfg->ranks,
@@ -381,6 +531,7 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		sc.layout.micro_batch, z->resume_applied, sc.workers,
 		z->cfg->max_threads,
 		(z->journal_queue ? OFFLOAD_THREADS : 0) + (z->build_queue ? OFFLOAD_THREADS : 0));
+	stopper_start(&stopper);
 	if (o->singlethread) {
 		rc = fuse_session_loop(se);
 	} else {
@@ -392,6 +543,7 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		rc = fuse_session_loop_mt(se, lc);
 		fuse_loop_cfg_destroy(lc);
 	}
+	stopper_join(&stopper);
 	/* every handler has returned: nothing submits any more */
 	offload_free(z->journal_queue);
 	offload_free(z->build_queue);
@@ -399,6 +551,14 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 	zfs_free_open_files(z);
 	server_free(z->srv);
 	z->srv = NULL;
+	/* the deliveries since each rank's last claim: a remount counts them as consumed */
+	if (z->journal && (frc = journal_flush_delivered(z->journal)) != 0) {
+		char why[512];
+
+		journal_last_error(z->journal, why, sizeof(why));
+		zfs_log(LOG_ERR, "the journal could not record the last batches delivered (%s); "
+			"resume=auto will serve them again", *why ? why : strerror(-frc));
+	}
 	free(z->readme);
 	return rc < 0 ? 1 : 0;
 }
@@ -475,6 +635,14 @@ int cmd_mount(int argc, char **argv)
 	z.gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &z.mounted_at);
 	pthread_mutex_init(&z.lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&z.claims_done, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	memcpy(ident.fingerprint, z.info->fingerprint, sizeof(ident.fingerprint));
 	ident.seed = cfg.seed;
 	ident.shuffle = cfg.shuffle;
@@ -502,9 +670,10 @@ int cmd_mount(int argc, char **argv)
 	se = fuse_session_new(&args, &zfs_ops, sizeof(zfs_ops), &z);
 	if (!se)
 		goto out_journal;
-	unignore_stop_signals();
 	if (fuse_set_signal_handlers(se))
 		goto out_session;
+	if (stop_signals_install())
+		goto out_handlers;
 	if (fuse_session_mount(se, mp)) {
 		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
 		goto out_handlers;
@@ -513,6 +682,7 @@ int cmd_mount(int argc, char **argv)
 	fuse_session_unmount(se);
 out_handlers:
 	fuse_remove_signal_handlers(se);
+	stop_signals_remove();
 out_session:
 	fuse_session_destroy(se);
 out_journal:

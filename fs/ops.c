@@ -34,6 +34,8 @@ struct open_file {
 	struct batch *batch;    /* next, peek, step, sample */
 	struct buf text;        /* status, metrics, state; control's pending input */
 	int refs;
+	int claimed;            /* batch is a claim of next: its delivery is reported */
+	int delivered;          /* reported (atomic): read to its end, or released */
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
 	/* next: the claiming thread and rank, while the handle is in z->next_holders */
 	uint64_t rank;
@@ -44,8 +46,52 @@ struct open_file {
 
 static void next_unhold_locked(struct zfs *z, struct open_file *f);
 
-static void open_file_free(struct zfs *z, struct open_file *f)
+/* One open of next or claimed handle fewer (see zfs.open_claims). */
+static void claims_sub(struct zfs *z)
 {
+	pthread_mutex_lock(&z->lock);
+	if (--z->open_claims == 0)
+		pthread_cond_broadcast(&z->claims_done);
+	pthread_mutex_unlock(&z->lock);
+}
+
+int zfs_wait_claims(struct zfs *z, double timeout_s, unsigned *left)
+{
+	struct timespec until;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += (time_t)timeout_s;
+	until.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&z->lock);
+	while (z->open_claims && rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&z->claims_done, &z->lock, &until);
+	*left = z->open_claims;
+	pthread_mutex_unlock(&z->lock);
+	return *left ? -ETIMEDOUT : 0;
+}
+
+/* The claim a handle of next holds reached its reader: read to its end, or the handle
+ * closed (the reader had every byte it asked for). Reported once. */
+static void open_file_delivered(struct zfs *z, struct open_file *f)
+{
+	if (f->claimed && !__atomic_exchange_n(&f->delivered, 1, __ATOMIC_ACQ_REL))
+		server_delivered(z->srv, f->batch);
+}
+
+/* Free a handle; deliver: it was released (or never reached the opener, which was
+ * interrupted: its claim is consumed within the mount either way). Handles freed at
+ * unmount without a release were not delivered. */
+static void open_file_free(struct zfs *z, struct open_file *f, int deliver)
+{
+	if (deliver)
+		open_file_delivered(z, f);
+	if (f->claimed)
+		claims_sub(z);
 	server_batch_free(z->srv, f->batch);
 	buf_release(&f->text);
 	free(f);
@@ -63,7 +109,7 @@ static void open_file_put(struct zfs *z, struct open_file *f)
 		if (f->next)
 			f->next->prev = f->prev;
 		pthread_mutex_unlock(&z->lock);
-		open_file_free(z, f);
+		open_file_free(z, f, 1);
 	}
 }
 
@@ -83,7 +129,7 @@ void zfs_free_open_files(struct zfs *z)
 		struct open_file *f = z->open_files;
 
 		z->open_files = f->next;
-		open_file_free(z, f);
+		open_file_free(z, f, 0);
 	}
 	memset(z->next_holders, 0, sizeof(z->next_holders));
 	free(z->overlaps);
@@ -720,7 +766,7 @@ static int claim_errno(struct zfs *z, int rc)
 {
 	(void)z;
 	switch (rc) {
-	case -ENODATA: case -EIO: case -ENOENT: case -ENOMEM: case -EINVAL:
+	case -ENODATA: case -EIO: case -ENOENT: case -ENOMEM: case -EINVAL: case -ESHUTDOWN:
 		return -rc;
 	default:
 		return EIO;
@@ -744,7 +790,15 @@ static void open_node(struct zfs *z, fuse_req_t req, uint64_t ino, struct fuse_f
 	open_file_track(z, f);
 	switch (type) {
 	case NODE_NEXT:
+		/* counted before the claim: a clean stop that finds none open and none in
+		 * progress knows that every later claim is refused */
+		pthread_mutex_lock(&z->lock);
+		z->open_claims++;
+		pthread_mutex_unlock(&z->lock);
 		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
+		f->claimed = !rc;
+		if (rc)
+			claims_sub(z);
 		if (!rc) {
 			pid_claim_record(z, fuse_req_ctx(req)->pid, inode_rank(ino), batch_len(f->batch));
 			next_hold(z, f, inode_rank(ino), fuse_req_ctx(req)->pid);
@@ -832,7 +886,8 @@ static void claim_inline_end(struct zfs *z)
 
 /* Replies: open, EACCES (write access to a read-only file, read access to control),
  * ENOENT (rank not served), ENODATA (end of a finite stream, on next and peek), EIO (a
- * sample failed its checksum, or the journal could not record the claim), ENOMEM.
+ * sample failed its checksum, or the journal could not record the claim), ESHUTDOWN
+ * (next, once a clean stop began: nothing claimed), ENOMEM.
  * Opening next claims the rank's next micro-batch; nothing else claims. */
 static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -882,6 +937,7 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct zfs *z = zfs_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 	size_t n = 0;
+	int sent = -1;
 
 	(void)ino;
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
@@ -904,15 +960,19 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			n = 0;
 			fuse_reply_err(req, EIO);
 		} else {
-			fuse_reply_iov(req, iov, (int)cnt); /* frees req whatever happens */
+			sent = fuse_reply_iov(req, iov, (int)cnt); /* frees req whatever happens */
 		}
 	} else {
 		const struct buf *b = f->batch ? &f->batch->data : &f->text;
 
 		if (off >= 0 && (uint64_t)off < b->len)
 			n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
-		fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
+		sent = fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
 	}
+	/* The reply holds the batch's last byte (or the reader asked past it): delivered,
+	 * even if the reader dies before it closes. */
+	if (sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
+		open_file_delivered(z, f);
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);

@@ -73,10 +73,19 @@ struct zfs {
 	uint64_t overlaps_total;
 	struct zfs_ratelimit unserved_log;  /* reads of a rank this mount does not serve */
 	unsigned inline_claims;        /* claims on request threads now (atomic; fs/ops.c) */
+	/* Opens of next in progress plus handles of next holding a claim (guarded by
+	 * lock): a clean stop waits for 0 (zfs_wait_claims). */
+	unsigned open_claims;
+	pthread_cond_t claims_done;    /* open_claims reached 0; CLOCK_MONOTONIC */
 	/* Handles the kernel has not released yet. An unmount can come before the RELEASE of
 	 * a closed file (the kernel sends it in the background); they are freed then. */
 	struct open_file *open_files;
 };
+
+/* Wait up to timeout_s seconds until no open of next is in progress and every handle of
+ * next holding a claim was released (the reader has its batch). 0 or -ETIMEDOUT;
+ * *left receives how many are still open. Call after server_stop_claims(). */
+int zfs_wait_claims(struct zfs *z, double timeout_s, unsigned *left);
 
 /* Free every handle still open, and the overlap records; after the session loop ended
  * (fs/ops.c). */

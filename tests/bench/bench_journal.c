@@ -11,6 +11,8 @@
  *   THREADS        claiming threads, each on its own ranks (default 1)
  * The layout is W=8, B=64, m=1 (8 claims per rank per step), claims round-robin over
  * the ranks: each claim is one journal_claim_next(), i.e. one committed transaction.
+ * As in a mount, deliveries are tracked (journal_track_delivery): each claim is reported
+ * delivered (journal_delivered) before the rank's next claim, which writes it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -50,6 +52,7 @@ static int cmp_double(const void *a, const void *b)
 
 struct worker {
 	struct journal *j;
+	struct layout l;
 	uint64_t first_rank, nranks, claims;
 	double *lat;
 	int rc;
@@ -63,10 +66,17 @@ static void *work(void *arg)
 	for (uint64_t i = 0; i < w->claims; i++) {
 		double t0 = now();
 
-		w->rc = journal_claim_next(w->j, w->first_rank + i % w->nranks, &step, &micro);
+		uint64_t rank = w->first_rank + i % w->nranks;
+
+		w->rc = journal_claim_next(w->j, rank, &step, &micro);
 		if (w->rc)
 			return NULL;
 		w->lat[i] = now() - t0;
+		/* the reader has its batch: what a mount reports at its last byte or close */
+		layout_advance(&w->l, &step, &micro);
+		w->rc = journal_delivered(w->j, rank, step, micro);
+		if (w->rc)
+			return NULL;
 	}
 	return NULL;
 }
@@ -101,6 +111,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 		return 1;
 	}
 	rankset_release(&rs);
+	journal_track_delivery(j);
 	lat = calloc(claims, sizeof(*lat));
 	if (!lat)
 		return 1;
@@ -108,7 +119,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 		threads = 1;
 	t0 = now();
 	for (unsigned t = 0; t < threads; t++) {
-		wk[t] = (struct worker){ j, t * (W / threads), W / threads, claims / threads,
+		wk[t] = (struct worker){ j, l, t * (W / threads), W / threads, claims / threads,
 					 lat + t * (claims / threads), 0 };
 		pthread_create(&th[t], NULL, work, &wk[t]);
 	}

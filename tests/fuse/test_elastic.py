@@ -57,6 +57,12 @@ class History:
         self.statements = []
         self.layout = None        # (S0, G0, W, B, m) of the current round
         self.cursor = {}          # rank -> [step, micro] (the next claim)
+        # rank -> [step, micro]: the delivered position the journal holds (every claim
+        # before it was read whole). A claim writes the one before it (readers here read
+        # each batch whole before the next open); a clean unmount writes the cursor; a
+        # kill -9 leaves the rank's last delivery unwritten.
+        self.written = {}
+        self.killed = None
         self.mounts = []          # [(Mount, ranks, journal)]
         self.round = 0
         self.prev_nodes = 1
@@ -81,7 +87,7 @@ class History:
         if any(kind == 'mark' for _, _, kind, _ in seen):
             return seen[-1][:2]
         s0, g0, w, b, m = self.layout
-        done = min(self.cursor[r][0] - s0 for r in range(w))
+        done = min(self.written[r][0] - s0 for r in range(w))
         return s0 + done, g0 + done * b
 
     # -- actions -----------------------------------------------------------------
@@ -121,6 +127,8 @@ class History:
         self.prev_nodes = nodes
         self.layout = (s_expect, g_expect, w, b, m)
         self.cursor = {r: [s_expect, 0] for r in range(w)}
+        self.written = {r: [s_expect, 0] for r in range(w)}
+        self.killed = None
         if resume != 'auto':
             self.statements += [(s_expect, g_expect, 'start', j) for j in journals[:nodes]]
         self.round_claims = {r: [] for r in range(w)}
@@ -145,6 +153,7 @@ class History:
 
     def advance(self, rank):
         s0, g0, w, b, m = self.layout
+        self.written[rank] = list(self.cursor[rank])   # written with this claim
         c = self.cursor[rank]
         c[1] += 1
         if c[1] == b // w // m:
@@ -166,6 +175,7 @@ class History:
         if verb == 'rewind':
             for r in self.cursor:
                 self.cursor[r] = [step, 0]
+                self.written[r] = [step, 0]
 
     def kill_during_reads(self):
         """SIGKILL one node's daemon while a thread reads one of its ranks."""
@@ -183,6 +193,7 @@ class History:
         t.start()
         time.sleep(self.rng.uniform(0.001, 0.03))
         mnt.kill9()
+        self.killed = mnt
         self.log('kill -9 while reading rank', rank, 'of', group)
         stop.set()
         t.join(timeout=30)
@@ -206,9 +217,16 @@ class History:
                 self.advance(r)
             assert jc == self.cursor[r], (r, jc, self.cursor[r])
 
+    def stop_mounts(self, check=True):
+        """Unmount every mount of the round; the clean ones write their deliveries."""
+        for mnt, group in self.mounts:
+            mnt.stop(check=check)
+            if mnt is not self.killed:
+                for r in group:
+                    self.written[r] = list(self.cursor[r])
+
     def end_round(self):
-        for mnt, _ in self.mounts:
-            mnt.stop()
+        self.stop_mounts()
         self.check_complete_steps()
 
     def check_complete_steps(self):
@@ -249,7 +267,7 @@ class History:
                     self.kill_during_reads()
                     killed = True
                     break
-            self.end_round() if not killed else [mnt.stop(check=False) for mnt, _ in self.mounts]
+            self.end_round() if not killed else self.stop_mounts(check=False)
             if killed:
                 self.check_complete_steps()
         # Below the final resume point every gsn was served: each epoch there is whole.

@@ -134,8 +134,11 @@ def test_show_json(tmp_path):
             l0['start_samples'], l0['host']) == (16, 2, '0-3', 0, 0, 'gpu-node-7')
     assert l0['time'] == (T0 + 1000) // 1000000
     assert l0['rule'] == 'auto' and l0['resume'].startswith('auto: the journal has no layout')
-    assert l0['cursors'] == {'0': {'step': 5, 'micro': 0}, '1': {'step': 5, 'micro': 1},
-                             '2': {'step': 3, 'micro': 1}, '3': {'step': 4, 'micro': 0}}
+    # a version-1 journal (claims only): each cursor counts as delivered
+    assert l0['cursors'] == {r: {'step': st, 'micro': mi, 'delivered_step': st,
+                                 'delivered_micro': mi}
+                             for r, (st, mi) in {'0': (5, 0), '1': (5, 1), '2': (3, 1),
+                                                 '3': (4, 0)}.items()}
     assert l0['consumed_samples'] == 48
     assert l1['consumed_samples'] == 48 + 5 * 24
     assert d['checkpoints'] == [{'step': 6, 'samples': 120, 'time': (T0 + 3000) // 1000000,
@@ -243,7 +246,7 @@ def test_bad_files_exit_1_and_stay_untouched(tmp_path, kind):
     j = tmp_path / 'j.sqlite'
     want = {'missing': 'No such file', 'random': 'not a Zephon journal',
             'text': 'not a Zephon journal', 'other-sqlite': 'not a Zephon journal',
-            'newer': 'schema version 2', 'empty': 'is empty', 'directory': 'directory'}[kind]
+            'newer': 'schema version 3', 'empty': 'is empty', 'directory': 'directory'}[kind]
     if kind == 'random':
         j.write_bytes(os.urandom(5000))
     elif kind == 'text':
@@ -254,7 +257,7 @@ def test_bad_files_exit_1_and_stay_untouched(tmp_path, kind):
         con.commit()
         con.close()
     elif kind == 'newer':
-        make_journal(j, HISTORY, user_version=2)
+        make_journal(j, HISTORY, user_version=3)
     elif kind == 'empty':
         j.write_bytes(b'')
     elif kind == 'directory':

@@ -355,7 +355,8 @@ def test_concurrent_openers_get_every_micro_batch_once(records, mount, threads):
 
 def fuse_threads(m):
     """The daemon's threads that serve FUSE requests: all but the decode workers
-    ("zephon-decode") and the main thread, which waits for the request loop."""
+    ("zephon-decode"), the stopper ("zephon-stop") and the main thread, which waits for
+    the request loop."""
     comms = [(t / 'comm').read_text().strip()
              for t in pathlib.Path('/proc/%d/task' % m.proc.pid).iterdir()]
     return comms.count('zephon') - 1

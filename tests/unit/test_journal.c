@@ -312,11 +312,11 @@ static void test_newer_schema(void)
 	char err[512];
 	struct journal *j = NULL;
 
-	sql_exec(p, "PRAGMA user_version = 2;");
-	expect_refused(p, -EBADMSG, "schema version 2");
+	sql_exec(p, "PRAGMA user_version = 3;");
+	expect_refused(p, -EBADMSG, "schema version 3");
 	CHECK(journal_open(p, &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err)) == -EBADMSG);
 	CHECK(strstr(err, "newer zephon") != NULL);
-	CHECK(sql_int(p, "PRAGMA user_version") == 2);
+	CHECK(sql_int(p, "PRAGMA user_version") == 3);
 	sql_exec(p, "PRAGMA user_version = 0;");
 	expect_refused(p, -EBADMSG, "schema version 0");
 	free(p);
