@@ -265,7 +265,8 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 
 	if (o->allow_other) {
 		/* allow_other always comes with default_permissions: other users may read
-		 * batches (0444) but never write control (0200). */
+		 * status, samples/ and step/ (0444) but neither claim batches from next nor
+		 * peek at them (0400) nor write control (0200). */
 		if (fuse_opt_add_arg(args, "-oallow_other,default_permissions"))
 			return -1;
 	} else if (o->default_permissions && fuse_opt_add_arg(args, "-odefault_permissions")) {

@@ -231,6 +231,13 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 		st->st_mode = S_IFREG | 0200;
 		st->st_nlink = 1;
 		break;
+	case NODE_NEXT: case NODE_PEEK:
+		/* Only the owner moves the stream (next) or sees where it stands (peek):
+		 * with allow_other, default_permissions keeps other users to status,
+		 * samples/ and step/, which claim nothing and are the same for anyone. */
+		st->st_mode = S_IFREG | 0400;
+		st->st_nlink = 1;
+		break;
 	case NODE_README:
 		*timeout = STATIC_ATTR_TIMEOUT;
 		/* fall through */
