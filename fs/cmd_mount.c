@@ -184,7 +184,7 @@ static int start_journal(struct zfs *z, const struct journal_ident *ident)
 		journal_last_error(z->journal, err, sizeof(err));
 		die_msg("cannot start at resume=%s with journal %s: %s", rule, z->cfg->journal,
 			*err ? err : strerror(-rc));
-		journal_close(z->journal);
+		journal_abandon(z->journal); /* a refused mount leaves no journal behind */
 		z->journal = NULL;
 		return rc == -EINVAL ? 2 : 1;
 	}
@@ -355,7 +355,7 @@ int cmd_mount(int argc, char **argv)
 	struct fuse_session *se;
 	struct zfs z = { 0 };
 	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
-	int status = 2;
+	int status = 2, live = 0;
 
 	if (mount_options_parse(&args, &o)) {
 		if (o.bad_option)
@@ -446,6 +446,7 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
 		goto out_handlers;
 	}
+	live = 1;
 	status = serve(&z, se, &o);
 	fuse_session_unmount(se);
 out_handlers:
@@ -454,7 +455,10 @@ out_session:
 	fuse_session_destroy(se);
 out_journal:
 	free(z.layouts);
-	journal_close(z.journal);
+	if (live)
+		journal_close(z.journal);
+	else
+		journal_abandon(z.journal); /* never served: leave no journal it created */
 out_ds:
 	dataset_close(ds);
 out_cfg:
