@@ -358,7 +358,10 @@ int cmd_mount(int argc, char **argv)
 	int status = 2, live = 0;
 
 	if (mount_options_parse(&args, &o)) {
-		if (o.bad_option)
+		if (o.bad_option && strpbrk(o.bad_option, " \t\n\r\v\f"))
+			die_msg("unknown mount option '%s': it holds a space; write NAME=VALUE "
+				"options separated by commas alone", o.bad_option);
+		else if (o.bad_option)
 			die_msg("unknown mount option '%s'; see zephon mount --help", o.bad_option);
 		goto out_opts;
 	}

@@ -169,8 +169,12 @@ static int number(const char *name, const char *text, uint64_t dflt, uint64_t *o
 		*out = dflt;
 		return 0;
 	}
-	if (parse_u64(text, out))
-		return WHY("%s=%s is not a non-negative whole number", name, text);
+	if (parse_u64(text, out)) {
+		char problem[80];
+
+		return WHY("%s=%s is not a non-negative whole number: %s", name, text,
+			   parse_u64_problem(text, problem, sizeof(problem)));
+	}
 	return 0;
 }
 

@@ -540,6 +540,16 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('prefetch=1000', 'prefetch=1000 is above the limit of 64'),
     ('max_threads=0', 'max_threads=0 must be between 1 and 256'),
     ('max_threads=many', 'max_threads=many is not a non-negative whole number'),
+    ('world_size=4 ', 'world_size=4  is not a non-negative whole number: it ends with a '
+     'space; remove it'),
+    ('world_size=4,seed=\t7', 'seed=\t7 is not a non-negative whole number: it starts with '
+     'a tab; remove it'),
+    ('world_size=-4', 'world_size=-4 is not a non-negative whole number: it is negative'),
+    ('seed=1 2', "seed=1 2 is not a non-negative whole number: it holds a space"),
+    ('seed=12x', "seed=12x is not a non-negative whole number: 'x' is not a digit"),
+    ('seed=18446744073709551616', 'it is above 18446744073709551615'),
+    ('world_size=2, global_batch=4', "unknown mount option ' global_batch=4': it holds a "
+     "space; write NAME=VALUE options separated by commas alone"),
     ('bogus_option=1', "unknown mount option 'bogus_option=1'"),
     ('max_read=4096', "unknown mount option 'max_read=4096'"),
     ('world_size=2,ranks=', 'ranks= needs a list'),
