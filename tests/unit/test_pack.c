@@ -3,6 +3,7 @@
  * while it is open).
  * Also the parsers of untrusted bytes on hand-made cases (the fuzz targets cover the rest).
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -331,6 +332,92 @@ static void test_truncated_under_open_dataset(void)
 	dataset_close(c.ds);
 }
 
+/* A Megatron .idx truncated while it is packed (it is read through a mapping): the
+ * next read of the source fails with -EIO and says so, on a thread with every signal
+ * blocked as well as on this one. */
+#define MEG_SEQS 3000
+static void *read_cut_megatron(void *arg)
+{
+	const char *prefix = arg;
+	char idx[512];
+	struct source s;
+	struct source_opts o = { 0 };
+	struct buf b = BUF_INIT;
+	long wrong = 0;
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(idx, sizeof(idx), "%s.idx", prefix);
+	rc = source_open(&s, &source_megatron_ops, idx, &o);
+	WRONG(rc != 0);
+	if (rc)
+		fprintf(stderr, "%s\n", s.err);
+	WRONG(source_next(&s, &b) != 1);            /* the first sequence reads */
+	WRONG(truncate(idx, 0) != 0);
+	b.len = 0;
+	while ((rc = source_next(&s, &b)) == 1)      /* the sizes on the first page are cached */
+		b.len = 0;
+	WRONG(rc != -EIO);
+	WRONG(!strstr(s.err, "can no longer be read"));
+	source_close(&s);
+	buf_release(&b);
+	return (void *)wrong;
+}
+
+static void write_megatron(const char *prefix)
+{
+	char path[512];
+	uint8_t *idx = calloc(1, 34 + MEG_SEQS * 12 + 8 * 2), *p = idx;
+	uint16_t tok[4] = { 1, 2, 3, 4 };
+	FILE *bin;
+	uint64_t v;
+
+	REQUIRE(idx);
+	memcpy(p, "MMIDIDX\0\0", 9);
+	v = htole64(1);
+	memcpy(p + 9, &v, 8);
+	p[17] = 8;                                   /* uint16 */
+	v = htole64(MEG_SEQS);
+	memcpy(p + 18, &v, 8);
+	v = htole64(2);
+	memcpy(p + 26, &v, 8);
+	for (uint64_t i = 0; i < MEG_SEQS; i++) {
+		uint32_t n = htole32(4);
+		uint64_t ptr = htole64(i * 8);
+
+		memcpy(p + 34 + i * 4, &n, 4);
+		memcpy(p + 34 + MEG_SEQS * 4 + i * 8, &ptr, 8);
+	}
+	v = htole64(MEG_SEQS);
+	memcpy(p + 34 + MEG_SEQS * 12 + 8, &v, 8);   /* document index: 0, MEG_SEQS */
+	snprintf(path, sizeof(path), "%s.idx", prefix);
+	write_file(path, idx, 34 + MEG_SEQS * 12 + 16);
+	snprintf(path, sizeof(path), "%s.bin", prefix);
+	bin = fopen(path, "wb");
+	REQUIRE(bin);
+	for (int i = 0; i < MEG_SEQS; i++)
+		REQUIRE(fwrite(tok, sizeof(tok), 1, bin) == 1);
+	fclose(bin);
+	free(idx);
+}
+
+static void test_megatron_idx_truncated_while_packed(void)
+{
+	sigset_t all, old;
+	pthread_t t;
+	void *wrong;
+
+	write_megatron(path_in("meg"));
+	CHECK(read_cut_megatron(path_in("meg")) == NULL);
+	write_megatron(path_in("meg"));
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	REQUIRE(pthread_create(&t, NULL, read_cut_megatron, path_in("meg")) == 0);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_join(t, &wrong);
+	CHECK((long)wrong == 0);
+}
+
 static void rm_dataset(const char *dir)
 {
 	char cmd[600];
@@ -482,6 +569,7 @@ int main(void)
 	REQUIRE(mkdtemp(tmp));
 	test_parsers();
 	test_pack_errors();
+	test_megatron_idx_truncated_while_packed();
 	test_roundtrip(1, 0);
 	test_corrupt_reads(1);
 	rm_dataset(path_in("ds"));
