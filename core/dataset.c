@@ -212,6 +212,7 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		const struct catalog_shard *cs = &ds->cat.shards[k];
 		struct ds_shard *s = &ds->shards[ds->nshards];
 		struct shard_index_header h;
+		uint8_t hb[sizeof(struct shard_index_header)];
 		struct stat sb;
 		int ifd;
 		void *map;
@@ -294,7 +295,13 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 		 * the page cache in large folios, e.g. just after a pack, are still mapped a
 		 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
 		madvise(map, s->index_len, MADV_RANDOM);
-		if (shard_index_parse_header(map, s->index_len, &h, why, sizeof(why))) {
+		if (guard_copy(&hb, map, sizeof(hb))) {
+			err_printf(err, errlen, "index %s: read failed: %s (truncated while "
+				"opening?)", cs->index_file, strerror(EIO));
+			return -EIO;
+		}
+		/* it reads the header's bytes only; the length is the file's */
+		if (shard_index_parse_header(hb, s->index_len, &h, why, sizeof(why))) {
 			err_printf(err, errlen, "index %s: %s", cs->index_file, why);
 			return -EBADMSG;
 		}
@@ -431,6 +438,18 @@ static const uint8_t *entry_at(const struct ds_shard *s, uint64_t id)
 	return s->index + shard_index_size(id - s->first_sample);
 }
 
+/* Read the index entry of sample id (of shard s) out of the index mapping: 0, or -EIO
+ * when the read faulted (the index file was truncated under us, or its disk failed). */
+static int entry_read(const struct ds_shard *s, uint64_t id, struct shard_index_entry *e)
+{
+	uint8_t raw[sizeof(struct shard_index_entry)];
+
+	if (guard_copy(raw, entry_at(s, id), sizeof(raw)))
+		return -EIO;
+	shard_index_entry_decode(raw, e);
+	return 0;
+}
+
 int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
 {
 	const struct ds_shard *s;
@@ -439,9 +458,8 @@ int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
 	if (id >= ds->info.samples)
 		return -ERANGE;
 	s = find_shard(ds, id);
-	shard_index_entry_get(s->index, id - s->first_sample, &e);
-	if (e.raw_len > SAMPLE_MAX_BYTES)
-		return -EIO; /* a corrupt index; the read of the sample says more */
+	if (entry_read(s, id, &e) || e.raw_len > SAMPLE_MAX_BYTES)
+		return -EIO; /* an unreadable or corrupt index; the read of the sample says more */
 	*raw_len = e.raw_len;
 	return 0;
 }
@@ -527,7 +545,9 @@ static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **
 		return -ERANGE;
 	}
 	s = find_shard(ds, id);
-	shard_index_entry_get(s->index, id - s->first_sample, &e);
+	if (entry_read(s, id, &e))
+		READ_FAIL("index entry read failed: %s (the index file was truncated or its "
+			  "disk failed)", strerror(EIO));
 	if (shard_index_entry_check(&e, s->bytes, ds->info.compressed, why, sizeof(why)))
 		READ_FAIL("bad index entry: %s", why);
 	if (ds->info.kind == DATASET_TOKENS && e.raw_len != ds->info.seq_len * ds->info.itemsize)
@@ -630,9 +650,8 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
 		__builtin_prefetch(entry + sizeof(struct shard_index_entry) - 1);
 		return;
 	}
-	if (!s->data)
+	if (!s->data || entry_read(s, id, &e))
 		return;
-	shard_index_entry_get(s->index, id - s->first_sample, &e);
 	/* an entry is checked only when the sample is read; a prefetch never faults, but
 	 * stay inside the mapping all the same */
 	if (e.offset < s->bytes)
@@ -677,9 +696,8 @@ static int batch_cold(const struct dataset *ds, const uint64_t *ids, size_t coun
 		if (id >= ds->info.samples)
 			continue;
 		s = find_shard(ds, id);
-		if (!page_resident(entry_at(s, id)))
+		if (!page_resident(entry_at(s, id)) || entry_read(s, id, &e))
 			return 1;
-		shard_index_entry_get(s->index, id - s->first_sample, &e);
 		if (s->data && e.offset < s->bytes && !page_resident(s->data + e.offset))
 			return 1;
 	}
@@ -730,8 +748,8 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 		if (ids[i] >= ds->info.samples)
 			continue;
 		s = find_shard(ds, ids[i]);
-		shard_index_entry_get(s->index, ids[i] - s->first_sample, &e);
-		if (e.offset >= s->bytes) /* an entry is checked when its sample is read */
+		/* an entry is checked, and a failed read reported, when its sample is read */
+		if (entry_read(s, ids[i], &e) || e.offset >= s->bytes)
 			continue;
 		from = e.offset & ~(w - 1);
 		to = e.stored_len < s->bytes - e.offset ? e.offset + e.stored_len : s->bytes;
@@ -851,6 +869,24 @@ static void verify_bad(void (*bad)(void *, uint64_t, const char *), void *ctx,
 	bad(ctx, id, msg);
 }
 
+struct check_args {
+	const struct ds_shard *s;
+	int compressed;
+	uint64_t *bad_entry;
+	char *why;
+	size_t why_len;
+	int rc;
+};
+
+/* shard_index_check_all() over a shard's index mapping, for guard_run(). */
+static void check_index(void *ctx)
+{
+	struct check_args *a = ctx;
+
+	a->rc = shard_index_check_all(a->s->index, a->s->index_len, a->s->bytes, a->compressed,
+				      a->bad_entry, a->why, a->why_len);
+}
+
 int dataset_verify(const struct dataset *ds,
 		   void (*bad)(void *ctx, uint64_t id, const char *msg),
 		   void (*progress)(void *ctx, uint64_t done, uint64_t total),
@@ -877,9 +913,13 @@ int dataset_verify(const struct dataset *ds,
 		const struct ds_shard *s = &ds->shards[k];
 		uint64_t e;
 
+		struct check_args a = { s, in->compressed, &e, why, sizeof(why), 0 };
+
 		stored += s->bytes;
-		if (shard_index_check_all(s->index, s->index_len, s->bytes, in->compressed, &e,
-					  why, sizeof(why)))
+		if (guard_run(check_index, &a))
+			verify_bad(bad, ctx, rep, UINT64_MAX, "%s: index read failed: %s (the index "
+				   "file was truncated or its disk failed)", s->file, strerror(EIO));
+		else if (a.rc)
 			verify_bad(bad, ctx, rep, e < s->count ? s->first_sample + e : UINT64_MAX,
 				   "%s: index entry %" PRIu64 ": %s", s->file, e, why);
 	}

@@ -103,7 +103,8 @@ const struct catalog *dataset_catalog(const struct dataset *ds);
 
 /* Decoded size of sample id from the index, without reading the shard.
  * 0, or -ERANGE (id >= N), -EIO (the index entry is corrupt: more than
- * SAMPLE_MAX_BYTES). A size from here is a hint until sample_reader_read() succeeds. */
+ * SAMPLE_MAX_BYTES; or it could not be read: the index file was truncated under us, or
+ * its disk failed). A size from here is a hint until sample_reader_read() succeeds. */
 int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len);
 
 /* Which shard file holds sample id (for messages). NULL when id >= N. */
@@ -121,8 +122,12 @@ void sample_reader_free(struct sample_reader *r);
 
 /* Append the decoded bytes of sample id to out (exactly raw_len bytes). Checks the frame
  * checksum and the index checksum. 0, or -ERANGE (id >= N), -EIO (checksum mismatch,
- * corrupt frame, read error, size differs from the index: out is left as it was),
- * -ENOMEM. Never returns wrong bytes. */
+ * corrupt frame, read error, size differs from the index, or the index entry or the
+ * payload could not be read from its mapping (a file truncated under us): out is left
+ * as it was), -ENOMEM. Never returns wrong bytes.
+ * Every read of the dataset's mappings, here and in the other sample_reader_* and
+ * dataset_* calls, goes through guard.h: a fault fails the call, never the process, on
+ * any thread. */
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out);
 /* The decoded length of sample id (its index entry's raw_len, checked against the shard
  * like a read does), without reading its bytes. 0, or -ERANGE (id >= N), -EIO (bad index

@@ -9,6 +9,7 @@
 /* volatile: the stores around memcpy() must happen; to the compiler, memcpy reads
  * nothing of ours and the first store would be dead */
 static __thread sigjmp_buf *volatile guard_jump;
+static __thread int guard_thread_ready;   /* SIGBUS unblocked in this thread */
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 static struct sigaction guard_previous;
 
@@ -16,7 +17,9 @@ static void guard_handler(int sig, siginfo_t *info, void *ctx)
 {
 	sigjmp_buf *jump = guard_jump;
 
-	if (jump) {
+	/* si_code > 0: raised by the kernel for a fault of this thread (BUS_ADRERR, ...);
+	 * kill(), sigqueue() and tgkill() give SI_USER, SI_QUEUE, SI_TKILL (<= 0) */
+	if (jump && info && info->si_code > 0) {
 		guard_jump = NULL;
 		siglongjmp(*jump, 1);
 	}
@@ -44,11 +47,25 @@ static void guard_install(void)
 	sigaction(SIGBUS, &sa, &guard_previous);
 }
 
+/* Install the handler (once per process) and unblock SIGBUS in this thread (once per
+ * thread). */
+static void guard_prepare_thread(void)
+{
+	sigset_t bus;
+
+	pthread_once(&guard_once, guard_install);
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+	guard_thread_ready = 1;
+}
+
 int guard_run(void (*fn)(void *ctx), void *ctx)
 {
 	sigjmp_buf jump;
 
-	pthread_once(&guard_once, guard_install);
+	if (__builtin_expect(!guard_thread_ready, 0))
+		guard_prepare_thread();
 	/* The mask is not saved: the handler runs with SA_NODEFER and an empty sa_mask, so
 	 * jumping out of it leaves the thread's mask as it was. Saving it would cost a
 	 * rt_sigprocmask system call per guarded call, and there is one per sample served

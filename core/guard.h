@@ -10,6 +10,15 @@
  * before (ASan's, say) or is re-raised with the default action. This is the technique
  * of POSIX sigsetjmp/siglongjmp out of a synchronous signal handler.
  *
+ * A fault whose signal is blocked kills the process whatever handler is installed, and
+ * threads that must take no asynchronous signal (the decode workers) are created with
+ * every signal blocked: so the first guarded call of each thread unblocks SIGBUS for
+ * that thread. Only a SIGBUS the kernel raised for a fault is caught; one sent with
+ * kill() or raise() never interrupts a guarded call.
+ *
+ * Every read of a mapping of a file that anyone can change (a dataset's shards and
+ * shard indexes, on whatever thread) goes through one of these two calls.
+ *
  * Thread-safe; async-signal-safe only in the sense above.
  */
 #ifndef ZEPHON_GUARD_H

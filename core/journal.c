@@ -79,6 +79,8 @@ struct journal {
 	char *wal_cleanup;          /* readers: a -wal this open created, removed at close */
 	int readonly;
 	int version;                /* user_version: 1 has no delivered positions */
+	int created;                /* JOURNAL_NEW_*: what journal_open() found at path */
+	unsigned sides_existed;     /* bit k: side_names[k] existed before journal_open() */
 	struct journal_ident ident;
 	int64_t next_seq;           /* seq of the next history row */
 	sqlite3_stmt *st_claim;     /* UPDATE cursor ... (the hot path) */
@@ -386,6 +388,29 @@ static int file_exists(const char *path)
 	struct stat st;
 
 	return path && !stat(path, &st);
+}
+
+/* journal->created: whether journal_abandon() has something to undo. */
+enum { JOURNAL_NEW_NONE, JOURNAL_NEW_FILE, JOURNAL_NEW_FILLED_EMPTY };
+
+/* The files SQLite may create beside a journal (WAL, its shared memory, the rollback
+ * journal of the creating transaction). */
+static const char *const side_names[] = { "-wal", "-shm", "-journal" };
+#define NSIDES (sizeof(side_names) / sizeof(side_names[0]))
+
+/* Which side files of path exist: bit k for side_names[k]. */
+static unsigned sides_present(const char *path)
+{
+	unsigned bits = 0;
+
+	for (unsigned k = 0; k < NSIDES; k++) {
+		char *p = side_path(path, side_names[k]);
+
+		if (file_exists(p))
+			bits |= 1u << k;
+		free(p);
+	}
+	return bits;
 }
 
 /* Remove a side file (-wal, -journal) that this open created and left empty. */
@@ -723,6 +748,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 	struct journal *j = NULL;
 	char *wal = NULL, *uri = NULL, a[128], b[128];
 	int wal_existed = 1, create, existed, version = 0, rc, src, flags;
+	unsigned sides;
 	sqlite3 *db = NULL;
 
 	if (!path || !*path)
@@ -730,6 +756,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 	rc = precheck(path, mode, &create, &existed, err, errlen);
 	if (rc)
 		return rc;
+	sides = sides_present(path);
 	if (mode == OPEN_WRITE) {
 		/* Our own open() first: it reports the precise errno (ENOTDIR, EROFS, ...)
 		 * where SQLite would only say "unable to open". */
@@ -870,6 +897,9 @@ static int open_common(const char *path, const struct journal_ident *want,
 	j->ident = have;
 	j->readonly = mode != OPEN_WRITE;
 	j->version = version;
+	j->created = mode != OPEN_WRITE || !create ? JOURNAL_NEW_NONE :
+		     existed ? JOURNAL_NEW_FILLED_EMPTY : JOURNAL_NEW_FILE;
+	j->sides_existed = sides;
 	j->path = strdup(path);
 	if (!j->path || pthread_mutex_init(&j->mu, NULL)) {
 		rc = -ENOMEM;
@@ -965,6 +995,31 @@ void journal_close(struct journal *j)
 	free(j->claimed);
 	free(j->path);
 	free(j);
+}
+
+void journal_abandon(struct journal *j)
+{
+	if (!j)
+		return;
+	if (j->created != JOURNAL_NEW_NONE) {
+		/* Undone while this handle still holds the file's lock, so no other mount can
+		 * have opened it meanwhile; closing then must not write into the file: no
+		 * checkpoint of the WAL (which is removed with the other side files). */
+		sqlite3_db_config(j->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+		if (j->created == JOURNAL_NEW_FILE) {
+			unlink(j->path);
+		} else if (truncate(j->path, 0) != 0) {
+			/* left as a valid journal without a layout: the next mount uses it */
+		}
+		for (unsigned k = 0; k < NSIDES; k++) {
+			char *p = side_path(j->path, side_names[k]);
+
+			if (p && !(j->sides_existed & (1u << k)))
+				unlink(p);
+			free(p);
+		}
+	}
+	journal_close(j);
 }
 
 void journal_identity(struct journal *j, struct journal_ident *out)

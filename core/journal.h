@@ -134,6 +134,13 @@ int journal_open_readonly(const char *path, struct journal **out, char *err, siz
 /* Close (NULL is a no-op). A clean close checkpoints the WAL into the database. */
 void journal_close(struct journal *j);
 
+/* Close j after a mount that never served was refused (its journal_start() failed, or it
+ * could not mount): a journal that journal_open() created is removed, one that was an
+ * empty file is emptied again, and so are the side files (-wal, -shm, -journal) that
+ * did not exist before the open; any other journal is closed as journal_close() does,
+ * keeping what was there. NULL is a no-op. */
+void journal_abandon(struct journal *j);
+
 /* The identity stored in the journal. */
 void journal_identity(struct journal *j, struct journal_ident *out);
 

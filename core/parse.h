@@ -7,7 +7,9 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* 0 and *out = the value, or -EINVAL (NULL, empty, a non-digit, or above 2^64 - 1). */
 static inline int parse_u64(const char *s, uint64_t *out)
@@ -23,6 +25,51 @@ static inline int parse_u64(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = v;
 	return 0;
+}
+
+/* The name of a whitespace byte c for messages; NULL when c is not whitespace. */
+static inline const char *parse_space_name(char c)
+{
+	switch (c) {
+	case ' ': return "a space";
+	case '\t': return "a tab";
+	case '\n': return "a newline";
+	case '\r': return "a carriage return";
+	case '\v': case '\f': return "a blank";
+	default: return NULL;
+	}
+}
+
+/* Why parse_u64() refuses s, as the end of a message ("it ends with a space; remove
+ * it"), written into buf (len bytes, at least 64 for the whole phrase). Returns buf. */
+static inline const char *parse_u64_problem(const char *s, char *buf, size_t len)
+{
+	size_t n = s ? strlen(s) : 0, i;
+	const char *sp;
+
+	if (!n) {
+		snprintf(buf, len, "it is empty");
+	} else if ((sp = parse_space_name(s[0]))) {
+		snprintf(buf, len, "it starts with %s; remove it", sp);
+	} else if ((sp = parse_space_name(s[n - 1]))) {
+		snprintf(buf, len, "it ends with %s; remove it", sp);
+	} else if (s[0] == '-') {
+		snprintf(buf, len, "it is negative");
+	} else if (s[0] == '+') {
+		snprintf(buf, len, "it has a sign; write the digits alone");
+	} else {
+		for (i = 0; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+			;
+		if (i == n)
+			snprintf(buf, len, "it is above %llu", (unsigned long long)UINT64_MAX);
+		else if ((sp = parse_space_name(s[i])))
+			snprintf(buf, len, "it holds %s", sp);
+		else if (s[i] > ' ' && s[i] < 0x7f)
+			snprintf(buf, len, "'%c' is not a digit", s[i]);
+		else
+			snprintf(buf, len, "byte 0x%02x is not a digit", (unsigned char)s[i]);
+	}
+	return buf;
 }
 
 #endif

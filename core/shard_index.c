@@ -64,7 +64,12 @@ int shard_index_parse_header(const void *p, size_t len, struct shard_index_heade
 
 void shard_index_entry_get(const void *p, uint64_t i, struct shard_index_entry *out)
 {
-	const uint8_t *e = (const uint8_t *)p + shard_index_size(i);
+	shard_index_entry_decode((const uint8_t *)p + shard_index_size(i), out);
+}
+
+void shard_index_entry_decode(const void *p, struct shard_index_entry *out)
+{
+	const uint8_t *e = p;
 
 	out->offset = rd64(e);
 	out->stored_len = rd32(e + 8);

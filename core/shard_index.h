@@ -48,6 +48,9 @@ int shard_index_parse_header(const void *p, size_t len, struct shard_index_heade
 /* Entry i of an index whose header parsed (i < count; not checked here). */
 void shard_index_entry_get(const void *p, uint64_t i, struct shard_index_entry *out);
 
+/* Decode the sizeof(struct shard_index_entry) bytes of one entry at p. */
+void shard_index_entry_decode(const void *p, struct shard_index_entry *out);
+
 /* Check one entry against the payload file size and the largest sample (O(1)):
  * offset + stored_len <= shard_bytes, raw_len <= SAMPLE_MAX_BYTES, reserved == 0, and
  * for raw storage stored_len == raw_len. 0 or -EBADMSG with the reason in why. */

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guard.h"
+
 #define MEG_MAGIC "MMIDIDX\0\0"
 #define MEG_MAGIC_LEN 9
 #define MEG_HEADER_LEN (MEG_MAGIC_LEN + 8 + 1 + 8 + 8)
@@ -187,10 +189,30 @@ int megatron_pair_paths(const char *path, char **idx, char **bin)
 	return 0;
 }
 
+/* What meg_open() reads of the .idx mapping, run under guard_run(): the input may be
+ * truncated while we pack it (reads of the cut pages fault). */
+struct meg_read_idx {
+	struct source *s;
+	struct meg_src *g;
+	uint64_t bin_size;
+	char why[300];
+	int rc;
+};
+
+static void meg_read_idx(void *ctx)
+{
+	struct meg_read_idx *r = ctx;
+
+	r->rc = megatron_idx_parse(r->g->idx, r->g->idx_len, r->bin_size, &r->g->m, r->why,
+				   sizeof(r->why));
+	if (!r->rc)
+		XXH3_128bits_update(r->s->hash, r->g->idx, r->g->idx_len);
+}
+
 static int meg_open(struct source *s)
 {
 	struct meg_src *g = calloc(1, sizeof(*g));
-	char *idx_path = NULL, why[300];
+	char *idx_path = NULL;
 	struct stat ib, bb;
 	int fd = -1, rc;
 
@@ -227,13 +249,22 @@ static int meg_open(struct source *s)
 		snprintf(s->err, sizeof(s->err), "%s: mmap: %s", idx_path, strerror(-rc));
 		goto out;
 	}
-	rc = megatron_idx_parse(g->idx, g->idx_len, (uint64_t)bb.st_size, &g->m, why,
-				sizeof(why));
-	if (rc) {
-		snprintf(s->err, sizeof(s->err), "%s: %s", idx_path, why);
-		goto out;
+	{
+		struct meg_read_idx r = { s, g, (uint64_t)bb.st_size, "", 0 };
+
+		if (guard_run(meg_read_idx, &r)) {
+			rc = -EIO;
+			snprintf(s->err, sizeof(s->err), "%s: read failed: %s (the file was "
+				 "truncated while it was packed, or its disk failed)", idx_path,
+				 strerror(EIO));
+			goto out;
+		}
+		rc = r.rc;
+		if (rc) {
+			snprintf(s->err, sizeof(s->err), "%s: %s", idx_path, r.why);
+			goto out;
+		}
 	}
-	XXH3_128bits_update(s->hash, g->idx, g->idx_len);
 	s->dtype = g->m.dtype;
 	s->bytes_total = g->m.tokens * g->m.itemsize;
 	rc = 0;
@@ -248,18 +279,23 @@ static int meg_next(struct source *s, struct buf *out)
 {
 	struct meg_src *g = s->priv;
 	uint64_t size, ptr, want;
+	uint8_t n[4], p[8];     /* a size and a pointer, copied out of the mapping */
 	int rc;
 
 	for (;;) {
 		if (g->seq >= g->m.sequences)
 			return 0;
-		size = (uint64_t)rd32(g->m.sizes + g->seq * 4) * g->m.itemsize;
+		if (guard_copy(n, g->m.sizes + g->seq * 4, 4))
+			goto cut;
+		size = (uint64_t)rd32(n) * g->m.itemsize;
 		if (g->done < size)
 			break;
 		g->seq++;
 		g->done = 0;
 	}
-	ptr = rd64(g->m.pointers + g->seq * 8) + g->done;
+	if (guard_copy(p, g->m.pointers + g->seq * 8, 8))
+		goto cut;
+	ptr = rd64(p) + g->done;
 	want = size - g->done < MEG_CHUNK ? size - g->done : MEG_CHUNK;
 	rc = buf_reserve(out, (size_t)want);
 	if (rc)
@@ -270,6 +306,9 @@ static int meg_next(struct source *s, struct buf *out)
 	g->done += want;
 	s->bytes_read += want;
 	return 1;
+cut:
+	return source_error(s, -EIO, "%s: the .idx beside it can no longer be read (truncated "
+			    "while it was packed, or its disk failed); pack it again", g->bin_path);
 }
 
 const struct source_ops source_megatron_ops = {

@@ -43,6 +43,9 @@ struct tar_src {
 	struct buf held;         /* a file group of one file, or empty */
 	char *held_key;
 	char *last_name;         /* last member seen, for positions in messages */
+	int64_t header_at;       /* where the header being read starts in the tar stream,
+	                          * -1 unknown: libarchive cannot say once a header failed */
+	int in_entry;            /* a header was read: libarchive expects its data next */
 	int at_end;
 };
 
@@ -385,6 +388,25 @@ static int read_member(struct source *s, struct tar_src *t, struct buf *out, siz
 	return 0;
 }
 
+/* Where the next header starts in the (decoded) tar stream, for messages: taken before
+ * the header is read, since archive_read_header_position() fails (ARCHIVE_FATAL, -30)
+ * once a header did. The rest of the current entry (the unread part of its data and
+ * its padding, which libarchive takes lazily) is skipped first, as
+ * archive_read_next_header() would do, so that the bytes libarchive took so far are
+ * exactly the header's position. -1 when libarchive does not say. */
+static int64_t next_header_at(struct tar_src *t)
+{
+	la_int64_t n;
+
+	if (t->in_entry) {
+		t->in_entry = 0;
+		if (archive_read_data_skip(t->a) != ARCHIVE_OK)
+			return -1; /* the header read that follows reports the error */
+	}
+	n = archive_filter_bytes(t->a, 0);
+	return n < 0 ? -1 : (int64_t)n;
+}
+
 static int tar_next(struct source *s, struct buf *out)
 {
 	struct tar_src *t = s->priv;
@@ -421,6 +443,7 @@ static int tar_next(struct source *s, struct buf *out)
 		int64_t size;
 		mode_t type;
 
+		t->header_at = next_header_at(t);
 		rc = archive_read_next_header(t->a, &e);
 		if (rc == ARCHIVE_EOF) {
 			t->at_end = 1;
@@ -437,10 +460,14 @@ static int tar_next(struct source *s, struct buf *out)
 			rc = t->read_rc;
 			goto fail;
 		}
+		t->in_entry = rc == ARCHIVE_OK;
 		if (rc != ARCHIVE_OK) {
-			snprintf(s->err, sizeof(s->err), "%s: bad tar header at byte %jd%s%s: %s "
-				 "(truncated or corrupt archive)", s->path,
-				 (intmax_t)archive_read_header_position(t->a),
+			char at[48] = "";
+
+			if (t->header_at >= 0)
+				snprintf(at, sizeof(at), " at byte %jd", (intmax_t)t->header_at);
+			snprintf(s->err, sizeof(s->err), "%s: bad tar header%s%s%s: %s "
+				 "(truncated or corrupt archive)", s->path, at,
 				 t->last_name ? ", after member " : "",
 				 t->last_name ? t->last_name : "", archive_error_string(t->a));
 			rc = -EBADMSG;

@@ -40,7 +40,10 @@ static void batch_usage(FILE *f)
 static int parse_u64_arg(const char *name, const char *s, uint64_t *out)
 {
 	if (parse_u64(s, out)) {
-		die_msg("batch: %s wants a non-negative whole number, not '%s'", name, s ? s : "");
+		char problem[80];
+
+		die_msg("batch: %s wants a non-negative whole number, not '%s': %s", name,
+			s ? s : "", parse_u64_problem(s, problem, sizeof(problem)));
 		return -1;
 	}
 	return 0;

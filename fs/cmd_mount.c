@@ -229,7 +229,7 @@ static int start_journal(struct zfs *z, const struct journal_ident *ident)
 		journal_last_error(z->journal, err, sizeof(err));
 		die_msg("cannot start at resume=%s with journal %s: %s", rule, z->cfg->journal,
 			*err ? err : strerror(-rc));
-		journal_close(z->journal);
+		journal_abandon(z->journal); /* a refused mount leaves no journal behind */
 		z->journal = NULL;
 		return rc == -EINVAL ? 2 : 1;
 	}
@@ -310,7 +310,8 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 
 	if (o->allow_other) {
 		/* allow_other always comes with default_permissions: other users may read
-		 * batches (0444) but never write control (0200). */
+		 * status, samples/ and step/ (0444) but neither claim batches from next nor
+		 * peek at them (0400) nor write control (0200). */
 		if (fuse_opt_add_arg(args, "-oallow_other,default_permissions"))
 			return -1;
 	} else if (o->default_permissions && fuse_opt_add_arg(args, "-odefault_permissions")) {
@@ -573,10 +574,13 @@ int cmd_mount(int argc, char **argv)
 	struct fuse_session *se;
 	struct zfs z = { 0 };
 	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
-	int status = 2;
+	int status = 2, live = 0;
 
 	if (mount_options_parse(&args, &o)) {
-		if (o.bad_option)
+		if (o.bad_option && strpbrk(o.bad_option, " \t\n\r\v\f"))
+			die_msg("unknown mount option '%s': it holds a space; write NAME=VALUE "
+				"options separated by commas alone", o.bad_option);
+		else if (o.bad_option)
 			die_msg("unknown mount option '%s'; see zephon mount --help", o.bad_option);
 		goto out_opts;
 	}
@@ -678,6 +682,7 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
 		goto out_handlers;
 	}
+	live = 1;
 	status = serve(&z, se, &o);
 	fuse_session_unmount(se);
 out_handlers:
@@ -687,7 +692,10 @@ out_session:
 	fuse_session_destroy(se);
 out_journal:
 	free(z.layouts);
-	journal_close(z.journal);
+	if (live)
+		journal_close(z.journal);
+	else
+		journal_abandon(z.journal); /* never served: leave no journal it created */
 out_ds:
 	dataset_close(ds);
 out_cfg:

@@ -421,6 +421,13 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 		st->st_mode = S_IFREG | 0200;
 		st->st_nlink = 1;
 		break;
+	case NODE_NEXT: case NODE_PEEK:
+		/* Only the owner moves the stream (next) or sees where it stands (peek):
+		 * with allow_other, default_permissions keeps other users to status,
+		 * samples/ and step/, which claim nothing and are the same for anyone. */
+		st->st_mode = S_IFREG | 0400;
+		st->st_nlink = 1;
+		break;
 	case NODE_README:
 		*timeout = STATIC_ATTR_TIMEOUT;
 		/* fall through */
@@ -950,9 +957,11 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct touch_args t = { iov, cnt };
 
 		/* Touch every page first, guarded: a shard truncated under a live mount (or
-		 * an I/O error of a network file system) then fails this read with EIO here.
-		 * The kernel's copy would turn such a fault into a failed writev, after which
-		 * the request could not be answered at all. */
+		 * an I/O error of a network file system) then fails this read with EIO here,
+		 * logged with its rank and step. A cut between the touch and the kernel's
+		 * copy still fails only this read: the kernel ends the request with EIO and
+		 * fails our writev with EFAULT, which libfuse logs as "writing device: Bad
+		 * address". */
 		if (guard_run(touch_pages, &t)) {
 			zfs_log(LOG_ERR, "rank %" PRIu64 ": a shard of step %" PRIu64 " can no longer "
 				"be read (truncated or an I/O error); this read fails with EIO",

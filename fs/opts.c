@@ -61,7 +61,8 @@ const char mount_options_help[] =
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
 	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
 	"  max_threads=N         FUSE requests served at once, 1-256 (default: CPUs, at least 2)\n"
-	"  allow_other           let other users read batches (implies default_permissions)\n"
+	"  allow_other           let other users read status, samples/ and step/; next, peek\n"
+	"                        and control stay the owner's (implies default_permissions)\n"
 	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
 	"ro and rw pass through; fstab-only keys (defaults, auto, noauto, user, users, nofail,\n"
 	"_netdev, x-*, comment=) are ignored.\n";
@@ -174,8 +175,12 @@ static int number(const char *name, const char *text, uint64_t dflt, uint64_t *o
 		*out = dflt;
 		return 0;
 	}
-	if (parse_u64(text, out))
-		return WHY("%s=%s is not a non-negative whole number", name, text);
+	if (parse_u64(text, out)) {
+		char problem[80];
+
+		return WHY("%s=%s is not a non-negative whole number: %s", name, text,
+			   parse_u64_problem(text, problem, sizeof(problem)));
+	}
 	return 0;
 }
 

@@ -26,3 +26,15 @@ def test_no_arguments_is_a_usage_error():
     p = run(check=False)
     assert p.returncode == 2
     assert 'usage: zephon' in p.stderr
+
+
+def test_batch_names_what_is_wrong_with_a_number(tmp_path):
+    """A number with a space around it is refused saying so (the option parser of the
+    shell or of a launcher easily leaves one)."""
+    from conftest import pack, write_jsonl
+    write_jsonl(tmp_path / 'in.jsonl', 10)
+    ds = pack(tmp_path / 'ds', [tmp_path / 'in.jsonl'])
+    p = run('batch', ds, '-o', 'world_size=1', '--rank', '0 ', '--step', '0', check=False)
+    assert p.returncode == 2, p.stderr
+    assert ("batch: --rank wants a non-negative whole number, not '0 ': it ends with a "
+            "space; remove it") in p.stderr, p.stderr

@@ -217,6 +217,37 @@ def test_journal_of_another_dataset_or_seed_is_refused(ds, tmp_path):
     assert journal.read_bytes() == before
 
 
+def journal_files(tmp_path):
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith('j.sqlite'))
+
+
+BEYOND = 'samples:%d@0' % (2**62 - 1)      # its first step would end past gsn 2^62
+
+
+@pytest.mark.parametrize('resume', ['step:999999999999', BEYOND])
+def test_a_refused_start_leaves_no_journal_behind(ds, tmp_path, resume):
+    """A mount refused at its resume rule leaves no journal it created (nor -wal, -shm,
+    -journal), empties again an empty file it was given, and leaves a journal with
+    history as it was."""
+    j = tmp_path / 'j.sqlite'
+    opts = 'global_batch=2,resume=%s,journal=%s' % (resume, j)
+    code, err = mount_fails(ds, tmp_path, opts)
+    assert code == 2 and 'cannot start at resume=' in err, err
+    assert journal_files(tmp_path) == []
+    j.write_bytes(b'')
+    code, err = mount_fails(ds, tmp_path, opts)
+    assert code == 2, err
+    assert journal_files(tmp_path) == ['j.sqlite'] and j.stat().st_size == 0
+    with Mount(ds, tmp_path / 'mp', 'world_size=1,global_batch=2,journal=%s' % j) as m:
+        read_all(m.path('rank', 0, 'next'))
+    before = j.read_bytes()
+    # (step:S of a journal with history maps through its layouts: not refused)
+    code, err = mount_fails(ds, tmp_path, 'global_batch=2,resume=%s,journal=%s' % (BEYOND, j))
+    assert code == 2, err
+    assert journal_files(tmp_path) == ['j.sqlite'] and j.read_bytes() == before
+    assert run('journal', 'resume-point', j).stdout.decode().strip() == 'samples:2@1'
+
+
 def test_corrupt_or_foreign_journal_is_refused_and_kept(ds, tmp_path):
     bad = tmp_path / 'bad.sqlite'
     bad.write_bytes(os.urandom(8192))

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 
@@ -264,7 +265,9 @@ def test_tree_and_modes(records, mount):
     assert sorted(os.listdir(m.path('rank'))) == ['1', '2']
     assert sorted(os.listdir(m.path('rank', 1))) == ['next', 'peek', 'state', 'step']
     assert stat.S_IMODE(os.stat(m.path('control')).st_mode) == 0o200
-    assert stat.S_IMODE(os.stat(m.path('rank', 1, 'next')).st_mode) == 0o444
+    assert stat.S_IMODE(os.stat(m.path('rank', 1, 'next')).st_mode) == 0o400
+    assert stat.S_IMODE(os.stat(m.path('rank', 1, 'peek')).st_mode) == 0o400
+    assert stat.S_IMODE(os.stat(m.path('rank', 1, 'state')).st_mode) == 0o444
     assert os.stat(m.path('rank', 1, 'next')).st_blksize == 1 << 20
     st = os.stat(m.path('README'))
     assert st.st_uid == os.getuid()
@@ -540,6 +543,16 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('prefetch=1000', 'prefetch=1000 is above the limit of 64'),
     ('max_threads=0', 'max_threads=0 must be between 1 and 256'),
     ('max_threads=many', 'max_threads=many is not a non-negative whole number'),
+    ('world_size=4 ', 'world_size=4  is not a non-negative whole number: it ends with a '
+     'space; remove it'),
+    ('world_size=4,seed=\t7', 'seed=\t7 is not a non-negative whole number: it starts with '
+     'a tab; remove it'),
+    ('world_size=-4', 'world_size=-4 is not a non-negative whole number: it is negative'),
+    ('seed=1 2', "seed=1 2 is not a non-negative whole number: it holds a space"),
+    ('seed=12x', "seed=12x is not a non-negative whole number: 'x' is not a digit"),
+    ('seed=18446744073709551616', 'it is above 18446744073709551615'),
+    ('world_size=2, global_batch=4', "unknown mount option ' global_batch=4': it holds a "
+     "space; write NAME=VALUE options separated by commas alone"),
     ('bogus_option=1', "unknown mount option 'bogus_option=1'"),
     ('max_read=4096', "unknown mount option 'max_read=4096'"),
     ('world_size=2,ranks=', 'ranks= needs a list'),
@@ -616,6 +629,38 @@ def test_allow_other_implies_default_permissions(records, mount):
     with open('/proc/self/mountinfo') as f:
         line = next(l for l in f if l.split()[4] == str(m.mp))
     assert 'default_permissions' in line and 'allow_other' in line
+
+
+def as_nobody(*argv):
+    """Run argv as user nobody; (exit status, stderr)."""
+    p = subprocess.run(['setpriv', '--reuid=nobody', '--regid=nogroup', '--clear-groups',
+                        *map(str, argv)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=60)
+    return p.returncode, p.stderr.decode(errors='replace')
+
+
+def test_allow_other_leaves_next_and_peek_to_the_owner(records, tmp_path):
+    """Another user may read status, metrics, state, samples/ and step/ of an allow_other
+    mount, but neither claim from next nor read peek nor write control: the owner's
+    first claim is still step 0."""
+    ds, _ = records
+    opts = 'world_size=1,global_batch=2,allow_other,journal=%s' % (tmp_path / 'j.sqlite')
+    top = pathlib.Path(tempfile.mkdtemp(prefix='zephon-allow-other-'))
+    top.chmod(0o755)      # the pytest temp dir is the owner's alone
+    m = Mount(ds, top / 'mnt', opts)
+    try:
+        m.start()
+        for p in ('status', 'metrics', 'README', 'rank/0/state', 'samples/3', 'rank/0/step/4'):
+            assert as_nobody('cat', m.path(p)) == (0, ''), p
+        for p in ('rank/0/next', 'rank/0/peek'):
+            rc, err = as_nobody('cat', m.path(p))
+            assert rc != 0 and 'Permission denied' in err, (p, rc, err)
+        rc, err = as_nobody('sh', '-c', 'echo checkpoint 1 > "$0"', m.path('control'))
+        assert rc != 0 and 'Permission denied' in err, err
+        assert read_all(m.path('rank', 0, 'next')) == batch(ds, opts, 0, 0, 0)
+    finally:
+        m.stop()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def test_help_and_version():

@@ -485,6 +485,32 @@ def test_truncated_tar(tmp_path, data):
     assert str(f) in err and 'truncated' in err.lower()
 
 
+@pytest.mark.parametrize('size_field', [b'\xff' * 12, b'\x80\x7f' + b'\xff' * 10],
+                         ids=['negative', 'overflow'])
+@pytest.mark.parametrize('wrap', ['tar', 'tar.gz'])
+def test_tar_member_with_a_huge_size_names_its_header(tmp_path, size_field, wrap):
+    """A member whose size field (base-256) is negative or overflows: the message gives
+    the byte of its header in the (decoded) tar stream, after a member whose data needs
+    padding and one with a long (GNU) name."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w', format=tarfile.GNU_FORMAT) as tf:
+        for n, body in [('a.txt', b'x' * 600), ('b' * 120 + '.txt', b'y' * 10),
+                        ('c.txt', b'z'), ('d.txt', b'w')]:
+            ti = tarfile.TarInfo(n)
+            ti.size = len(body)
+            tf.addfile(ti, io.BytesIO(body))
+    raw = bytearray(buf.getvalue())
+    bad = tarfile.open(fileobj=io.BytesIO(bytes(raw))).getmembers()[2]
+    h = bad.offset_data - 512
+    raw[h + 124:h + 136] = size_field
+    raw[h + 148:h + 156] = b' ' * 8
+    raw[h + 148:h + 156] = b'%06o\0 ' % sum(raw[h:h + 512])
+    f = tmp_path / ('huge.' + wrap)
+    f.write_bytes(gzip.compress(bytes(raw)) if wrap == 'tar.gz' else bytes(raw))
+    err = bad_pack(tmp_path, f)
+    assert 'bad tar header at byte %d, after member %s' % (bad.offset, 'b' * 120) in err, err
+
+
 @pytest.mark.parametrize('name', ['../evil.txt', 'a/../../evil.txt', '/etc/evil.txt'])
 def test_tar_with_escaping_member(tmp_path, name):
     buf = io.BytesIO()

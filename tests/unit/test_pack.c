@@ -1,10 +1,14 @@
 /*
- * test_pack.c: pack_run() into a temp dir, read back with dataset.h, and corrupt it.
+ * test_pack.c: pack_run() into a temp dir, read back with dataset.h, and corrupt it (also
+ * while it is open).
  * Also the parsers of untrusted bytes on hand-made cases (the fuzz targets cover the rest).
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +213,211 @@ static void test_corrupt_reads(int compress)
 	CHECK(strstr(err, "truncated"));
 }
 
+struct cut_ctx {
+	struct dataset *ds;
+	uint64_t idx_first, idx_count;     /* the samples of the shard whose index was cut */
+	uint64_t data_first, data_count;   /* the samples of the shard whose payload was cut */
+	char idx_file[64];
+	int verify_named;                  /* verify reported the cut index by name */
+};
+
+static int in_range(uint64_t id, uint64_t first, uint64_t count)
+{
+	return id >= first && id - first < count;
+}
+
+static void verify_msg(void *ctx, uint64_t id, const char *msg)
+{
+	struct cut_ctx *c = ctx;
+
+	(void)id;
+	if (strstr(msg, c->idx_file) && strstr(msg, "index read failed"))
+		c->verify_named = 1;
+}
+
+/* Count a failed check of read_cut() (it runs on a thread of its own) and say where. */
+#define WRONG(cond) do { \
+	if (cond) { \
+		fprintf(stderr, "%s:%d: wrong: %s\n", __FILE__, __LINE__, #cond); \
+		wrong++; \
+	} \
+} while (0)
+
+/* Every reader of the mappings, on a thread created with every signal blocked (as the
+ * mount's decode threads are): each sample of a shard whose index or payload was cut
+ * fails with -EIO, every other one reads. */
+static void *read_cut(void *arg)
+{
+	struct cut_ctx *c = arg;
+	const struct dataset_info *in = dataset_info(c->ds);
+	struct sample_reader *r = sample_reader_new(c->ds);
+	struct buf b = BUF_INIT;
+	uint64_t ids[64], bad_id;
+	struct iovec views[64];
+	long wrong = 0;
+
+	REQUIRE(r);
+	for (uint64_t id = 0; id < in->samples; id++) {
+		int idx_cut = in_range(id, c->idx_first, c->idx_count);
+		int data_cut = in_range(id, c->data_first, c->data_count);
+		uint32_t len;
+		uint64_t len64;
+		int rc;
+
+		sample_reader_prefetch(r, id, 0);
+		sample_reader_prefetch(r, id, 1);
+		b.len = 0;
+		rc = sample_reader_read(r, id, &b);
+		WRONG(rc != (idx_cut || data_cut ? -EIO : 0));
+		WRONG(rc && !strstr(sample_reader_last_error(r), idx_cut ? "index entry read failed" :
+				    "read failed"));
+		WRONG((dataset_sample_len(c->ds, id, &len) == -EIO) != idx_cut);
+		WRONG((sample_reader_raw_len(r, id, &len64) == -EIO) != idx_cut);
+	}
+	for (uint64_t k = 0; k < 64; k++)   /* a batch across every shard */
+		ids[k] = k * (in->samples / 64);
+	for (int i = 0; i < 20; i++)         /* probed and warmed, then skipped: no fault */
+		sample_reader_warm(r, ids, 64);
+	if (!in->compressed) {
+		WRONG(sample_reader_views(r, ids, 64, views, &bad_id) != -EIO);
+		WRONG(!in_range(bad_id, c->idx_first, c->idx_count) &&
+			 !in_range(bad_id, c->data_first, c->data_count));
+	}
+	{
+		struct dataset_verify_report rep;
+
+		WRONG(dataset_verify(c->ds, verify_msg, NULL, c, &rep) != -EBADMSG);
+		WRONG(!c->verify_named);
+		WRONG(rep.samples_bad != c->idx_count + c->data_count);
+	}
+	buf_release(&b);
+	sample_reader_free(r);
+	return (void *)wrong;
+}
+
+/* A shard index and a shard truncated while the dataset is open (they stay mapped): the
+ * reads that fault fail with -EIO, in any thread. */
+static void test_truncated_under_open_dataset(void)
+{
+	char *out = path_in("ds"), err[512], name[300];
+	const struct catalog *cat;
+	struct cut_ctx c = { 0 };
+	sigset_t all, old;
+	pthread_t t;
+	void *wrong;
+
+	REQUIRE(dataset_open(out, &c.ds, err, sizeof(err)) == 0);
+	cat = dataset_catalog(c.ds);
+	REQUIRE(cat->nshards > 3);
+	c.idx_first = cat->shards[1].first_sample;
+	c.idx_count = cat->shards[1].samples;
+	c.data_first = cat->shards[2].first_sample;
+	c.data_count = cat->shards[2].samples;
+	snprintf(c.idx_file, sizeof(c.idx_file), "%s", cat->shards[1].file);
+	snprintf(name, sizeof(name), "ds/%s", cat->shards[1].index_file);
+	chmod(path_in(name), 0644);
+	/* to 0 bytes, so that every read faults: a cut inside a page leaves zeros up to
+	 * the page's end, which read as bad entries and bad samples */
+	REQUIRE(truncate(path_in(name), 0) == 0);
+	snprintf(name, sizeof(name), "ds/%s", cat->shards[2].file);
+	chmod(path_in(name), 0644);
+	REQUIRE(truncate(path_in(name), 0) == 0);
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	REQUIRE(pthread_create(&t, NULL, read_cut, &c) == 0);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_join(t, &wrong);
+	CHECK((long)wrong == 0);
+	dataset_close(c.ds);
+}
+
+/* A Megatron .idx truncated while it is packed (it is read through a mapping): the
+ * next read of the source fails with -EIO and says so, on a thread with every signal
+ * blocked as well as on this one. */
+#define MEG_SEQS 3000
+static void *read_cut_megatron(void *arg)
+{
+	const char *prefix = arg;
+	char idx[512];
+	struct source s;
+	struct source_opts o = { 0 };
+	struct buf b = BUF_INIT;
+	long wrong = 0;
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(idx, sizeof(idx), "%s.idx", prefix);
+	rc = source_open(&s, &source_megatron_ops, idx, &o);
+	WRONG(rc != 0);
+	if (rc)
+		fprintf(stderr, "%s\n", s.err);
+	WRONG(source_next(&s, &b) != 1);            /* the first sequence reads */
+	WRONG(truncate(idx, 0) != 0);
+	b.len = 0;
+	while ((rc = source_next(&s, &b)) == 1)      /* the sizes on the first page are cached */
+		b.len = 0;
+	WRONG(rc != -EIO);
+	WRONG(!strstr(s.err, "can no longer be read"));
+	source_close(&s);
+	buf_release(&b);
+	return (void *)wrong;
+}
+
+static void write_megatron(const char *prefix)
+{
+	char path[512];
+	uint8_t *idx = calloc(1, 34 + MEG_SEQS * 12 + 8 * 2), *p = idx;
+	uint16_t tok[4] = { 1, 2, 3, 4 };
+	FILE *bin;
+	uint64_t v;
+
+	REQUIRE(idx);
+	memcpy(p, "MMIDIDX\0\0", 9);
+	v = htole64(1);
+	memcpy(p + 9, &v, 8);
+	p[17] = 8;                                   /* uint16 */
+	v = htole64(MEG_SEQS);
+	memcpy(p + 18, &v, 8);
+	v = htole64(2);
+	memcpy(p + 26, &v, 8);
+	for (uint64_t i = 0; i < MEG_SEQS; i++) {
+		uint32_t n = htole32(4);
+		uint64_t ptr = htole64(i * 8);
+
+		memcpy(p + 34 + i * 4, &n, 4);
+		memcpy(p + 34 + MEG_SEQS * 4 + i * 8, &ptr, 8);
+	}
+	v = htole64(MEG_SEQS);
+	memcpy(p + 34 + MEG_SEQS * 12 + 8, &v, 8);   /* document index: 0, MEG_SEQS */
+	snprintf(path, sizeof(path), "%s.idx", prefix);
+	write_file(path, idx, 34 + MEG_SEQS * 12 + 16);
+	snprintf(path, sizeof(path), "%s.bin", prefix);
+	bin = fopen(path, "wb");
+	REQUIRE(bin);
+	for (int i = 0; i < MEG_SEQS; i++)
+		REQUIRE(fwrite(tok, sizeof(tok), 1, bin) == 1);
+	fclose(bin);
+	free(idx);
+}
+
+static void test_megatron_idx_truncated_while_packed(void)
+{
+	sigset_t all, old;
+	pthread_t t;
+	void *wrong;
+
+	write_megatron(path_in("meg"));
+	CHECK(read_cut_megatron(path_in("meg")) == NULL);
+	write_megatron(path_in("meg"));
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	REQUIRE(pthread_create(&t, NULL, read_cut_megatron, path_in("meg")) == 0);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_join(t, &wrong);
+	CHECK((long)wrong == 0);
+}
+
 static void rm_dataset(const char *dir)
 {
 	char cmd[600];
@@ -360,13 +569,18 @@ int main(void)
 	REQUIRE(mkdtemp(tmp));
 	test_parsers();
 	test_pack_errors();
+	test_megatron_idx_truncated_while_packed();
 	test_roundtrip(1, 0);
 	test_corrupt_reads(1);
 	rm_dataset(path_in("ds"));
 	test_roundtrip(1, 1);
+	test_truncated_under_open_dataset();
 	rm_dataset(path_in("ds"));
 	test_roundtrip(0, 0);
 	test_corrupt_reads(0);
+	rm_dataset(path_in("ds"));
+	test_roundtrip(0, 0);
+	test_truncated_under_open_dataset();
 	rm_dataset(tmp);
 	return check_status();
 }
