@@ -1384,8 +1384,7 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 		any = 1;
 		prev = claims[k].rank;
 		covered++;
-		c = claims[k].step > claims[k].row->l.start_step ?
-		    claims[k].step - claims[k].row->l.start_step : 0;
+		c = layout_done(&claims[k].row->l, claims[k].step);
 		if (c < minc) {
 			minc = c;
 			slow = claims[k].rank;
@@ -1406,8 +1405,7 @@ static int point_compute(struct hist *hs, size_t n, const char *const *names,
 	}
 	p->basis = JOURNAL_POINT_CURSORS;
 	p->min_completed = minc;
-	p->step = last->l.start_step + minc;
-	p->samples = last->l.start_samples + minc * last->l.global_batch;
+	p->samples = layout_consumed(&last->l, minc, &p->step);
 	if (covered < W)
 		snprintf(p->why, sizeof(p->why), "start of the last layout (step %" PRIu64 ")",
 			 p->step);
@@ -1559,10 +1557,8 @@ static int map_rule(struct journal *j, const struct hist *h, const struct journa
 				 " at samples:%" PRIu64, r->value, r->step, r->step, r->value);
 			return 0;
 		}
-		if (best)
-			l->start_step = best->step + (r->value - best->gsn) / best->l.global_batch;
-		else
-			l->start_step = r->value / l->global_batch;
+		l->start_step = layout_resume_step(best ? &best->l : NULL, l->global_batch,
+						   r->value);
 		snprintf(applied, alen, "samples:%" PRIu64 " -> step %" PRIu64 " (%s)", r->value,
 			 l->start_step, best ? "step numbers of the layout history" :
 			 "no history: G / global_batch");
@@ -1849,9 +1845,7 @@ static uint64_t consumed_locked(struct journal *j, uint64_t *minstep)
 	for (size_t i = 0; i < j->nranks; i++)
 		if (delivered_now(j, i).step < m)
 			m = delivered_now(j, i).step;
-	*minstep = m;
-	return j->cur.layout.start_samples + (m - j->cur.layout.start_step) *
-	       j->cur.layout.global_batch;
+	return layout_consumed(&j->cur.layout, layout_done(&j->cur.layout, m), minstep);
 }
 
 /* Whether the journal's path no longer names the file this handle writes: 1 only when

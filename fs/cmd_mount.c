@@ -240,6 +240,24 @@ static int start_journal(struct zfs *z, const struct journal_ident *ident)
 	return 0;
 }
 
+/* A finite stream (epochs=E) that is already over at the layout's start: say so before
+ * serving. */
+static void warn_if_stream_over(const struct mount_config *cfg, const struct dataset_info *info)
+{
+	struct order ord;
+	uint64_t limit;
+
+	if (!cfg->epochs)
+		return;
+	order_init(&ord, info->samples, cfg->seed, cfg->shuffle);
+	limit = order_limit(&ord, cfg->epochs);
+	if (!layout_step_in_stream(&cfg->layout, limit, cfg->layout.start_step))
+		zfs_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
+			", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
+			": no full step is left, every open of next will fail with ENODATA",
+			cfg->epochs, limit, cfg->layout.start_samples, cfg->layout.global_batch);
+}
+
 /*
  * Daemonizing as libfuse's fuse_daemonize() does (fork, setsid, chdir /, stdio to
  * /dev/null), but in two halves around the mount: the parent waits on a pipe until the
@@ -656,18 +674,7 @@ int cmd_mount(int argc, char **argv)
 	status = start_journal(&z, &ident);
 	if (status)
 		goto out_ds;
-	if (cfg.epochs) { /* a finite stream that is already over: say so before serving */
-		struct order ord;
-		uint64_t limit, g0 = cfg.layout.start_samples, b = cfg.layout.global_batch;
-
-		order_init(&ord, z.info->samples, cfg.seed, cfg.shuffle);
-		limit = order_limit(&ord, cfg.epochs);
-		if (g0 > limit || b > limit - g0)
-			zfs_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
-				", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
-				": no full step is left, every open of next will fail with ENODATA",
-				cfg.epochs, limit, g0, b);
-	}
+	warn_if_stream_over(&cfg, z.info);
 	status = 1;
 	if (add_fuse_defaults(&args, &o, dataset))
 		goto out_journal;
