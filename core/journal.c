@@ -8,6 +8,7 @@
  */
 #include "journal.h"
 #include "parse.h"
+#include "sqlite_errno.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -112,45 +113,6 @@ struct journal {
 	char err[512];              /* room for a path and the remedy after it */
 };
 
-/* ---- the one boundary between SQLite result codes and errno ---- */
-
-static int sql_errno(int rc)
-{
-	switch (rc & 0xff) {
-	case SQLITE_OK:
-	case SQLITE_ROW:
-	case SQLITE_DONE:
-		return 0;
-	case SQLITE_NOMEM:
-		return -ENOMEM;
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED:
-		return -EBUSY;
-	case SQLITE_READONLY:
-		return -EROFS;
-	case SQLITE_PERM:
-	case SQLITE_AUTH:
-		return -EACCES;
-	case SQLITE_FULL:
-		return -ENOSPC;
-	case SQLITE_CANTOPEN:
-		return -ENOENT;
-	case SQLITE_CORRUPT:
-	case SQLITE_NOTADB:
-	case SQLITE_FORMAT:
-	case SQLITE_SCHEMA:
-	case SQLITE_MISMATCH:
-	case SQLITE_EMPTY:
-		return -EBADMSG;
-	case SQLITE_CONSTRAINT:
-	case SQLITE_RANGE:
-	case SQLITE_TOOBIG:
-		return -EINVAL;
-	default: /* SQLITE_IOERR and everything unexpected */
-		return -EIO;
-	}
-}
-
 /* ---- small helpers ---- */
 
 /* Unix microseconds for history rows, strictly increasing within the process, so the
@@ -219,7 +181,7 @@ static int jfail(struct journal *j, int rc, const char *fmt, ...)
  * return the translated errno. */
 static int jfail_sql(struct journal *j, int rc, const char *what)
 {
-	int e = sql_errno(rc);
+	int e = sqlite_errno(rc);
 
 	snprintf(j->err, sizeof(j->err), "journal %s: %s: %s", j->path, what,
 		 sqlite3_errmsg(j->db));
@@ -447,7 +409,7 @@ static int dir_writable(const char *path, char *err, size_t errlen)
 /* An existing file SQLite cannot read as a journal: busy, out of memory, or bad. */
 static int bad_file(sqlite3 *db, int src, const char *path, char *err, size_t errlen)
 {
-	int e = sql_errno(src);
+	int e = sqlite_errno(src);
 
 	if (e == -EBUSY)
 		return fail(err, errlen, -EBUSY, "journal %s is in use by another process (a "
@@ -800,7 +762,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 		(mode == OPEN_READ_IMMUTABLE ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
 	src = sqlite3_open_v2(uri, &db, flags, NULL);
 	if (src != SQLITE_OK) {
-		rc = fail(err, errlen, sql_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+		rc = fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
 			  "cannot open journal %s: %s", path, db ? sqlite3_errmsg(db) : "out of memory");
 		goto err_close;
 	}
@@ -826,7 +788,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 		if (src == SQLITE_OK)
 			src = create_schema(db, want);
 		if (src != SQLITE_OK) {
-			rc = sql_errno(src);
+			rc = sqlite_errno(src);
 			rc = fail(err, errlen, rc == -EBUSY || rc == -ENOMEM || rc == -ENOSPC ? rc :
 				  -EIO, "cannot create journal %s: %s", path, sqlite3_errmsg(db));
 			goto err_close;
@@ -881,7 +843,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 			 sync == JOURNAL_SYNC_FULL ? "FULL" : "NORMAL", JOURNAL_WAL_LIMIT);
 		src = exec_sql(db, pragmas);
 		if (src != SQLITE_OK) {
-			rc = fail(err, errlen, sql_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+			rc = fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
 				  "cannot open journal %s: %s", path, sqlite3_errmsg(db));
 			goto err_close;
 		}
@@ -914,7 +876,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 	if (src == SQLITE_OK && mode == OPEN_WRITE)
 		src = prepare_claim(j);
 	if (src != SQLITE_OK) {
-		rc = fail(err, errlen, sql_errno(src) == -ENOMEM ? -ENOMEM : -EBADMSG,
+		rc = fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EBADMSG,
 			  "cannot open journal %s: %s", path, sqlite3_errmsg(db));
 		pthread_mutex_destroy(&j->mu);
 		pthread_mutex_destroy(&j->dmu);
@@ -1095,7 +1057,7 @@ static int load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
 	*count = 0;
 	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
 	if (rc != SQLITE_OK)
-		return sql_errno(rc);
+		return sqlite_errno(rc);
 	sqlite3_bind_int64(st, 1, key);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (n == cap) {
@@ -1126,7 +1088,7 @@ static int load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE) {
 		free(v);
-		return sql_errno(rc) ? sql_errno(rc) : -EIO;
+		return sqlite_errno(rc) ? sqlite_errno(rc) : -EIO;
 	}
 	*out = v;
 	*count = n;
@@ -1158,7 +1120,7 @@ static int hist_load(sqlite3 *db, int version, size_t src, struct hist *h)
 		"UNION ALL SELECT 2, seq, time_us, step, gsn, layout, 0, 0, 0, '' FROM rewind "
 		"ORDER BY 2", -1, &st, NULL);
 	if (rc != SQLITE_OK)
-		return sql_errno(rc);
+		return sqlite_errno(rc);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		struct hev *e;
 		struct journal_resume r;
@@ -1210,7 +1172,7 @@ static int hist_load(sqlite3 *db, int version, size_t src, struct hist *h)
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE) {
 		hist_release(h);
-		return sql_errno(rc) ? sql_errno(rc) : -EIO;
+		return sqlite_errno(rc) ? sqlite_errno(rc) : -EIO;
 	}
 	for (size_t i = h->nev; i-- > 0;)
 		if (h->ev[i].kind == HEV_LAYOUT) {
@@ -2336,7 +2298,7 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE) {
 		free(v);
-		rc = sql_errno(rc) ? sql_errno(rc) : -EIO;
+		rc = sqlite_errno(rc) ? sqlite_errno(rc) : -EIO;
 		jfail(j, rc, "journal %s: cannot read the layouts", j->path);
 		goto out;
 	}
@@ -2418,7 +2380,7 @@ static int load_events(struct journal *j, const char *sql, int64_t key,
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE) {
 		free(v);
-		rc = sql_errno(rc) ? sql_errno(rc) : -EIO;
+		rc = sqlite_errno(rc) ? sqlite_errno(rc) : -EIO;
 		jfail(j, rc, "journal %s: cannot read the history", j->path);
 		goto out;
 	}

@@ -6,7 +6,7 @@
  * served rank (its next claim) and its delivered position (every claim below it reached
  * its reader), checkpoint marks and rewinds. The DDL is schema/journal.sql (embedded at
  * build time), versioned with PRAGMA user_version and migrated step by step. SQLite result
- * codes are translated to -errno here and nowhere else.
+ * codes become -errno here, through the table the catalog uses too (sqlite_errno.h).
  *
  * Invariant: journal_claim() returns 0 only after the cursor advance is committed
  * (synchronous=NORMAL: survives a killed process; FULL: survives power loss). A claim
