@@ -307,7 +307,8 @@ static void consumed_props(const struct layout *l)
 		uint64_t done = layout_done(l, d), step, g;
 
 		CHECK_EQ_U64(done, d > l->start_step ? d - l->start_step : 0);
-		CHECK_EQ_U64(layout_consumed(l, done, &step), l->start_samples + done * l->global_batch);
+		CHECK_EQ_U64(layout_consumed(l, done, &step),
+			     l->start_samples + done * l->global_batch);
 		CHECK_EQ_U64(step, l->start_step + done);
 		REQUIRE(layout_step_gsn(l, step, &g) == 0);
 		CHECK_EQ_U64(layout_consumed(l, done, NULL), g);
