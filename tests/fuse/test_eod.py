@@ -190,3 +190,8 @@ def test_a_catalog_eod_token_outside_the_dtype_is_refused(tmp_path, data):
     p = run('info', ds, check=False)
     assert p.returncode == 1 and "catalog meta 'eod_token' is not a token id of dtype uint16" \
         in p.stderr, p.stderr
+
+
+def test_pack_help_describes_it():
+    out = run('pack', '--help').stdout.decode()
+    assert '--eod-token ID' in out and 'one document per file' in out
