@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 
 import numpy as np
@@ -34,10 +35,18 @@ def train(mnt, workers, *args):
     for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
         env.pop(k, None)
     log = mnt.mp.parent / ('torchrun-%s' % mnt.mp.name)
-    return subprocess.run(TORCHRUN + ['--nproc_per_node=%d' % workers, '--log_dir=%s' % log,
-                                      str(TRAIN), '--vocab', str(VOCAB)] + [str(a) for a in args],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=600)
+    p = subprocess.Popen(TORCHRUN + ['--nproc_per_node=%d' % workers, '--log_dir=%s' % log,
+                                     str(TRAIN), '--vocab', str(VOCAB)] + [str(a) for a in args],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)          # torchrun and its workers
+        out, _ = p.communicate()
+        raise AssertionError('torchrun did not finish within 300 s (does the host name '
+                             'resolve? torchrun connects to it): %s' % out[-5000:])
+    return subprocess.CompletedProcess(p.args, p.returncode, out)
 
 
 def logged_steps(out):
