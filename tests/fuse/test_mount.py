@@ -671,8 +671,16 @@ def test_help_and_version():
     assert 'usage: zephon batch' in run('batch', '--help').stdout.decode()
 
 
-def test_open_read_close_cycles_stay_flat(records, mount):
+def test_open_read_close_cycles_stay_flat(records, mount, monkeypatch):
     ds, _ = records
+    # In the sanitizer build, freed blocks wait in ASan's quarantine (up to 256 MiB), which
+    # grows the RSS with every claim freed: turn it off here. ASan's per-thread caches still
+    # grow as more request threads take a turn, so its bound is looser (a leak of 200 bytes
+    # per claim still fails it; LSan reports unreachable blocks at exit).
+    asan = os.environ.get('ASAN_OPTIONS', '')
+    monkeypatch.setenv('ASAN_OPTIONS', (asan + ':' if asan else '') + 'quarantine_size_mb=0')
+    with open(ZEPHON, 'rb') as f:
+        bound_kib = 16384 if b'__asan_init' in f.read() else 4096
     m = mount(ds, 'world_size=1,global_batch=4,micro_batch=1,journal=%s' % (ds.parent / 'j.sqlite'))
     nxt = str(m.path('rank', 0, 'next'))
     pid = m.proc.pid
@@ -693,7 +701,7 @@ def test_open_read_close_cycles_stay_flat(records, mount):
     assert fds1 == fds0
     # flat: no growth proportional to the 80,000 claims (a leak of even 64 bytes per
     # claim would add 5 MiB); allow for allocator noise and the journal's page cache
-    assert rss1 - rss0 < 4096, (rss0, rss1)
+    assert rss1 - rss0 < bound_kib, (rss0, rss1, bound_kib)
 
 
 @pytest.mark.parametrize('kind', ['raw', 'zstd'])
