@@ -29,6 +29,14 @@ int buf_append(struct buf *b, const void *src, size_t n);
 /* Append printf-formatted text (no NUL counted in len, but data stays NUL-terminated). */
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Growable arrays (git's ALLOC_GROW): make room for at least `need` elements of `size`
+ * bytes in the array whose pointer is at *(void **)parr and whose capacity is *cap
+ * elements, growing it to max(need, 2 * *cap, 16) with realloc(). The pointer and *cap
+ * change only on success. 0 (room made, or there was room), -EOVERFLOW (the size in bytes
+ * does not fit in size_t), -ENOMEM. Use ARRAY_GROW(ptr, cap, need) for a typed array. */
+int array_grow(void *parr, size_t *cap, size_t need, size_t size);
+#define ARRAY_GROW(ptr, cap, need) array_grow(&(ptr), &(cap), (need), sizeof(*(ptr)))
+
 /* Write a one-line message into a caller's error buffer (err may be NULL or errlen 0:
  * then nothing). The errors of core/ travel this way: core never prints. */
 void err_printf(char *err, size_t errlen, const char *fmt, ...)

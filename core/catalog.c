@@ -66,17 +66,6 @@ static int col_u64(sqlite3_stmt *st, int col, uint64_t *out)
 	return 0;
 }
 
-static int grow(void **arr, size_t n, size_t size)
-{
-	/* Arrays grow one element at a time; catalogs hold few rows (inputs, shards). */
-	void *p = realloc(*arr, (n + 1) * size);
-
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	return 0;
-}
-
 static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 {
 	sqlite3_stmt *st = NULL;
@@ -135,7 +124,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 		struct catalog_source *s;
 		const unsigned char *sum;
 
-		if (grow((void **)&c->sources, c->nsources, sizeof(*s))) {
+		if (ARRAY_GROW(c->sources, c->sources_cap, c->nsources + 1)) {
 			rc = SQLITE_NOMEM;
 			goto fail;
 		}
@@ -170,7 +159,7 @@ static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		struct catalog_shard *sh;
 
-		if (grow((void **)&c->shards, c->nshards, sizeof(*sh))) {
+		if (ARRAY_GROW(c->shards, c->shards_cap, c->nshards + 1)) {
 			rc = SQLITE_NOMEM;
 			goto fail;
 		}
@@ -410,7 +399,7 @@ int catalog_meta_set(struct catalog *c, const char *key, const char *value)
 		}
 	}
 	k = strdup(key);
-	if (!k || grow((void **)&c->meta, c->nmeta, sizeof(*c->meta))) {
+	if (!k || ARRAY_GROW(c->meta, c->meta_cap, c->nmeta + 1)) {
 		free(k);
 		free(v);
 		return -ENOMEM;
@@ -446,7 +435,7 @@ int catalog_add_source(struct catalog *c, const struct catalog_source *s)
 {
 	struct catalog_source *d;
 
-	if (grow((void **)&c->sources, c->nsources, sizeof(*d)))
+	if (ARRAY_GROW(c->sources, c->sources_cap, c->nsources + 1))
 		return -ENOMEM;
 	d = &c->sources[c->nsources];
 	*d = *s;
@@ -465,7 +454,7 @@ int catalog_add_shard(struct catalog *c, const struct catalog_shard *sh)
 {
 	struct catalog_shard *d;
 
-	if (grow((void **)&c->shards, c->nshards, sizeof(*d)))
+	if (ARRAY_GROW(c->shards, c->shards_cap, c->nshards + 1))
 		return -ENOMEM;
 	d = &c->shards[c->nshards];
 	*d = *sh;

@@ -73,6 +73,7 @@ struct packer {
 	size_t nstash, stash_cap;
 	struct buf train;            /* the first PACK_DICT_SAMPLE_BYTES of each */
 	size_t *train_sizes;
+	size_t train_cap;
 	void *dict;
 	size_t dict_len;
 	/* tokens */
@@ -197,10 +198,11 @@ static void batch_release(struct batch *b)
 
 static int batch_grow(struct batch *b, unsigned nthreads)
 {
-	size_t cap = b->cap ? b->cap * 2 : 1024;
+	size_t want = b->cap ? b->cap * 2 : 1024;
+	int rc = b->cap > SIZE_MAX / 2 ? -EOVERFLOW : 0;
 
-#define GROW(f) do { void *q = realloc(b->f, cap * sizeof(*b->f)); if (!q) return -ENOMEM; \
-	b->f = q; } while (0)
+	/* Parallel arrays of one capacity: each grows from b->cap to want. */
+#define GROW(f) do { size_t c_ = b->cap; if (!rc) rc = ARRAY_GROW(b->f, c_, want); } while (0)
 	GROW(off);
 	GROW(len);
 	GROW(line);
@@ -211,7 +213,9 @@ static int batch_grow(struct batch *b, unsigned nthreads)
 	GROW(flen);
 	GROW(fthr);
 #undef GROW
-	b->cap = cap;
+	if (rc)
+		return rc;
+	b->cap = want;
 	if (!b->frames) {
 		b->frames = calloc(nthreads, sizeof(*b->frames));
 		b->bounds = calloc(nthreads + 1, sizeof(*b->bounds));
@@ -358,6 +362,7 @@ static int end_training(struct packer *p)
 	buf_release(&p->train);
 	free(p->train_sizes);
 	p->train_sizes = NULL;
+	p->train_cap = 0;
 	rc = open_writer(p);
 	if (rc)
 		return rc;
@@ -385,7 +390,7 @@ out:
 	batch_release(&sb);
 	free(p->stash_sizes);
 	p->stash_sizes = NULL;
-	p->nstash = 0;
+	p->nstash = p->stash_cap = 0;
 	return rc;
 }
 
@@ -393,18 +398,9 @@ static int hold(struct packer *p, const void *data, size_t len)
 {
 	size_t t = len < PACK_DICT_SAMPLE_BYTES ? len : PACK_DICT_SAMPLE_BYTES;
 
-	if (p->nstash == p->stash_cap) {
-		size_t cap = p->stash_cap ? p->stash_cap * 2 : 1024;
-		size_t *a = realloc(p->stash_sizes, cap * sizeof(*a));
-		size_t *b = a ? realloc(p->train_sizes, cap * sizeof(*b)) : NULL;
-
-		if (a)
-			p->stash_sizes = a;
-		if (!a || !b)
-			return -ENOMEM;
-		p->train_sizes = b;
-		p->stash_cap = cap;
-	}
+	if (ARRAY_GROW(p->stash_sizes, p->stash_cap, p->nstash + 1) ||
+	    ARRAY_GROW(p->train_sizes, p->train_cap, p->nstash + 1))
+		return -ENOMEM;
 	if (buf_append(&p->stash, data, len) || buf_append(&p->train, data, t))
 		return -ENOMEM;
 	p->stash_sizes[p->nstash] = len;

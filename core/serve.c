@@ -297,17 +297,10 @@ static void reader_put(struct server *s, struct sample_reader *r)
 	if (!r)
 		return;
 	pthread_mutex_lock(&s->readers.lock);
-	if (s->readers.count == s->readers.cap) {
-		size_t ncap = s->readers.cap ? s->readers.cap * 2 : 8;
-		struct sample_reader **n = realloc(s->readers.free, ncap * sizeof(*n));
-
-		if (!n) {
-			pthread_mutex_unlock(&s->readers.lock);
-			sample_reader_free(r);
-			return;
-		}
-		s->readers.free = n;
-		s->readers.cap = ncap;
+	if (ARRAY_GROW(s->readers.free, s->readers.cap, s->readers.count + 1)) {
+		pthread_mutex_unlock(&s->readers.lock);
+		sample_reader_free(r);
+		return;
 	}
 	s->readers.free[s->readers.count++] = r;
 	pthread_mutex_unlock(&s->readers.lock);

@@ -134,7 +134,7 @@ void zfs_free_open_files(struct zfs *z)
 	memset(z->next_holders, 0, sizeof(z->next_holders));
 	free(z->overlaps);
 	z->overlaps = NULL;
-	z->noverlaps = 0;
+	z->noverlaps = z->overlaps_cap = 0;
 }
 
 /* The process (thread group) of thread tid, or 0 when it is gone or a zombie: a process
@@ -172,10 +172,9 @@ static void next_overlap_locked(struct zfs *z, uint64_t rank, uint32_t mine, uin
 	while (i < z->noverlaps && z->overlaps[i].rank < rank)
 		i++;
 	if (i == z->noverlaps || z->overlaps[i].rank != rank) {
-		o = realloc(z->overlaps, (z->noverlaps + 1) * sizeof(*o));
-		if (!o)
+		if (ARRAY_GROW(z->overlaps, z->overlaps_cap, z->noverlaps + 1))
 			return;
-		z->overlaps = o;
+		o = z->overlaps;
 		memmove(o + i + 1, o + i, (z->noverlaps - i) * sizeof(*o));
 		o[i] = (struct next_overlap){ .rank = rank };
 		z->noverlaps++;

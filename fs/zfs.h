@@ -69,7 +69,7 @@ struct zfs {
 	 * as ranks are seen, freed by zfs_free_open_files(). */
 	struct open_file *next_holders[ZFS_HOLD_BUCKETS];
 	struct next_overlap *overlaps;
-	size_t noverlaps;
+	size_t noverlaps, overlaps_cap;
 	uint64_t overlaps_total;
 	struct zfs_ratelimit unserved_log;  /* reads of a rank this mount does not serve */
 	unsigned inline_claims;        /* claims on request threads now (atomic; fs/ops.c) */
