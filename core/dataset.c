@@ -52,8 +52,6 @@ struct sample_reader {
 
 static const char *const kind_names[] = { "records", "tokens" };
 static const char *const content_names[] = { "text", "files", "tokens" };
-static const char *const dtype_names[] = { "uint8", "uint16", "uint32", "int32" };
-static const unsigned dtype_sizes[] = { 1, 2, 4, 4 };
 
 const char *dataset_kind_name(enum dataset_kind k)
 {
@@ -63,22 +61,6 @@ const char *dataset_kind_name(enum dataset_kind k)
 const char *dataset_content_name(enum dataset_content c)
 {
 	return (unsigned)c < 3 ? content_names[c] : "?";
-}
-
-const char *dataset_dtype_name(enum token_dtype d)
-{
-	return (unsigned)d < 4 ? dtype_names[d] : "?";
-}
-
-int dataset_dtype_parse(const char *s, enum token_dtype *out)
-{
-	for (unsigned i = 0; i < 4; i++) {
-		if (!strcmp(s, dtype_names[i])) {
-			*out = (enum token_dtype)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
 }
 
 static int name_index(const char *s, const char *const *names, unsigned n)
@@ -125,10 +107,10 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 	if (catalog_meta_u64(c, "samples", &in->samples) || in->samples == 0)
 		BAD("catalog meta 'samples' is missing or zero");
 	if (in->kind == DATASET_TOKENS) {
-		if ((i = name_index(catalog_meta_get(c, "dtype"), dtype_names, 4)) < 0)
+		v = catalog_meta_get(c, "dtype");
+		if (!v || dtype_parse(v, &in->dtype))
 			BAD("catalog meta 'dtype' is missing or unknown");
-		in->dtype = (enum token_dtype)i;
-		in->itemsize = dtype_sizes[i];
+		in->itemsize = dtype_size(in->dtype);
 		if (catalog_meta_u64(c, "seq_len", &in->seq_len) || in->seq_len == 0 ||
 		    in->seq_len * in->itemsize > SAMPLE_MAX_BYTES)
 			BAD("catalog meta 'seq_len' is missing, zero or too large");
@@ -844,7 +826,7 @@ size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size
 			 "seq_len=%" PRIu64 "\nsamples=%" PRIu64 "\n",
 			 dataset_kind_name(info->kind), dataset_content_name(info->content),
 			 info->content == CONTENT_TEXT ? info->record_ext : "",
-			 tokens ? dataset_dtype_name(info->dtype) : "",
+			 tokens ? dtype_name(info->dtype) : "",
 			 tokens ? info->seq_len : 0, info->samples);
 
 	return n < 0 ? 0 : (size_t)n;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "filegroup.h"
+#include "npy.h"
 
 int batch_format_parse(const char *s, enum batch_format *out)
 {
@@ -137,61 +138,12 @@ static int encode_lines(struct sample_reader *r, const uint64_t *ids, size_t cou
 	return 0;
 }
 
-/* The numpy descr of a token dtype: byte order, kind, itemsize. */
-static const char *npy_descr(enum token_dtype d)
-{
-	switch (d) {
-	case DTYPE_UINT8: return "|u1";
-	case DTYPE_UINT16: return "<u2";
-	case DTYPE_UINT32: return "<u4";
-	case DTYPE_INT32: return "<i4";
-	}
-	return NULL;
-}
-
-/* NPY_ALIGN: numpy >= 1.14 pads the header so the data starts at a multiple of 64 bytes
- * (numpy/lib/format.py, ARRAY_ALIGN); version 1.0 keeps the header length in a u16. */
-#define NPY_ALIGN 64
-#define NPY_PREAMBLE 10 /* "\x93NUMPY", major, minor, u16 header_len */
-
-/* Append a .npy v1.0 header for a C-order array of shape (rows, cols) (NEP 1). */
-static int npy_header(struct buf *out, const char *descr, uint64_t rows, uint64_t cols)
-{
-	char dict[160];
-	uint8_t pre[NPY_PREAMBLE] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
-	size_t dlen, total, hlen;
-	int n, rc;
-
-	n = snprintf(dict, sizeof(dict),
-		     "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ", %" PRIu64
-		     "), }", descr, rows, cols);
-	if (n < 0 || (size_t)n >= sizeof(dict))
-		return -EINVAL;
-	dlen = (size_t)n;
-	/* dict, spaces, '\n', so that preamble + header is a multiple of NPY_ALIGN */
-	total = (NPY_PREAMBLE + dlen + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
-	hlen = total - NPY_PREAMBLE;
-	if (hlen > UINT16_MAX)
-		return -EOVERFLOW;
-	pre[8] = (uint8_t)(hlen & 0xff);
-	pre[9] = (uint8_t)(hlen >> 8);
-	rc = buf_reserve(out, total);
-	if (rc)
-		return rc;
-	buf_append(out, pre, sizeof(pre)); /* cannot fail after the reserve */
-	buf_append(out, dict, dlen);
-	memset(out->data + out->len, ' ', hlen - dlen - 1);
-	out->len += hlen - dlen - 1;
-	buf_append(out, "\n", 1);
-	return 0;
-}
-
 /* The bytes of count token samples (npy or bin, header aside) and of one of them.
  * 0, -EINVAL (not a token dataset), -EOVERFLOW (more than a buffer can hold). */
 static int tokens_bytes(const struct dataset_info *info, size_t count,
 			uint64_t *sample_bytes, uint64_t *data_bytes)
 {
-	if (!npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
+	if (!dtype_npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
 		return -EINVAL;
 	if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, sample_bytes) ||
 	    __builtin_mul_overflow(*sample_bytes, (uint64_t)count, data_bytes) ||
@@ -212,7 +164,7 @@ static int encode_tokens(struct sample_reader *r, const struct dataset_info *inf
 	if (rc)
 		return rc;
 	if (with_header) {
-		rc = npy_header(out, npy_descr(info->dtype), count, info->seq_len);
+		rc = npy_header_write(out, info->dtype, count, info->seq_len);
 		if (rc)
 			return rc;
 	}
@@ -439,7 +391,7 @@ int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
 		return -ENOTSUP;
 	sample_reader_warm(r, ids, count);
 	if (f == FORMAT_NPY)
-		rc = npy_header(head, npy_descr(info->dtype), count, info->seq_len);
+		rc = npy_header_write(head, info->dtype, count, info->seq_len);
 	if (!rc)
 		rc = sample_reader_views(r, ids, count, views, bad_id);
 	if (rc)
@@ -473,7 +425,7 @@ int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
 		if (f == FORMAT_NPY) {
 			struct buf head = BUF_INIT;
 
-			rc = npy_header(&head, npy_descr(info->dtype), count, info->seq_len);
+			rc = npy_header_write(&head, info->dtype, count, info->seq_len);
 			n = head.len;
 			buf_release(&head);
 			if (rc)

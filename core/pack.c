@@ -93,7 +93,6 @@ struct packer {
 	int validate;                /* the batch holds JSONL lines to check */
 };
 
-static const unsigned itemsizes[] = { 1, 2, 4, 4 };
 
 static int fail(struct packer *p, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -521,11 +520,11 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 			p->have_dtype = 1;
 			p->dtype = s.dtype;
 			p->dtype_from = path;
-			p->itemsize = itemsizes[s.dtype];
+			p->itemsize = dtype_size(s.dtype);
 		} else if (s.dtype != p->dtype) {
 			rc = fail(p, -EINVAL, "%s: tokens are %s but the dataset's are %s (from %s); "
 				  "all token inputs must share one dtype", path,
-				  dataset_dtype_name(s.dtype), dataset_dtype_name(p->dtype),
+				  dtype_name(s.dtype), dtype_name(p->dtype),
 				  p->dtype_from);
 			goto out;
 		}
@@ -713,7 +712,7 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	if (p->content == CONTENT_TEXT)
 		rc |= catalog_meta_set(c, "record_ext", ext);
 	if (p->kind == DATASET_TOKENS) {
-		rc |= catalog_meta_set(c, "dtype", dataset_dtype_name(p->dtype));
+		rc |= catalog_meta_set(c, "dtype", dtype_name(p->dtype));
 		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
@@ -887,7 +886,7 @@ static int plan(struct packer *p, enum source_format *formats)
 		p->have_dtype = 1;
 		p->dtype = o->dtype;
 		p->dtype_from = "--dtype";
-		p->itemsize = itemsizes[o->dtype];
+		p->itemsize = dtype_size(o->dtype);
 	}
 	if (out_outside_inputs(p, formats))
 		return -EINVAL;

@@ -224,7 +224,7 @@ int cmd_pack(int argc, char **argv)
 			o.overlap = optarg[0] == '1';
 			break;
 		case OPT_DTYPE:
-			if (dataset_dtype_parse(optarg, &o.dtype)) {
+			if (dtype_parse(optarg, &o.dtype)) {
 				die_msg("pack: unknown --dtype '%s'; use uint8, uint16, uint32 or int32",
 					optarg);
 				return 2;
