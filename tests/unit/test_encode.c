@@ -423,9 +423,9 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 
 	for (size_t i = 0; i < sizeof(raw); i++)
 		raw[i] = (uint8_t)(i * 37 + 11);
-	snprintf(in, sizeof(in), "tok-%s.bin", dataset_dtype_name(dt));
+	snprintf(in, sizeof(in), "tok-%s.bin", dtype_name(dt));
 	write_file(path_in(in), raw, total * itemsize);
-	snprintf(dir, sizeof(dir), "tok-%s-%d", dataset_dtype_name(dt), compress);
+	snprintf(dir, sizeof(dir), "tok-%s-%d", dtype_name(dt), compress);
 	pack(path_in(dir), path_in(in), compress, 1, dt, L);
 
 	struct dataset *ds = open_ds(path_in(dir));
