@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "log.h"
 #include "offload.h"
 #include "zfs.h"
 #include "zephon_config.h"
@@ -29,86 +30,6 @@
 /* Offload threads of each queue (fs/offload.h, fs/ops.c): requests that may wait for
  * the journal, and builds of step/ and samples/ files. */
 #define OFFLOAD_THREADS 64
-
-static int use_syslog;
-static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_error[1024];
-static time_t last_error_time;
-
-static void write_line(int prio, const char *line)
-{
-	if (use_syslog)
-		syslog(prio, "%s", line);
-	else
-		fprintf(stderr, "zephon: %s%s\n", prio <= LOG_ERR ? "error: " :
-			prio == LOG_WARNING ? "warning: " : "", line);
-}
-
-void zfs_log(int prio, const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (prio <= LOG_WARNING) { /* kept for /status: syslog may go nowhere */
-		pthread_mutex_lock(&last_error_lock);
-		snprintf(last_error, sizeof(last_error), "%s", line);
-		last_error_time = time(NULL);
-		pthread_mutex_unlock(&last_error_lock);
-	}
-	write_line(prio, line);
-}
-
-void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
-{
-	char line[1024];
-	struct timespec ts;
-	unsigned long held = 0;
-	double now;
-	int write = 0;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-	pthread_mutex_lock(&last_error_lock);
-	if (prio <= LOG_WARNING) {
-		snprintf(last_error, sizeof(last_error), "%s", line);
-		last_error_time = time(NULL);
-	}
-	if (now >= rl->next_s) {
-		write = 1;
-		held = rl->held;
-		rl->held = 0;
-		rl->next_s = now + interval_s;
-	} else {
-		rl->held++;
-	}
-	pthread_mutex_unlock(&last_error_lock);
-	if (write && held) {
-		size_t n = strlen(line);
-
-		snprintf(line + n, sizeof(line) - n, " (and %lu more like it since the last one "
-			 "logged)", held);
-	}
-	if (write)
-		write_line(prio, line);
-}
-
-time_t zfs_last_error(char *out, size_t len)
-{
-	time_t t;
-
-	pthread_mutex_lock(&last_error_lock);
-	snprintf(out, len, "%s", last_error);
-	t = last_error_time;
-	pthread_mutex_unlock(&last_error_lock);
-	return t;
-}
 
 static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 {
@@ -295,8 +216,7 @@ static void daemon_ready(int status)
 			if (nul > 2)
 				close(nul);
 		}
-		openlog("zephon", LOG_PID, LOG_DAEMON);
-		use_syslog = 1;
+		zfs_log_to_syslog();
 	}
 	if (write(notify_fd, &c, 1) != 1) { /* the parent is gone: nothing to tell */ }
 	close(notify_fd);
@@ -325,7 +245,8 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 	return 0;
 }
 
-void zfs_ready(void)
+/* zfs.ready: the mount is live. */
+static void mount_ready(void)
 {
 	daemon_ready(0);
 }
@@ -635,6 +556,7 @@ int cmd_mount(int argc, char **argv)
 	z.info = dataset_info(ds);
 	z.cfg = &cfg;
 	z.dataset_path = dataset;
+	z.ready = mount_ready;
 	z.uid = getuid();
 	z.gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &z.mounted_at);

@@ -1196,8 +1196,10 @@ static void zfs_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void zfs_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
-	zfs_ready();
+	struct zfs *z = userdata;
+
+	if (z->ready)
+		z->ready();
 	/* Only samples/ and README use the page cache: read them in requests as large as
 	 * the kernel offers (its readahead, 128 KiB here), not one page at a time. */
 	conn->max_readahead = 1u << 20;

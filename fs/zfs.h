@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "log.h"
 #include "opts.h"
 #include "serve.h"
 
@@ -21,12 +22,6 @@ struct pid_claim {
 	uint32_t pid;
 	uint64_t rank;
 	uint64_t size;
-};
-
-/* One rate-limited log line (zfs_log_limited()); zero-initialized. */
-struct zfs_ratelimit {
-	double next_s;              /* CLOCK_MONOTONIC seconds before which the line is held */
-	unsigned long held;         /* lines held back since the last one written */
 };
 
 /* Opens of one rank's next made while another process held that rank's next open. */
@@ -49,6 +44,9 @@ struct zfs {
 	struct offload *journal_queue, *build_queue;
 	struct mount_config *cfg;
 	const char *dataset_path;      /* as given on the command line, absolute */
+	/* Called once the kernel's INIT reached the daemon: the mount is live (a daemonizing
+	 * `zephon mount` then returns success to its caller and detaches); may be NULL. */
+	void (*ready)(void);
 	char resume_applied[256];      /* what journal_start() applied, for /status */
 	/* The journal's layout history for /status, read once after journal_start(): only
 	 * a mount's start adds to it, and reading it later would wait for any commit. */
@@ -90,23 +88,6 @@ int zfs_wait_claims(struct zfs *z, double timeout_s, unsigned *left);
 /* Free every handle still open, and the overlap records; after the session loop ended
  * (fs/ops.c). */
 void zfs_free_open_files(struct zfs *z);
-
-/* Log a message: to stderr in the foreground, to syslog when daemonized (fs/cmd_mount.c).
- * Also the server's log sink. */
-void zfs_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* zfs_log(), but the line itself is written at most once per interval_s seconds per rl
- * (the next one written says how many were held back); every call still becomes
- * /status' last_error. For lines a reader's loop can provoke at any rate. */
-void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-/* The kernel's INIT reached the daemon: the mount is live. A daemonizing `zephon mount`
- * returns success to its caller only now and detaches from the terminal. */
-void zfs_ready(void);
-
-/* The latest warning or error zfs_log() wrote, and when (0: none yet). */
-time_t zfs_last_error(char *out, size_t len);
 
 /* The low-level operations of the mount. */
 extern const struct fuse_lowlevel_ops zfs_ops;
