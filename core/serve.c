@@ -1,10 +1,10 @@
 #include "serve.h"
 #include "delivery.h"
+#include "jobq.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,7 +165,10 @@ struct rank_state {
 	int refill_pending;      /* a claim left its refill to that close, see server_release */
 };
 
-struct job {
+/* A prefetch decode, queued on the server's decoders. */
+struct decode_job {
+	struct jobq_job job;     /* first: the job is the decode_job */
+	struct server *s;
 	struct rank_state *rs;
 	uint64_t ci, generation;
 };
@@ -189,13 +192,8 @@ struct server {
 	struct rank_state *rs;   /* one per served rank, in rank order */
 	size_t nranks;
 
-	pthread_mutex_t qlock;   /* guards the job queue, stopping, stats */
-	pthread_cond_t qcond;
-	struct job *queue;       /* ring buffer */
-	size_t qhead, qlen, qcap;
-	int stopping;
-	pthread_t *threads;
-	unsigned nthreads;
+	struct jobq *decoders;   /* cfg.workers threads, each with a sample reader */
+	pthread_mutex_t qlock;   /* guards stats */
 
 	struct reader_pool readers;
 	struct serve_stats stats;
@@ -369,28 +367,19 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 			   rank, step, micro, 1, 0, pool_take(s), out, bad_id);
 }
 
+static void run_decode(struct jobq_job *job, void *reader, int cancelled);
+
 static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
 {
-	pthread_mutex_lock(&s->qlock);
-	if (s->qlen == s->qcap) { /* grow the ring, unrolling it */
-		size_t ncap = s->qcap ? s->qcap * 2 : 64;
-		struct job *n = malloc(ncap * sizeof(*n));
+	struct decode_job *d = malloc(sizeof(*d));
 
-		if (!n) { /* a dropped job only costs a synchronous decode at claim time */
-			pthread_mutex_unlock(&s->qlock);
-			return;
-		}
-		for (size_t i = 0; i < s->qlen; i++)
-			n[i] = s->queue[(s->qhead + i) % s->qcap];
-		free(s->queue);
-		s->queue = n;
-		s->qhead = 0;
-		s->qcap = ncap;
-	}
-	s->queue[(s->qhead + s->qlen) % s->qcap] = (struct job){ rs, ci, gen };
-	s->qlen++;
-	pthread_cond_signal(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
+	/* A dropped job only costs a synchronous decode at claim time. */
+	if (!d)
+		return;
+	*d = (struct decode_job){ .job.run = run_decode, .s = s, .rs = rs, .ci = ci,
+				  .generation = gen };
+	if (jobq_submit(s->decoders, &d->job))
+		free(d);
 }
 
 static void slot_clear(struct server *s, struct slot *sl)
@@ -399,8 +388,9 @@ static void slot_clear(struct server *s, struct slot *sl)
 	memset(sl, 0, sizeof(*sl));
 }
 
-/* Worker: decode the claim index a job names into its slot, unless the cursor moved on. */
-static void run_job(struct server *s, struct sample_reader *r, const struct job *jb)
+/* Decoder: decode the claim index a job names into its slot, unless the cursor moved on. */
+static void decode_into_slot(struct server *s, struct sample_reader *r,
+			     const struct decode_job *jb)
 {
 	struct rank_state *rs = jb->rs;
 	unsigned k = s->cfg.prefetch;
@@ -436,32 +426,27 @@ static void run_job(struct server *s, struct sample_reader *r, const struct job 
 	pthread_mutex_unlock(&rs->lock);
 }
 
-static void *worker_main(void *arg)
+/* A decode job (jobq.h): run on a decoder with its sample reader, or dropped at stop. */
+static void run_decode(struct jobq_job *job, void *reader, int cancelled)
 {
-	struct server *s = arg;
-	struct sample_reader *r = sample_reader_new(s->ds);
+	struct decode_job *d = (struct decode_job *)job;
 
-	/* what top -H, perf and /proc/PID/task/TID/comm show (15 characters at most) */
-	pthread_setname_np(pthread_self(), "zephon-decode");
+	if (!cancelled)
+		decode_into_slot(d->s, reader, d);
+	free(d);
+}
 
-	for (;;) {
-		struct job jb;
+static void *decoder_init(void *arg)
+{
+	const struct server *s = arg;
 
-		pthread_mutex_lock(&s->qlock);
-		while (!s->qlen && !s->stopping)
-			pthread_cond_wait(&s->qcond, &s->qlock);
-		if (s->stopping) {
-			pthread_mutex_unlock(&s->qlock);
-			break;
-		}
-		jb = s->queue[s->qhead];
-		s->qhead = (s->qhead + 1) % s->qcap;
-		s->qlen--;
-		pthread_mutex_unlock(&s->qlock);
-		run_job(s, r, &jb);
-	}
-	sample_reader_free(r);
-	return NULL;
+	return sample_reader_new(s->ds);
+}
+
+static void decoder_fini(void *arg, void *reader)
+{
+	(void)arg;
+	sample_reader_free(reader);
 }
 
 static struct rank_state *find_rank(struct server *s, uint64_t rank)
@@ -481,7 +466,7 @@ static struct rank_state *find_rank(struct server *s, uint64_t rank)
 	return NULL;
 }
 
-/* Enqueue a decode for every claim index of rank's ring (run_job skips the slots that
+/* Enqueue a decode for every claim index of rank's ring (decode_into_slot skips the slots that
  * are decoding, ready, or left behind). With rs->lock held, or before serving. */
 static void fill_ring(struct server *s, struct rank_state *rs)
 {
@@ -512,7 +497,6 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	s->journal = j;
 	s->limit = order_limit(&cfg->order, cfg->epochs);
 	pthread_mutex_init(&s->qlock, NULL);
-	pthread_cond_init(&s->qcond, NULL);
 	pthread_mutex_init(&s->readers.lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 	pthread_mutex_init(&s->log_lock, NULL);
@@ -553,25 +537,16 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	}
 	if (j) /* the mount reports deliveries (server_delivered) */
 		journal_track_delivery(j);
-	s->threads = calloc(cfg->workers, sizeof(*s->threads));
-	if (!s->threads)
-		goto err_free;
-	/* Workers never take signals: a SIGTERM must land on a thread of the caller's (the
-	 * FUSE loop's), whose interrupted wait notices the exit. Delivered to a worker
+	/* Decoders never take signals: a SIGTERM must land on a thread of the caller's (the
+	 * FUSE loop's), whose interrupted wait notices the exit. Delivered to a decoder
 	 * blocked on its condition variable, it would go unnoticed until the next request. */
 	{
-		sigset_t all, old;
+		struct jobq_config qc = {
+			.max_threads = cfg->workers, .name = "zephon-decode", .block_signals = 1,
+			.thread_init = decoder_init, .thread_fini = decoder_fini, .arg = s,
+		};
 
-		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		rc = 0;
-		for (unsigned i = 0; i < cfg->workers && !rc; i++) {
-			rc = -pthread_create(&s->threads[i], NULL, worker_main, s);
-			if (!rc)
-				s->nthreads++;
-		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		if (rc)
+		if ((rc = jobq_new(&qc, &s->decoders)) || (rc = jobq_start(s->decoders, cfg->workers)))
 			goto err_free;
 	}
 	if (s->nranks <= PRIME_AT_START_MAX)
@@ -591,13 +566,7 @@ void server_free(struct server *s)
 {
 	if (!s)
 		return;
-	pthread_mutex_lock(&s->qlock);
-	s->stopping = 1;
-	pthread_cond_broadcast(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
-	for (unsigned i = 0; i < s->nthreads; i++)
-		pthread_join(s->threads[i], NULL);
-	free(s->threads);
+	jobq_free(s->decoders); /* queued decodes are dropped, running ones waited for */
 	for (size_t i = 0; i < s->nranks; i++) {
 		struct rank_state *rs = &s->rs[i];
 
@@ -611,7 +580,6 @@ void server_free(struct server *s)
 		pthread_cond_destroy(&rs->decoded);
 	}
 	free(s->rs);
-	free(s->queue);
 	for (size_t i = 0; i < s->pool_count; i++)
 		buf_release(&s->pool[i]);
 	free(s->pool);
@@ -624,7 +592,6 @@ void server_free(struct server *s)
 	free(s->readers.free);
 	pthread_mutex_destroy(&s->readers.lock);
 	pthread_mutex_destroy(&s->qlock);
-	pthread_cond_destroy(&s->qcond);
 	rankset_release(&s->ranks);
 	free(s);
 }

@@ -23,13 +23,17 @@
 
 #include "cmd.h"
 #include "log.h"
-#include "offload.h"
+#include "jobq.h"
 #include "zfs.h"
 #include "zephon_config.h"
 
-/* Offload threads of each queue (fs/offload.h, fs/ops.c): requests that may wait for
+/* Offload threads of each queue (core/jobq.h, fs/ops.c): requests that may wait for
  * the journal, and builds of step/ and samples/ files. */
 #define OFFLOAD_THREADS 64
+
+static const struct jobq_config offload_cfg = {
+	.max_threads = OFFLOAD_THREADS, .name = "zephon-offload",
+};
 
 static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 {
@@ -437,9 +441,10 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		zfs_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
 		return 1;
 	}
-	/* Without offload threads the handlers answer every request themselves */
-	if ((rc = offload_new(OFFLOAD_THREADS, &z->journal_queue)) ||
-	    (rc = offload_new(OFFLOAD_THREADS, &z->build_queue)))
+	/* Threads are started as the queue needs them. Without offload threads the
+	 * handlers answer every request themselves. */
+	if ((rc = jobq_new(&offload_cfg, &z->journal_queue)) ||
+	    (rc = jobq_new(&offload_cfg, &z->build_queue)))
 		zfs_log(LOG_WARNING, "no offload threads (%s): claims and step/ builds are served "
 			"on the request threads", strerror(-rc));
 	if (render_readme(z, &readme) == 0) {
@@ -467,8 +472,8 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 	}
 	stopper_join(&stopper);
 	/* every handler has returned: nothing submits any more */
-	offload_free(z->journal_queue);
-	offload_free(z->build_queue);
+	jobq_free(z->journal_queue);
+	jobq_free(z->build_queue);
 	z->journal_queue = z->build_queue = NULL;
 	zfs_free_open_files(z);
 	server_free(z->srv);

@@ -16,7 +16,7 @@
 
 #include "guard.h"
 #include "inode.h"
-#include "offload.h"
+#include "jobq.h"
 #include "zfs.h"
 
 /* Names and inode numbers are fixed for the life of the mount: cache entries long.
@@ -505,8 +505,9 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 }
 
 /*
- * Requests that may block are answered on an offload thread (fs/offload.h), so that the
- * few request threads (one per CPU by default) stay free for reads. Two queues:
+ * Requests that may block are answered on an offload thread (a job queue, core/jobq.h;
+ * libfuse lets any thread reply to a request), so that the few request threads (one per
+ * CPU by default) stay free for reads. Two queues:
  * - journal_queue: what may wait for the journal: a claim waits for its commit, and
  *   peek and a release of next wait for a rank's lock, which a claim holds during that
  *   commit; control writes commit (status, metrics and state read views that never
@@ -519,7 +520,7 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE };
 
 struct request_job {
-	struct offload_job job;
+	struct jobq_job job;
 	struct zfs *z;
 	enum job_op op;
 	fuse_req_t req;             /* NULL for JOB_RELEASE, answered before it was queued */
@@ -530,7 +531,7 @@ struct request_job {
 };
 
 /* The queue of a lookup or a stat without a handle of ino; NULL: it never blocks. */
-static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
+static struct jobq *attr_queue(const struct zfs *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
 	case NODE_PEEK:
@@ -552,7 +553,7 @@ static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
 
 /* The queue of an open of ino; NULL: it never blocks (README, control, and the generated
  * text of status, metrics and state). */
-static struct offload *open_queue(const struct zfs *z, uint64_t ino)
+static struct jobq *open_queue(const struct zfs *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
 	case NODE_README: case NODE_CONTROL: case NODE_STATUS: case NODE_METRICS: case NODE_STATE:
@@ -564,11 +565,11 @@ static struct offload *open_queue(const struct zfs *z, uint64_t ino)
 	}
 }
 
-static void run_job(struct offload_job *job, int cancelled);
+static void run_job(struct jobq_job *job, void *ctx, int cancelled);
 
 /* Queue the request on q: 1 when queued (the job answers it), 0 when the caller must
  * answer it itself (q is NULL, no offload thread could run it, or out of memory). */
-static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t req,
+static int defer(struct zfs *z, struct jobq *q, enum job_op op, fuse_req_t req,
 		 fuse_ino_t ino, const struct fuse_file_info *fi, const char *data, size_t size)
 {
 	struct request_job *j;
@@ -584,7 +585,7 @@ static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t re
 		j->fi = *fi;
 	if (size)
 		memcpy(j->data, data, size);
-	if (offload_submit(q, &j->job)) {
+	if (jobq_submit(q, &j->job)) {
 		free(j);
 		return 0;
 	}
@@ -1103,10 +1104,11 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		open_file_put(z, f);
 }
 
-static void run_job(struct offload_job *job, int cancelled)
+static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 {
 	struct request_job *j = (struct request_job *)job;
 
+	(void)ctx;
 	if (cancelled) {
 		if (j->req)
 			fuse_reply_err(j->req, ENOTCONN); /* the mount is going away */

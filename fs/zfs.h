@@ -39,9 +39,9 @@ struct zfs {
 	const struct dataset_info *info;
 	struct journal *journal;
 	struct server *srv;
-	/* Offload threads (fs/offload.h) of requests that may wait for the journal, and of
+	/* Offload threads (core/jobq.h) of requests that may wait for the journal, and of
 	 * requests that decode; either may be NULL (its requests are then served inline). */
-	struct offload *journal_queue, *build_queue;
+	struct jobq *journal_queue, *build_queue;
 	struct mount_config *cfg;
 	const char *dataset_path;      /* as given on the command line, absolute */
 	/* Called once the kernel's INIT reached the daemon: the mount is live (a daemonizing
