@@ -105,13 +105,28 @@ int array_grow(void *parr, size_t *cap, size_t need, size_t size)
 	return 0;
 }
 
+int err_vset(char *err, size_t errlen, int rc, const char *fmt, va_list ap)
+{
+	if (err && errlen)
+		vsnprintf(err, errlen, fmt, ap);
+	return rc;
+}
+
+int err_set(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	err_vset(err, errlen, rc, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 void err_printf(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	err_vset(err, errlen, 0, fmt, ap);
 	va_end(ap);
 }

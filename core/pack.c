@@ -102,7 +102,7 @@ static int fail(struct packer *p, int rc, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(p->err, p->errlen, fmt, ap);
+	err_vset(p->err, p->errlen, rc, fmt, ap);
 	va_end(ap);
 	return rc;
 }

@@ -87,7 +87,7 @@ int source_error(struct source *s, int rc, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(s->err, sizeof(s->err), fmt, ap);
+	err_vset(s->err, sizeof(s->err), rc, fmt, ap);
 	va_end(ap);
 	return rc;
 }
