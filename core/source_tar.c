@@ -246,159 +246,198 @@ static int64_t next_header_at(struct tar_src *t)
 	return n < 0 ? -1 : (int64_t)n;
 }
 
+/* Start group `start` of out with the member held back from the previous call (the
+ * first of a new key), if any: *key becomes its key (the caller frees it), *bytes its
+ * size. 0 or -ENOMEM. */
+static int take_held(struct tar_src *t, struct buf *out, size_t start, char **key,
+		     uint64_t *bytes)
+{
+	struct filegroup_iter it;
+	struct filegroup_file f;
+	int rc;
+
+	*key = NULL;
+	*bytes = 0;
+	if (!t->held.len)
+		return 0;
+	/* held is a one-file group; append its file after our count */
+	filegroup_iter_init(&it, t->held.data, t->held.len);
+	filegroup_next(&it, &f);
+	rc = filegroup_add(out, start, f.name, f.name_len, f.data, f.size);
+	if (rc)
+		return rc;
+	*bytes = f.size;
+	*key = t->held_key;
+	t->held_key = NULL;
+	t->held.len = 0;
+	return 0;
+}
+
+/* Read the next member header: 1 with *e set, 0 at the end of the archive (the rest of
+ * the compressed stream checked, tar_drain()), or -errno with s->err set. */
+static int next_header(struct source *s, struct tar_src *t, struct archive_entry **e)
+{
+	char at[48] = "";
+	int rc;
+
+	t->header_at = next_header_at(t);
+	rc = archive_read_next_header(t->a, e);
+	if (rc == ARCHIVE_EOF) {
+		t->at_end = 1;
+		rc = tar_drain(s, t);
+		return rc ? rc : 0;
+	}
+	if (rc == ARCHIVE_WARN) /* e.g. an unknown pax keyword: the entry is usable */
+		rc = ARCHIVE_OK;
+	if (rc != ARCHIVE_OK && t->read_rc)
+		return t->read_rc;
+	t->in_entry = rc == ARCHIVE_OK;
+	if (rc == ARCHIVE_OK)
+		return 1;
+	if (t->header_at >= 0)
+		snprintf(at, sizeof(at), " at byte %jd", (intmax_t)t->header_at);
+	snprintf(s->err, sizeof(s->err), "%s: bad tar header%s%s%s: %s "
+		 "(truncated or corrupt archive)", s->path, at,
+		 t->last_name ? ", after member " : "",
+		 t->last_name ? t->last_name : "", archive_error_string(t->a));
+	return -EBADMSG;
+}
+
+/* Whether member e joins a sample: 1 with *clean (its path without "./") and *key_len
+ * set; 0 when it is skipped with a notice (a directory, link or device, a bad path under
+ * --skip-bad, no extension); -errno with s->err set (a bad path, a sample too large,
+ * -ENOMEM). group_bytes: the sample's bytes so far. */
+static int member_usable(struct source *s, struct tar_src *t, struct archive_entry *e,
+			 uint64_t group_bytes, const char **clean, size_t *key_len)
+{
+	const char *path = archive_entry_pathname(e);
+	mode_t type = archive_entry_filetype(e);
+	int64_t size = archive_entry_size(e);
+	char why[160];
+
+	if (!path)
+		path = "";
+	if (set_str(&t->last_name, path, strlen(path)))
+		return -ENOMEM;
+	if (type == AE_IFDIR)
+		return 0;
+	if (type != AE_IFREG || archive_entry_hardlink(e)) {
+		source_notice(s, "%s: member %s is not a regular file (link or device); "
+			      "skipped", s->path, path);
+		return 0;
+	}
+	if (tar_member_path(path, clean, key_len, why, sizeof(why))) {
+		if (!s->opts->skip_bad) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s: %s; refusing the "
+				 "archive (or pass --skip-bad to skip such members)",
+				 s->path, path, why);
+			return -EINVAL;
+		}
+		source_notice(s, "%s: member %s: %s; skipped", s->path, path, why);
+		return 0;
+	}
+	if (*key_len == 0) {
+		/* WebDataset drops members without an extension, and so do we. */
+		source_notice(s, "%s: member %s has no extension, so no WebDataset key; "
+			      "skipped", s->path, path);
+		return 0;
+	}
+	if (size < 0 || (uint64_t)size + group_bytes > SAMPLE_MAX_BYTES / 2) {
+		snprintf(s->err, sizeof(s->err), "%s: member %s: sample exceeds the size "
+			 "limit", s->path, path);
+		return -EFBIG;
+	}
+	return 1;
+}
+
+/* Two members of one name in one sample: WebDataset refuses it too. 0 or -EINVAL with
+ * s->err set. */
+static int check_unique(struct source *s, const struct buf *out, size_t start,
+			const char *clean, const char *key)
+{
+	struct filegroup_iter it;
+	struct filegroup_file f;
+
+	filegroup_iter_init(&it, out->data + start, out->len - start);
+	while (filegroup_next(&it, &f) == 1) {
+		if (f.name_len == strlen(clean) && !memcmp(f.name, clean, f.name_len)) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s appears twice in "
+				 "sample %s", s->path, clean, key);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Hold member (clean, size), the first of the next key, back for the next call. */
+static int hold_member(struct source *s, struct tar_src *t, const char *clean,
+		       size_t key_len, int64_t size)
+{
+	size_t hs;
+	int rc = filegroup_begin(&t->held, &hs);
+
+	if (!rc)
+		rc = read_member(s, t, &t->held, hs, clean, size);
+	if (!rc)
+		rc = set_str(&t->held_key, clean, key_len);
+	return rc;
+}
+
+/* The next sample: the consecutive members that share a key, as one file group. */
 static int tar_next(struct source *s, struct buf *out)
 {
 	struct tar_src *t = s->priv;
 	struct archive_entry *e;
 	size_t start, base = out->len;
-	uint64_t group_bytes = 0;
+	uint64_t group_bytes;
+	char *key = NULL;
 	int rc;
 
 	if (t->at_end)
 		return 0;
 	rc = filegroup_begin(out, &start);
-	if (rc)
-		return rc;
-	char *key = NULL;
-	if (t->held.len) {
-		/* held is a one-file group; append its file after our count */
-		struct filegroup_iter it;
-		struct filegroup_file f;
-
-		filegroup_iter_init(&it, t->held.data, t->held.len);
-		filegroup_next(&it, &f);
-		rc = filegroup_add(out, start, f.name, f.name_len, f.data, f.size);
-		if (rc)
-			goto fail;
-		group_bytes = f.size;
-		key = t->held_key;
-		t->held_key = NULL;
-		t->held.len = 0;
-	}
-	for (;;) {
-		const char *path, *clean;
+	if (!rc)
+		rc = take_held(t, out, start, &key, &group_bytes);
+	while (!rc) {
+		const char *clean;
 		size_t key_len;
-		char why[160];
 		int64_t size;
-		mode_t type;
 
-		t->header_at = next_header_at(t);
-		rc = archive_read_next_header(t->a, &e);
-		if (rc == ARCHIVE_EOF) {
-			t->at_end = 1;
-			rc = tar_drain(s, t);
-			if (rc)
-				goto fail;
+		rc = next_header(s, t, &e);
+		if (rc <= 0)
+			break;
+		rc = member_usable(s, t, e, group_bytes, &clean, &key_len);
+		if (rc <= 0) {
+			if (rc == 0)
+				continue;
 			break;
 		}
-		if (rc == ARCHIVE_WARN) {
-			/* e.g. an unknown pax keyword: the entry is usable */
-			rc = ARCHIVE_OK;
-		}
-		if (rc != ARCHIVE_OK && t->read_rc) {
-			rc = t->read_rc;
-			goto fail;
-		}
-		t->in_entry = rc == ARCHIVE_OK;
-		if (rc != ARCHIVE_OK) {
-			char at[48] = "";
-
-			if (t->header_at >= 0)
-				snprintf(at, sizeof(at), " at byte %jd", (intmax_t)t->header_at);
-			snprintf(s->err, sizeof(s->err), "%s: bad tar header%s%s%s: %s "
-				 "(truncated or corrupt archive)", s->path, at,
-				 t->last_name ? ", after member " : "",
-				 t->last_name ? t->last_name : "", archive_error_string(t->a));
-			rc = -EBADMSG;
-			goto fail;
-		}
-		path = archive_entry_pathname(e);
-		if (!path)
-			path = "";
-		if (set_str(&t->last_name, path, strlen(path))) {
-			rc = -ENOMEM;
-			goto fail;
-		}
-		type = archive_entry_filetype(e);
-		if (type == AE_IFDIR)
-			continue;
-		if (type != AE_IFREG || archive_entry_hardlink(e)) {
-			source_notice(s, "%s: member %s is not a regular file (link or device); "
-				      "skipped", s->path, path);
-			continue;
-		}
-		if (tar_member_path(path, &clean, &key_len, why, sizeof(why))) {
-			if (!s->opts->skip_bad) {
-				snprintf(s->err, sizeof(s->err), "%s: member %s: %s; refusing the "
-					 "archive (or pass --skip-bad to skip such members)",
-					 s->path, path, why);
-				rc = -EINVAL;
-				goto fail;
-			}
-			source_notice(s, "%s: member %s: %s; skipped", s->path, path, why);
-			continue;
-		}
-		if (key_len == 0) {
-			/* WebDataset drops members without an extension, and so do we. */
-			source_notice(s, "%s: member %s has no extension, so no WebDataset key; "
-				      "skipped", s->path, path);
-			continue;
-		}
 		size = archive_entry_size(e);
-		if (size < 0 || (uint64_t)size + group_bytes > SAMPLE_MAX_BYTES / 2) {
-			snprintf(s->err, sizeof(s->err), "%s: member %s: sample exceeds the size "
-				 "limit", s->path, path);
-			rc = -EFBIG;
-			goto fail;
-		}
 		if (key && (strlen(key) != key_len || memcmp(key, clean, key_len))) {
 			/* A new key: this member starts the next group. */
-			size_t hs;
-
-			rc = filegroup_begin(&t->held, &hs);
-			if (!rc)
-				rc = read_member(s, t, &t->held, hs, clean, size);
-			if (!rc)
-				rc = set_str(&t->held_key, clean, key_len);
-			if (rc)
-				goto fail;
+			rc = hold_member(s, t, clean, key_len, size);
 			break;
 		}
 		if (!key && set_str(&key, clean, key_len)) {
 			rc = -ENOMEM;
-			goto fail;
+			break;
 		}
-		/* Two members of one name in one sample: WebDataset refuses it too. */
-		{
-			struct filegroup_iter it;
-			struct filegroup_file f;
-
-			filegroup_iter_init(&it, out->data + start, out->len - start);
-			while (filegroup_next(&it, &f) == 1) {
-				if (f.name_len == strlen(clean) && !memcmp(f.name, clean, f.name_len)) {
-					snprintf(s->err, sizeof(s->err), "%s: member %s appears twice in "
-						 "sample %s", s->path, clean, key);
-					rc = -EINVAL;
-					goto fail;
-				}
-			}
-		}
-		rc = read_member(s, t, out, start, clean, size);
-		if (rc)
-			goto fail;
+		rc = check_unique(s, out, start, clean, key);
+		if (!rc)
+			rc = read_member(s, t, out, start, clean, size);
 		group_bytes += (uint64_t)size;
 	}
 	free(key);
+	if (rc < 0) {
+		out->len = base;
+		t->at_end = 1;
+		return rc;
+	}
 	if (filegroup_count(out, start) == 0) {
 		out->len = base;
 		return 0;
 	}
 	return 1;
-fail:
-	free(key);
-	out->len = base;
-	t->at_end = 1;
-	return rc;
 }
 
 const struct source_ops source_tar_ops = {
