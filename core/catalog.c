@@ -66,120 +66,95 @@ static int col_u64(sqlite3_stmt *st, int col, uint64_t *out)
 	return 0;
 }
 
-static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
+/* One row of a table into c: SQLITE_OK, SQLITE_NOMEM, or SQLITE_MISMATCH with a reason
+ * in err (a value of the wrong type or sign). */
+typedef int (*row_fn)(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen);
+
+static int meta_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	if (sqlite3_column_type(st, 0) != SQLITE_TEXT || sqlite3_column_type(st, 1) != SQLITE_TEXT) {
+		err_printf(err, errlen, "meta row is not text");
+		return SQLITE_MISMATCH;
+	}
+	if (catalog_meta_set(c, (const char *)sqlite3_column_text(st, 0),
+			     (const char *)sqlite3_column_text(st, 1)))
+		return SQLITE_NOMEM;
+	return SQLITE_OK;
+}
+
+static int dict_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	const void *p = sqlite3_column_blob(st, 0);
+	int n = sqlite3_column_bytes(st, 0);
+
+	if (sqlite3_column_type(st, 0) != SQLITE_BLOB || n <= 0) {
+		err_printf(err, errlen, "dictionary row is not a blob");
+		return SQLITE_MISMATCH;
+	}
+	return catalog_set_dict(c, p, (size_t)n) ? SQLITE_NOMEM : SQLITE_OK;
+}
+
+static int source_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	struct catalog_source *s;
+	const unsigned char *sum;
+
+	if (ARRAY_GROW(c->sources, c->sources_cap, c->nsources + 1))
+		return SQLITE_NOMEM;
+	s = &c->sources[c->nsources];
+	memset(s, 0, sizeof(*s));
+	s->path = dup_text(st, 0);
+	s->format = dup_text(st, 1);
+	c->nsources++;
+	if (!s->path || !s->format)
+		return SQLITE_NOMEM;
+	sum = sqlite3_column_text(st, 3);
+	snprintf(s->checksum, sizeof(s->checksum), "%s", sum ? (const char *)sum : "");
+	if (col_u64(st, 2, &s->size) || col_u64(st, 4, &s->first_sample) ||
+	    col_u64(st, 5, &s->samples)) {
+		err_printf(err, errlen, "source %zu has a non-integer or negative field",
+			   c->nsources - 1);
+		return SQLITE_MISMATCH;
+	}
+	return SQLITE_OK;
+}
+
+static int shard_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	struct catalog_shard *sh;
+
+	if (ARRAY_GROW(c->shards, c->shards_cap, c->nshards + 1))
+		return SQLITE_NOMEM;
+	sh = &c->shards[c->nshards];
+	memset(sh, 0, sizeof(*sh));
+	sh->file = dup_text(st, 0);
+	sh->index_file = dup_text(st, 1);
+	c->nshards++;
+	if (!sh->file || !sh->index_file)
+		return SQLITE_NOMEM;
+	if (col_u64(st, 2, &sh->first_sample) || col_u64(st, 3, &sh->samples) ||
+	    col_u64(st, 4, &sh->bytes)) {
+		err_printf(err, errlen, "shard %zu has a non-integer or negative field",
+			   c->nshards - 1);
+		return SQLITE_MISMATCH;
+	}
+	return SQLITE_OK;
+}
+
+/* Every row sql selects, through row. 0, or -errno with a reason in err (the row's, or
+ * SQLite's message). */
+static int load_table(sqlite3 *db, const char *sql, row_fn row, struct catalog *c, char *err,
+		      size_t errlen)
 {
 	sqlite3_stmt *st = NULL;
 	int rc;
 
-	/* meta */
-	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta ORDER BY key", -1, &st, NULL);
+	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
 	if (rc)
 		goto sql_fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (sqlite3_column_type(st, 0) != SQLITE_TEXT ||
-		    sqlite3_column_type(st, 1) != SQLITE_TEXT) {
-			err_printf(err, errlen, "meta row is not text");
-			rc = SQLITE_MISMATCH;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		if ((rc = row(st, c, err, errlen)) != SQLITE_OK)
 			goto fail;
-		}
-		if (catalog_meta_set(c, (const char *)sqlite3_column_text(st, 0),
-				     (const char *)sqlite3_column_text(st, 1))) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-	}
-	if (rc != SQLITE_DONE)
-		goto sql_fail;
-	sqlite3_finalize(st);
-
-	/* dict */
-	rc = sqlite3_prepare_v2(db, "SELECT bytes FROM dict WHERE id = 1", -1, &st, NULL);
-	if (rc)
-		goto sql_fail;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		const void *p = sqlite3_column_blob(st, 0);
-		int n = sqlite3_column_bytes(st, 0);
-
-		if (sqlite3_column_type(st, 0) != SQLITE_BLOB || n <= 0) {
-			err_printf(err, errlen, "dictionary row is not a blob");
-			rc = SQLITE_MISMATCH;
-			goto fail;
-		}
-		if (catalog_set_dict(c, p, (size_t)n)) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-	} else if (rc != SQLITE_DONE) {
-		goto sql_fail;
-	}
-	sqlite3_finalize(st);
-
-	/* sources */
-	rc = sqlite3_prepare_v2(db, "SELECT path, format, size, checksum, first_sample, samples "
-				"FROM sources ORDER BY idx", -1, &st, NULL);
-	if (rc)
-		goto sql_fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct catalog_source *s;
-		const unsigned char *sum;
-
-		if (ARRAY_GROW(c->sources, c->sources_cap, c->nsources + 1)) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		s = &c->sources[c->nsources];
-		memset(s, 0, sizeof(*s));
-		s->path = dup_text(st, 0);
-		s->format = dup_text(st, 1);
-		c->nsources++;
-		if (!s->path || !s->format) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		sum = sqlite3_column_text(st, 3);
-		snprintf(s->checksum, sizeof(s->checksum), "%s", sum ? (const char *)sum : "");
-		if (col_u64(st, 2, &s->size) || col_u64(st, 4, &s->first_sample) ||
-		    col_u64(st, 5, &s->samples)) {
-			err_printf(err, errlen, "source %zu has a non-integer or negative field",
-				c->nsources - 1);
-			rc = SQLITE_MISMATCH;
-			goto fail;
-		}
-	}
-	if (rc != SQLITE_DONE)
-		goto sql_fail;
-	sqlite3_finalize(st);
-
-	/* shards */
-	rc = sqlite3_prepare_v2(db, "SELECT file, index_file, first_sample, samples, bytes "
-				"FROM shards ORDER BY idx", -1, &st, NULL);
-	if (rc)
-		goto sql_fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct catalog_shard *sh;
-
-		if (ARRAY_GROW(c->shards, c->shards_cap, c->nshards + 1)) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		sh = &c->shards[c->nshards];
-		memset(sh, 0, sizeof(*sh));
-		sh->file = dup_text(st, 0);
-		sh->index_file = dup_text(st, 1);
-		c->nshards++;
-		if (!sh->file || !sh->index_file) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		if (col_u64(st, 2, &sh->first_sample) || col_u64(st, 3, &sh->samples) ||
-		    col_u64(st, 4, &sh->bytes)) {
-			err_printf(err, errlen, "shard %zu has a non-integer or negative field",
-				c->nshards - 1);
-			rc = SQLITE_MISMATCH;
-			goto fail;
-		}
-	}
 	if (rc != SQLITE_DONE)
 		goto sql_fail;
 	sqlite3_finalize(st);
@@ -190,6 +165,22 @@ sql_fail:
 fail:
 	sqlite3_finalize(st);
 	return sqlite_errno(rc) ? sqlite_errno(rc) : -EBADMSG;
+}
+
+static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
+{
+	int rc;
+
+	if ((rc = load_table(db, "SELECT key, value FROM meta ORDER BY key", meta_row, c, err,
+			     errlen)) ||
+	    (rc = load_table(db, "SELECT bytes FROM dict WHERE id = 1", dict_row, c, err,
+			     errlen)) ||
+	    (rc = load_table(db, "SELECT path, format, size, checksum, first_sample, samples "
+			     "FROM sources ORDER BY idx", source_row, c, err, errlen)) ||
+	    (rc = load_table(db, "SELECT file, index_file, first_sample, samples, bytes "
+			     "FROM shards ORDER BY idx", shard_row, c, err, errlen)))
+		return rc;
+	return 0;
 }
 
 int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen)
