@@ -124,10 +124,105 @@ static int open_error(const struct dataset *ds, const char *what, const char *fi
 	return 0;
 }
 
+/* Open shard s's payload file (cs->file in dirfd), check its size against the catalog
+ * and map it. 0, or -errno with a reason in err (open_error()'s, -EBADMSG). */
+static int open_payload(const struct dataset *ds, int dirfd, const struct catalog_shard *cs,
+			struct ds_shard *s, char *err, size_t errlen)
+{
+	struct stat sb;
+	int rc;
+
+	s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
+		return rc;
+	if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
+		err_printf(err, errlen, "shard %s: %s", cs->file, strerror(errno));
+		return -EBADMSG;
+	}
+	if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != cs->bytes) {
+		err_printf(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
+			" (truncated or replaced)", cs->file, (intmax_t)sb.st_size, cs->bytes);
+		return -EBADMSG;
+	}
+
+	/* Samples are copied straight out of a mapping of the shard (raw samples into
+	 * the batch, zstd frames into the reader's scratch buffer, which zstd then
+	 * decodes: zstd itself never reads the mapping, a fault could not be caught
+	 * there): one pread syscall per sample was the largest cost of serving
+	 * batches. Uncompressed token batches are even served from it without a copy
+	 * (sample_reader_views). Faults (truncation, I/O errors) become EIO through
+	 * guard_copy() and guard_run(). */
+	if (cs->bytes) {
+		void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
+
+		s->data = d == MAP_FAILED ? NULL : d;
+	}
+	return 0;
+}
+
+/* Open and map shard s's index file (cs->index_file in dirfd) and check its header
+ * against the catalog. 0, or -errno with a reason in err (open_error()'s, -EBADMSG,
+ * -EIO). */
+static int open_index(const struct dataset *ds, int dirfd, const struct catalog_shard *cs,
+		      struct ds_shard *s, char *err, size_t errlen)
+{
+	struct shard_index_header h;
+	uint8_t hb[sizeof(struct shard_index_header)];
+	char why[256];
+	struct stat sb;
+	int ifd, rc;
+	void *map;
+
+	ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
+		return rc;
+	if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		err_printf(err, errlen, "index %s: %s", cs->index_file,
+			ifd < 0 ? strerror(errno) : "not a regular file");
+		if (ifd >= 0)
+			close(ifd);
+		return -EBADMSG;
+	}
+	if (sb.st_size < (off_t)sizeof(h)) {
+		close(ifd);
+		err_printf(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
+			(intmax_t)sb.st_size);
+		return -EBADMSG;
+	}
+	map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
+	close(ifd);
+	if (map == MAP_FAILED) {
+		err_printf(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
+		return -EIO;
+	}
+	s->index = map;
+	s->index_len = (size_t)sb.st_size;
+	/* Lookups jump around the index: no readahead around each. (Pages already in
+	 * the page cache in large folios, e.g. just after a pack, are still mapped a
+	 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
+	madvise(map, s->index_len, MADV_RANDOM);
+	if (guard_copy(&hb, map, sizeof(hb))) {
+		err_printf(err, errlen, "index %s: read failed: %s (truncated while "
+			"opening?)", cs->index_file, strerror(EIO));
+		return -EIO;
+	}
+	/* it reads the header's bytes only; the length is the file's */
+	if (shard_index_parse_header(hb, s->index_len, &h, why, sizeof(why))) {
+		err_printf(err, errlen, "index %s: %s", cs->index_file, why);
+		return -EBADMSG;
+	}
+	if (h.count != cs->samples || h.first_sample != cs->first_sample) {
+		err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
+			"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
+			h.first_sample, h.count, cs->first_sample, cs->samples);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 {
 	uint64_t next = 0;
-	char why[256];
 	int rc;
 
 	ds->shards = calloc(ds->cat.nshards ? ds->cat.nshards : 1, sizeof(*ds->shards));
@@ -136,11 +231,6 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 	for (size_t k = 0; k < ds->cat.nshards; k++) {
 		const struct catalog_shard *cs = &ds->cat.shards[k];
 		struct ds_shard *s = &ds->shards[ds->nshards];
-		struct shard_index_header h;
-		uint8_t hb[sizeof(struct shard_index_header)];
-		struct stat sb;
-		int ifd;
-		void *map;
 
 		s->fd = -1;
 		ds->nshards++;
@@ -165,77 +255,9 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 				ds->info.samples);
 			return -EBADMSG;
 		}
-
-		s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
+		if ((rc = open_payload(ds, dirfd, cs, s, err, errlen)) ||
+		    (rc = open_index(ds, dirfd, cs, s, err, errlen)))
 			return rc;
-		if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
-			err_printf(err, errlen, "shard %s: %s", cs->file, strerror(errno));
-			return -EBADMSG;
-		}
-		if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != cs->bytes) {
-			err_printf(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
-				" (truncated or replaced)", cs->file, (intmax_t)sb.st_size, cs->bytes);
-			return -EBADMSG;
-		}
-
-		/* Samples are copied straight out of a mapping of the shard (raw samples into
-		 * the batch, zstd frames into the reader's scratch buffer, which zstd then
-		 * decodes: zstd itself never reads the mapping, a fault could not be caught
-		 * there): one pread syscall per sample was the largest cost of serving
-		 * batches. Uncompressed token batches are even served from it without a copy
-		 * (sample_reader_views). Faults (truncation, I/O errors) become EIO through
-		 * guard_copy() and guard_run(). */
-		if (cs->bytes) {
-			void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
-
-			s->data = d == MAP_FAILED ? NULL : d;
-		}
-
-		ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
-			return rc;
-		if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-			err_printf(err, errlen, "index %s: %s", cs->index_file,
-				ifd < 0 ? strerror(errno) : "not a regular file");
-			if (ifd >= 0)
-				close(ifd);
-			return -EBADMSG;
-		}
-		if (sb.st_size < (off_t)sizeof(h)) {
-			close(ifd);
-			err_printf(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
-				(intmax_t)sb.st_size);
-			return -EBADMSG;
-		}
-		map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
-		close(ifd);
-		if (map == MAP_FAILED) {
-			err_printf(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
-			return -EIO;
-		}
-		s->index = map;
-		s->index_len = (size_t)sb.st_size;
-		/* Lookups jump around the index: no readahead around each. (Pages already in
-		 * the page cache in large folios, e.g. just after a pack, are still mapped a
-		 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
-		madvise(map, s->index_len, MADV_RANDOM);
-		if (guard_copy(&hb, map, sizeof(hb))) {
-			err_printf(err, errlen, "index %s: read failed: %s (truncated while "
-				"opening?)", cs->index_file, strerror(EIO));
-			return -EIO;
-		}
-		/* it reads the header's bytes only; the length is the file's */
-		if (shard_index_parse_header(hb, s->index_len, &h, why, sizeof(why))) {
-			err_printf(err, errlen, "index %s: %s", cs->index_file, why);
-			return -EBADMSG;
-		}
-		if (h.count != cs->samples || h.first_sample != cs->first_sample) {
-			err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
-				"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
-				h.first_sample, h.count, cs->first_sample, cs->samples);
-			return -EBADMSG;
-		}
 	}
 	if (next != ds->info.samples) {
 		err_printf(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
