@@ -236,12 +236,128 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	return rc ? -ENOMEM : 0;
 }
 
+/* Check the inputs and the output, make the temporary directory and the pool. */
+static int pack_start(struct packer *p, enum source_format *formats)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned n = p->o->threads ? p->o->threads : (unsigned)(cpus > 0 ? cpus : 1);
+	int rc;
+
+	if ((rc = pack_plan(p, formats)) || (rc = pack_check_out(p)) || (rc = pack_make_tmp(p)))
+		return rc;
+	return pool_new(n > 64 ? 64 : n, &p->pool);
+}
+
+/* Read every input into batches, in order. */
+static int pack_inputs(struct packer *p, const enum source_format *formats)
+{
+	const struct pack_opts *o = p->o;
+	struct source_opts so;
+	int rc;
+
+	memset(&so, 0, sizeof(so));
+	so.skip_bad = o->skip_bad;
+	so.defer_checks = 1;
+	so.have_dtype = p->have_dtype;
+	so.dtype = p->dtype;
+	so.notice = o->notice;
+	so.ctx = o->ctx;
+	p->prog.inputs = p->nsources;
+	p->training = o->compress && !o->no_dict && o->dict_size > 0;
+	if (!p->training && (rc = pack_open_writer(p)))
+		return rc;
+	for (size_t k = 0; k < p->nsources; k++) {
+		size_t i = p->sources[k];
+
+		p->prog.input = k;
+		rc = pack_input(p, i, formats[i], &so);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Write the catalog into the temporary directory, read-only. */
+static int save_catalog(struct packer *p)
+{
+	char why[300];
+	char *path = NULL;
+	int rc;
+
+	if (asprintf(&path, "%s/%s", p->tmpdir, CATALOG_FILE) < 0)
+		return -ENOMEM;
+	rc = catalog_save(path, &p->cat, why, sizeof(why));
+	if (!rc)
+		chmod(path, 0444); /* immutable, like the shards */
+	free(path);
+	if (rc)
+		pack_fail(p, rc, "%s", why);
+	return rc;
+}
+
+/* After the last input: the token rows, the held samples (dictionary), the last shard,
+ * the catalog; then the directory is synced and moved into place. */
+static int pack_finish(struct packer *p, struct pack_result *res)
+{
+	const struct pack_opts *o = p->o;
+	char why[300];
+	int rc;
+
+	if (p->kind == DATASET_TOKENS) {
+		res->remainder_tokens = p->window.len / p->itemsize;
+		if (p->samples == 0)
+			return pack_fail(p, -ENODATA, "the inputs hold %" PRIu64 " tokens, less than "
+					 "one window of --seq-len %" PRIu64, p->tokens, o->seq_len);
+		token_rows(p);
+	}
+	if (p->training && (rc = pack_dict_finish(p)))
+		return rc;
+	rc = shard_writer_finish(p->w, why, sizeof(why));
+	if (rc)
+		return pack_fail(p, rc, "%s: %s", o->out, why);
+	if ((rc = write_meta(p, res)) || (rc = save_catalog(p)))
+		return rc;
+	if (pack_cancelled(p))
+		return pack_fail(p, -ECANCELED, "pack interrupted; nothing was written to %s",
+				 o->out);
+	if (fsync(p->dirfd) != 0)
+		return pack_fail(p, -EIO, "%s: fsync: %s", p->tmpdir, strerror(errno));
+	return pack_publish(p);
+}
+
+/* Free what the packer holds; remove the temporary directory if it is still there. */
+static void packer_release(struct packer *p)
+{
+	shard_writer_free(p->w);
+	if (p->comp)
+		for (unsigned t = 0; t < pool_size(p->pool); t++)
+			compressor_free(p->comp[t]);
+	free(p->comp);
+	pool_free(p->pool);
+	pack_batch_release(&p->b);
+	buf_release(&p->scratch);
+	if (p->dirfd >= 0)
+		close(p->dirfd);
+	if (p->tmpdir) {
+		pack_remove_dir(p->tmpdir);
+		free(p->tmpdir);
+	}
+	catalog_release(&p->cat);
+	XXH3_freeState(p->fp);
+	buf_release(&p->stash);
+	buf_release(&p->train);
+	buf_release(&p->window);
+	free(p->stash_sizes);
+	free(p->train_sizes);
+	free(p->dict);
+	free(p->source_tokens);
+	free(p->sources);
+}
+
 int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size_t errlen)
 {
 	struct packer p;
-	struct source_opts so;
 	enum source_format *formats = NULL;
-	char why[300];
 	int rc;
 
 	memset(&p, 0, sizeof(p));
@@ -259,85 +375,8 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 		goto out;
 	}
 	XXH3_128bits_reset(p.fp);
-	rc = pack_plan(&p, formats);
-	if (!rc)
-		rc = pack_check_out(&p);
-	if (!rc)
-		rc = pack_make_tmp(&p);
-	if (rc)
-		goto out;
-	{
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		unsigned n = o->threads ? o->threads : (unsigned)(cpus > 0 ? cpus : 1);
-
-		rc = pool_new(n > 64 ? 64 : n, &p.pool);
-		if (rc)
-			goto out;
-	}
-	memset(&so, 0, sizeof(so));
-	so.skip_bad = o->skip_bad;
-	so.defer_checks = 1;
-	so.have_dtype = p.have_dtype;
-	so.dtype = p.dtype;
-	so.notice = o->notice;
-	so.ctx = o->ctx;
-	p.prog.inputs = p.nsources;
-	p.training = o->compress && !o->no_dict && o->dict_size > 0;
-	if (!p.training && (rc = pack_open_writer(&p)))
-		goto out;
-	for (size_t k = 0; k < p.nsources; k++) {
-		size_t i = p.sources[k];
-
-		p.prog.input = k;
-		rc = pack_input(&p, i, formats[i], &so);
-		if (rc)
-			goto out;
-	}
-	if (p.kind == DATASET_TOKENS) {
-		res->remainder_tokens = p.window.len / p.itemsize;
-		if (p.samples == 0) {
-			rc = pack_fail(&p, -ENODATA, "the inputs hold %" PRIu64 " tokens, less than one "
-				  "window of --seq-len %" PRIu64, p.tokens, o->seq_len);
-			goto out;
-		}
-		token_rows(&p);
-	}
-	if (p.training && (rc = pack_dict_finish(&p)))
-		goto out;
-	rc = shard_writer_finish(p.w, why, sizeof(why));
-	if (rc) {
-		pack_fail(&p, rc, "%s: %s", o->out, why);
-		goto out;
-	}
-	rc = write_meta(&p, res);
-	if (rc)
-		goto out;
-	{
-		char *path = NULL;
-
-		if (asprintf(&path, "%s/%s", p.tmpdir, CATALOG_FILE) < 0) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		rc = catalog_save(path, &p.cat, why, sizeof(why));
-		if (!rc)
-			chmod(path, 0444); /* immutable, like the shards */
-		free(path);
-		if (rc) {
-			pack_fail(&p, rc, "%s", why);
-			goto out;
-		}
-	}
-	if (pack_cancelled(&p)) {
-		rc = pack_fail(&p, -ECANCELED, "pack interrupted; nothing was written to %s", o->out);
-		goto out;
-	}
-	if (fsync(p.dirfd) != 0) {
-		rc = pack_fail(&p, -EIO, "%s: fsync: %s", p.tmpdir, strerror(errno));
-		goto out;
-	}
-	rc = pack_publish(&p);
-	if (rc)
+	if ((rc = pack_start(&p, formats)) || (rc = pack_inputs(&p, formats)) ||
+	    (rc = pack_finish(&p, res)))
 		goto out;
 	res->samples = p.samples;
 	res->raw_bytes = p.raw_bytes;
@@ -352,30 +391,7 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 out:
 	if (rc == -ENOMEM && !err[0])
 		pack_fail(&p, rc, "out of memory");
-	shard_writer_free(p.w);
-	if (p.comp)
-		for (unsigned t = 0; t < pool_size(p.pool); t++)
-			compressor_free(p.comp[t]);
-	free(p.comp);
-	pool_free(p.pool);
-	pack_batch_release(&p.b);
-	buf_release(&p.scratch);
-	if (p.dirfd >= 0)
-		close(p.dirfd);
-	if (p.tmpdir) {
-		pack_remove_dir(p.tmpdir);
-		free(p.tmpdir);
-	}
-	catalog_release(&p.cat);
-	XXH3_freeState(p.fp);
-	buf_release(&p.stash);
-	buf_release(&p.train);
-	buf_release(&p.window);
-	free(p.stash_sizes);
-	free(p.train_sizes);
-	free(p.dict);
-	free(p.source_tokens);
-	free(p.sources);
+	packer_release(&p);
 	free(formats);
 	return rc;
 }
