@@ -101,20 +101,24 @@ static int check_mountpoint(const char *mp)
 {
 	struct statfs sfs;
 	struct stat st;
+	int stat_err, mounted;
 
 	if (is_mounted(mp) && statfs(mp, &sfs) == 0) {
 		die_msg("%s is already mounted; unmount it first (fusermount3 -u %s)", mp, mp);
 		return -1;
 	}
-	if (stat(mp, &st) == 0 && !is_mounted(mp)) {
+	/* stat's errno, before is_mounted()'s reading of mountinfo overwrites it */
+	stat_err = stat(mp, &st) == 0 ? 0 : errno;
+	mounted = is_mounted(mp);
+	if (!stat_err && !mounted) {
 		if (!S_ISDIR(st.st_mode)) {
 			die_msg("mountpoint %s is not a directory", mp);
 			return -1;
 		}
 		return 0;
 	}
-	if (!is_mounted(mp)) {
-		die_msg("cannot use mountpoint %s: %s", mp, strerror(errno));
+	if (!mounted) {
+		die_msg("cannot use mountpoint %s: %s", mp, strerror(stat_err));
 		return -1;
 	}
 	/* A FUSE mount whose daemon is gone: detach it, as `fusermount3 -uz` would. */
