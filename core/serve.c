@@ -194,6 +194,10 @@ struct server {
 
 	struct jobq *decoders;   /* cfg.workers threads, each with a sample reader */
 	pthread_mutex_t qlock;   /* guards stats */
+	/* Decode jobs done, kept for the next ones: a claim queues one, and a malloc and
+	 * free per claim would be the only allocation of a steady stream. */
+	pthread_mutex_t jobs_lock;
+	struct decode_job *free_jobs;   /* linked through job.next */
 
 	struct reader_pool readers;
 	struct serve_stats stats;
@@ -369,17 +373,33 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 
 static void run_decode(struct jobq_job *job, void *reader, int cancelled);
 
+/* Keep a finished decode job for the next enqueue(). */
+static void job_put(struct server *s, struct decode_job *d)
+{
+	pthread_mutex_lock(&s->jobs_lock);
+	d->job.next = s->free_jobs ? &s->free_jobs->job : NULL;
+	s->free_jobs = d;
+	pthread_mutex_unlock(&s->jobs_lock);
+}
+
 static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
 {
-	struct decode_job *d = malloc(sizeof(*d));
+	struct decode_job *d;
 
+	pthread_mutex_lock(&s->jobs_lock);
+	d = s->free_jobs;
+	if (d)
+		s->free_jobs = (struct decode_job *)d->job.next;
+	pthread_mutex_unlock(&s->jobs_lock);
+	if (!d)
+		d = malloc(sizeof(*d));
 	/* A dropped job only costs a synchronous decode at claim time. */
 	if (!d)
 		return;
 	*d = (struct decode_job){ .job.run = run_decode, .s = s, .rs = rs, .ci = ci,
 				  .generation = gen };
 	if (jobq_submit(s->decoders, &d->job))
-		free(d);
+		job_put(s, d);
 }
 
 static void slot_clear(struct server *s, struct slot *sl)
@@ -433,7 +453,7 @@ static void run_decode(struct jobq_job *job, void *reader, int cancelled)
 
 	if (!cancelled)
 		decode_into_slot(d->s, reader, d);
-	free(d);
+	job_put(d->s, d);
 }
 
 static void *decoder_init(void *arg)
@@ -497,6 +517,7 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	s->journal = j;
 	s->limit = order_limit(&cfg->order, cfg->epochs);
 	pthread_mutex_init(&s->qlock, NULL);
+	pthread_mutex_init(&s->jobs_lock, NULL);
 	pthread_mutex_init(&s->readers.lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 	pthread_mutex_init(&s->log_lock, NULL);
@@ -567,6 +588,13 @@ void server_free(struct server *s)
 	if (!s)
 		return;
 	jobq_free(s->decoders); /* queued decodes are dropped, running ones waited for */
+	while (s->free_jobs) {
+		struct decode_job *d = s->free_jobs;
+
+		s->free_jobs = (struct decode_job *)d->job.next;
+		free(d);
+	}
+	pthread_mutex_destroy(&s->jobs_lock);
 	for (size_t i = 0; i < s->nranks; i++) {
 		struct rank_state *rs = &s->rs[i];
 
