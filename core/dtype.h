@@ -7,6 +7,8 @@
 #ifndef ZEPHON_DTYPE_H
 #define ZEPHON_DTYPE_H
 
+#include <stdint.h>
+
 /* The values are array indexes of the table, never stored on disk (the catalog stores
  * the name). */
 enum token_dtype { DTYPE_UINT8, DTYPE_UINT16, DTYPE_UINT32, DTYPE_INT32 };
@@ -16,6 +18,9 @@ enum token_dtype { DTYPE_UINT8, DTYPE_UINT16, DTYPE_UINT32, DTYPE_INT32 };
 const char *dtype_name(enum token_dtype d);
 /* Bytes per token: 1, 2, 4, 4; 0 for a value outside the enum. */
 unsigned dtype_size(enum token_dtype d);
+/* The largest token id the dtype holds: 255, 65535, 2^32 - 1, 2^31 - 1; 0 outside the
+ * enum. */
+uint64_t dtype_max(enum token_dtype d);
 /* numpy's little-endian descr: "|u1", "<u2", "<u4", "<i4"; NULL outside the enum. */
 const char *dtype_npy_descr(enum token_dtype d);
 /* Parse a name of dtype_name(). 0, or -EINVAL (not one of them). */

@@ -219,6 +219,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set(c, "dtype", dtype_name(p->dtype));
 		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
+		if (p->o->have_eod_token)
+			rc |= catalog_meta_set_u64(c, "eod_token", p->o->eod_token);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
 	}
 	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
@@ -260,6 +262,8 @@ static int pack_inputs(struct packer *p, const enum source_format *formats)
 	so.defer_checks = 1;
 	so.have_dtype = p->have_dtype;
 	so.dtype = p->dtype;
+	so.have_eod_token = o->have_eod_token;
+	so.eod_token = o->eod_token;
 	so.notice = o->notice;
 	so.ctx = o->ctx;
 	p->prog.inputs = p->nsources;

@@ -1,6 +1,6 @@
 /*
  * pack.h: `zephon pack`: inputs in the order given become consecutive sample ids of a new,
- * immutable dataset directory (DESIGN.md section 3; layout in dataset.h).
+ * immutable dataset directory (docs/design.md §4; layout in dataset.h).
  *
  * The dataset is written into a temporary directory beside the output
  * (".NAME.zephon-tmp-XXXXXX") and renamed into place only when every shard, index and
@@ -68,6 +68,9 @@ struct pack_opts {
 	uint64_t seq_len;            /* --seq-len (tokens) */
 	uint64_t overlap;            /* --overlap: 0, or 1 for windows of seq_len + 1 tokens
 	                              * whose last token starts the next window */
+	int have_eod_token;          /* --eod-token given */
+	uint64_t eod_token;          /* --eod-token: appended after every document (see
+	                              * source_opts); must fit the tokens' dtype */
 	int compress;                /* 1 zstd, 0 none */
 	int level;
 	int no_dict;

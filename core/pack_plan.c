@@ -169,6 +169,9 @@ int pack_plan(struct packer *p, enum source_format *formats)
 			    o->inputs[0], dataset_content_name(p->content));
 	if (o->overlap > 1)
 		return pack_fail(p, -EINVAL, "--overlap %" PRIu64 ": give 0 or 1", o->overlap);
+	if (p->kind != DATASET_TOKENS && o->have_eod_token)
+		return pack_fail(p, -EINVAL, "--eod-token applies to token inputs only (%s holds %s)",
+				 o->inputs[0], dataset_content_name(p->content));
 	if (p->kind == DATASET_TOKENS && o->seq_len > SAMPLE_MAX_BYTES / 4)
 		return pack_fail(p, -EINVAL, "--seq-len %" PRIu64 " is too large", o->seq_len);
 	if (o->compress && (o->level < ZSTD_minCLevel() || o->level > ZSTD_maxCLevel()))

@@ -9,9 +9,28 @@
 
 #include "instream.h"
 
+/* s->eod: opts->eod_token as one little-endian token of s->dtype, or -EINVAL when the
+ * id does not fit that dtype. */
+static int eod_encode(struct source *s)
+{
+	uint64_t id = s->opts->eod_token, max = dtype_max(s->dtype);
+	unsigned size = dtype_size(s->dtype);
+
+	if (id > max)
+		return source_error(s, -EINVAL, "%s: --eod-token %ju does not fit its %s tokens "
+				    "(ids 0 to %ju); pass the tokenizer's end-of-document id",
+				    s->path, (uintmax_t)id, dtype_name(s->dtype), (uintmax_t)max);
+	for (unsigned i = 0; i < size; i++)
+		s->eod[i] = (uint8_t)(id >> (8 * i));
+	s->eod_len = size;
+	return 0;
+}
+
 int source_open(struct source *s, const struct source_ops *ops, const char *path,
 		const struct source_opts *o)
 {
+	int rc;
+
 	memset(s, 0, sizeof(*s));
 	s->ops = ops;
 	s->opts = o;
@@ -22,7 +41,17 @@ int source_open(struct source *s, const struct source_ops *ops, const char *path
 		return -ENOMEM;
 	}
 	XXH3_128bits_reset(s->hash);
-	return ops->open(s);
+	rc = ops->open(s);
+	if (!rc && s->content == CONTENT_TOKENS && o->have_eod_token)
+		rc = eod_encode(s);
+	return rc;
+}
+
+int source_put_eod(struct source *s, struct buf *out)
+{
+	if (!s->eod_len)
+		return 0;
+	return buf_append(out, s->eod, s->eod_len) ? -ENOMEM : 1;
 }
 
 int source_next(struct source *s, struct buf *out)

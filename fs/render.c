@@ -1,6 +1,6 @@
 /*
  * render.c: the generated files of the mount: /README (plain text), /status and
- * /rank/<r>/state (JSON through jansson; keys of DESIGN.md section 4 are stable),
+ * /rank/<r>/state (JSON through jansson; its keys are stable, README.md),
  * /metrics (Prometheus text exposition format 0.0.4).
  */
 #include <errno.h>
@@ -174,6 +174,8 @@ int render_status(struct zfs *z, struct buf *out)
 		json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
 		json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
 		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
+		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
+				    json_u64(z->info->eod_token) : json_null());
 	}
 	return dump_json(root, out);
 }

@@ -1,4 +1,4 @@
-"""The elastic property (issues 5 and 6, DESIGN.md sections 1 and 5), through real mounts.
+"""The elastic property (issues 5 and 6, docs/design.md §3 and §6), through real mounts.
 
 Random histories of remounts: global_batch B sometimes changed, world_size W drawn from
 the divisors of B, micro_batch m from the divisors of B/W, one mount or several "nodes"
@@ -39,9 +39,29 @@ def dataset(tmp_path_factory):
     d = tmp_path_factory.mktemp('elastic')
     write_jsonl(d / 'in.jsonl', N)
     ds = pack(d / 'ds', [d / 'in.jsonl'])
-    ref = run('batch', ds, '-o', 'world_size=1,global_batch=%d,seed=5' % REF_LEN,
-              '--rank', 0, '--step', 0).stdout
-    return ds, [ids_of(l) for l in ref.splitlines()]
+    return ds, Reference(ds)
+
+
+class Reference:
+    """The uninterrupted single-rank stream, sample ids by gsn, as `zephon batch` gives
+    it; made longer whenever a history reads past it (how far a reader thread gets
+    before a kill depends on the machine's speed)."""
+
+    def __init__(self, ds):
+        self.ds, self.ids = ds, []
+        self.extend(REF_LEN)
+
+    def extend(self, n):
+        if n > len(self.ids):
+            n = max(n, 2 * len(self.ids))
+            out = run('batch', self.ds, '-o', 'world_size=1,global_batch=%d,seed=5' % n,
+                      '--rank', 0, '--step', 0).stdout
+            self.ids = [ids_of(l) for l in out.splitlines()]
+
+    def __getitem__(self, key):
+        end = (key.stop if isinstance(key, slice) else key + 1)
+        self.extend(end)
+        return self.ids[key]
 
 
 def ids_of(line):
@@ -78,7 +98,7 @@ class History:
 
     def resume_point(self, journals=None):
         """(S, G) where the next round starts when resuming from `journals` (default all):
-        DESIGN.md section 5 as journal.h makes it precise. With a checkpoint mark in
+        docs/design.md §6, as journal.h states it. With a checkpoint mark in
         those journals, the latest position statement in them; else the slowest rank's
         completed steps in the last layout."""
         if self.layout is None:

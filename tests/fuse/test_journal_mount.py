@@ -494,7 +494,7 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         assert b'rank' in got['readme']
         assert got['peek2'] == batch(ds, opts, 2, 0, 1)
         assert got['step'] == batch(ds, opts, 2, 5)
-        assert got['ls'] == ['next', 'peek', 'state', 'step']
+        assert got['ls'] == ['at', 'next', 'peek', 'state', 'step']
         assert (got['state0']['step'], got['state0']['micro']) == (0, 1)  # the stalled claim's
         assert got['status']['cursors']['1'] == {'step': 0, 'micro': 0}
         assert got['status']['journal_wait_s'] >= 0.4
