@@ -220,6 +220,95 @@ static int exec_bind_meta(sqlite3_stmt *st, const struct catalog_meta *m)
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* The INSERTs of catalog_save(), one table each, in the open transaction of db. Each
+ * prepares into *st and finalizes it when done: SQLITE_OK, or the failing SQLite code
+ * with *st left for the caller to finalize after it has taken sqlite3_errmsg(). */
+static int save_meta(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1, st, NULL);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->nmeta; i++)
+		if ((rc = exec_bind_meta(*st, &c->meta[i])))
+			return rc;
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
+static int save_dict(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	if (!c->dict)
+		return SQLITE_OK;
+	rc = sqlite3_prepare_v2(db, "INSERT INTO dict (id, bytes) VALUES (1, ?1)", -1, st, NULL);
+	if (rc)
+		return rc;
+	sqlite3_bind_blob64(*st, 1, c->dict, c->dict_len, SQLITE_STATIC);
+	if ((rc = sqlite3_step(*st)) != SQLITE_DONE)
+		return rc;
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
+static int save_sources(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO sources (idx, path, format, size, checksum, "
+				"first_sample, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+				-1, st, NULL);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->nsources; i++) {
+		const struct catalog_source *s = &c->sources[i];
+
+		sqlite3_reset(*st);
+		sqlite3_bind_int64(*st, 1, (sqlite3_int64)i);
+		sqlite3_bind_text(*st, 2, s->path, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*st, 3, s->format, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*st, 4, (sqlite3_int64)s->size);
+		sqlite3_bind_text(*st, 5, s->checksum, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*st, 6, (sqlite3_int64)s->first_sample);
+		sqlite3_bind_int64(*st, 7, (sqlite3_int64)s->samples);
+		if ((rc = sqlite3_step(*st)) != SQLITE_DONE)
+			return rc;
+	}
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
+static int save_shards(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO shards (idx, file, index_file, first_sample, "
+				"samples, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", -1, st, NULL);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->nshards; i++) {
+		const struct catalog_shard *sh = &c->shards[i];
+
+		sqlite3_reset(*st);
+		sqlite3_bind_int64(*st, 1, (sqlite3_int64)i);
+		sqlite3_bind_text(*st, 2, sh->file, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*st, 3, sh->index_file, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*st, 4, (sqlite3_int64)sh->first_sample);
+		sqlite3_bind_int64(*st, 5, (sqlite3_int64)sh->samples);
+		sqlite3_bind_int64(*st, 6, (sqlite3_int64)sh->bytes);
+		if ((rc = sqlite3_step(*st)) != SQLITE_DONE)
+			return rc;
+	}
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
 int catalog_save(const char *path, const struct catalog *c, char *err, size_t errlen)
 {
 	sqlite3 *db = NULL;
@@ -240,69 +329,9 @@ int catalog_save(const char *path, const struct catalog *c, char *err, size_t er
 	if (rc)
 		goto fail;
 
-	rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1, &st, NULL);
-	if (rc)
+	if ((rc = save_meta(db, &st, c)) || (rc = save_dict(db, &st, c)) ||
+	    (rc = save_sources(db, &st, c)) || (rc = save_shards(db, &st, c)))
 		goto fail;
-	for (size_t i = 0; i < c->nmeta; i++)
-		if ((rc = exec_bind_meta(st, &c->meta[i])))
-			goto fail;
-	sqlite3_finalize(st);
-	st = NULL;
-
-	if (c->dict) {
-		rc = sqlite3_prepare_v2(db, "INSERT INTO dict (id, bytes) VALUES (1, ?1)", -1, &st,
-					NULL);
-		if (rc)
-			goto fail;
-		sqlite3_bind_blob64(st, 1, c->dict, c->dict_len, SQLITE_STATIC);
-		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-			goto fail;
-		sqlite3_finalize(st);
-		st = NULL;
-	}
-
-	rc = sqlite3_prepare_v2(db, "INSERT INTO sources (idx, path, format, size, checksum, "
-				"first_sample, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-				-1, &st, NULL);
-	if (rc)
-		goto fail;
-	for (size_t i = 0; i < c->nsources; i++) {
-		const struct catalog_source *s = &c->sources[i];
-
-		sqlite3_reset(st);
-		sqlite3_bind_int64(st, 1, (sqlite3_int64)i);
-		sqlite3_bind_text(st, 2, s->path, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 3, s->format, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 4, (sqlite3_int64)s->size);
-		sqlite3_bind_text(st, 5, s->checksum, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 6, (sqlite3_int64)s->first_sample);
-		sqlite3_bind_int64(st, 7, (sqlite3_int64)s->samples);
-		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-			goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
-	rc = sqlite3_prepare_v2(db, "INSERT INTO shards (idx, file, index_file, first_sample, "
-				"samples, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", -1, &st, NULL);
-	if (rc)
-		goto fail;
-	for (size_t i = 0; i < c->nshards; i++) {
-		const struct catalog_shard *sh = &c->shards[i];
-
-		sqlite3_reset(st);
-		sqlite3_bind_int64(st, 1, (sqlite3_int64)i);
-		sqlite3_bind_text(st, 2, sh->file, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 3, sh->index_file, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 4, (sqlite3_int64)sh->first_sample);
-		sqlite3_bind_int64(st, 5, (sqlite3_int64)sh->samples);
-		sqlite3_bind_int64(st, 6, (sqlite3_int64)sh->bytes);
-		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-			goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
 	rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 	if (rc)
 		goto fail;
