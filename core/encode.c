@@ -21,11 +21,11 @@
 #include "filegroup.h"
 #include "npy.h"
 
-int batch_format_parse(const char *s, enum batch_format *out)
+int encode_format_parse(const char *s, enum encode_format *out)
 {
 	static const struct {
 		const char *name;
-		enum batch_format f;
+		enum encode_format f;
 	} names[] = {
 		{ "lines", FORMAT_LINES }, { "tar", FORMAT_TAR },
 		{ "npy", FORMAT_NPY },     { "bin", FORMAT_BIN },
@@ -40,7 +40,7 @@ int batch_format_parse(const char *s, enum batch_format *out)
 	return -EINVAL;
 }
 
-const char *batch_format_name(enum batch_format f)
+const char *encode_format_name(enum encode_format f)
 {
 	switch (f) {
 	case FORMAT_LINES: return "lines";
@@ -51,7 +51,7 @@ const char *batch_format_name(enum batch_format f)
 	return "?";
 }
 
-enum batch_format batch_format_default(const struct dataset_info *info)
+enum encode_format encode_format_default(const struct dataset_info *info)
 {
 	switch (info->content) {
 	case CONTENT_TEXT: return FORMAT_LINES;
@@ -61,7 +61,7 @@ enum batch_format batch_format_default(const struct dataset_info *info)
 	return FORMAT_LINES;
 }
 
-int batch_format_check(const struct dataset_info *info, enum batch_format f,
+int encode_format_check(const struct dataset_info *info, enum encode_format f,
 		       char *why, size_t why_len)
 {
 	const char *fits;
@@ -90,7 +90,7 @@ int batch_format_check(const struct dataset_info *info, enum batch_format f,
 	if (why && why_len)
 		snprintf(why, why_len,
 			 "format=%s does not fit a dataset of %s; use format=%s",
-			 batch_format_name(f), dataset_content_name(info->content), fits);
+			 encode_format_name(f), dataset_content_name(info->content), fits);
 	return -EINVAL;
 }
 
@@ -102,7 +102,7 @@ static void buf_truncate(struct buf *b, size_t len)
 		b->data[len] = 0;
 }
 
-/* Append sample ids[i] to out, with the error contract of batch_encode (-EIO names the
+/* Append sample ids[i] to out, with the error contract of encode_batch (-EIO names the
  * sample). Before the first, starts the disk reads of the batch's pages that are not in
  * memory. First asks for the index entry of the sample after next and the bytes of the
  * next: random samples otherwise each start with a cache and TLB miss in the index and
@@ -373,21 +373,21 @@ out:
 	return rc;
 }
 
-int batch_views_possible(const struct dataset_info *info, enum batch_format f)
+int encode_views_possible(const struct dataset_info *info, enum encode_format f)
 {
 	return info->kind == DATASET_TOKENS && !info->compressed &&
 	       (f == FORMAT_NPY || f == FORMAT_BIN) &&
 	       info->seq_len * info->itemsize >= BATCH_VIEW_MIN;
 }
 
-int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
-		       enum batch_format f, const uint64_t *ids, size_t count,
+int encode_batch_views(struct sample_reader *r, const struct dataset_info *info,
+		       enum encode_format f, const uint64_t *ids, size_t count,
 		       struct buf *head, struct iovec *views, uint64_t *bad_id)
 {
 	size_t start = head->len;
 	int rc = 0;
 
-	if (!batch_views_possible(info, f))
+	if (!encode_views_possible(info, f))
 		return -ENOTSUP;
 	sample_reader_warm(r, ids, count);
 	if (f == FORMAT_NPY)
@@ -399,13 +399,13 @@ int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
 	return rc;
 }
 
-int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
-		      enum batch_format f, const uint64_t *ids, size_t count, uint64_t *len)
+int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
+		      enum encode_format f, const uint64_t *ids, size_t count, uint64_t *len)
 {
 	uint64_t total = 0, n, sample_bytes;
 	int rc;
 
-	if (batch_format_check(info, f, NULL, 0))
+	if (encode_format_check(info, f, NULL, 0))
 		return -EINVAL;
 	switch (f) {
 	case FORMAT_LINES:
@@ -441,14 +441,14 @@ int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
 	return 0;
 }
 
-int batch_encode(struct sample_reader *r, const struct dataset_info *info,
-		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
+int encode_batch(struct sample_reader *r, const struct dataset_info *info,
+		 enum encode_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id)
 {
 	size_t start = out->len;
 	int rc;
 
-	if (batch_format_check(info, f, NULL, 0))
+	if (encode_format_check(info, f, NULL, 0))
 		return -EINVAL;
 	switch (f) {
 	case FORMAT_LINES:

@@ -11,7 +11,7 @@
 #include <syslog.h>
 #include <time.h>
 
-const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1] = {
+const double server_latency_bounds_us[SERVER_LATENCY_BUCKETS - 1] = {
 	25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000,
 };
 
@@ -65,12 +65,12 @@ size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iove
 	return n;
 }
 
-/* serve_build() into `data`, an empty buffer whose capacity may be reused (it is the
+/* batch_build() into `data`, an empty buffer whose capacity may be reused (it is the
  * batch's on success and released on failure). With views, the samples are views of
- * the dataset's mappings and data holds the header only (batch_encode_views: -ENOTSUP
+ * the dataset's mappings and data holds the header only (encode_batch_views: -ENOTSUP
  * when that is not possible here). */
 static int build_batch(struct sample_reader *r, const struct dataset_info *info,
-		       const struct order *o, const struct layout *l, enum batch_format f,
+		       const struct order *o, const struct layout *l, enum encode_format f,
 		       uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros, int views,
 		       struct buf data, struct batch **out, uint64_t *bad_id)
 {
@@ -108,12 +108,12 @@ static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 	b->epoch = gsn / o->n;
 	rc = order_fill(o, gsn, count, b->ids);
 	if (!rc && views) {
-		rc = batch_encode_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);
+		rc = encode_batch_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);
 		b->nviews = rc ? 0 : count;
 		for (size_t i = 0; i < b->nviews; i++)
 			b->views_len += b->views[i].iov_len;
 	} else if (!rc) {
-		rc = batch_encode(r, info, f, b->ids, count, &b->data, bad_id);
+		rc = encode_batch(r, info, f, b->ids, count, &b->data, bad_id);
 	}
 	if (rc) {
 		batch_free(b);
@@ -123,8 +123,8 @@ static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 	return 0;
 }
 
-int serve_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum batch_format f,
+int batch_build(struct sample_reader *r, const struct dataset_info *info,
+		const struct order *o, const struct layout *l, enum encode_format f,
 		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
 		struct batch **out, uint64_t *bad_id)
 {
@@ -184,7 +184,7 @@ struct reader_pool {
 struct server {
 	const struct dataset *ds;
 	const struct dataset_info *info;
-	struct serve_config cfg;
+	struct server_config cfg;
 	struct rankset ranks;
 	struct journal *journal;
 	uint64_t limit;          /* first gsn past the end of the stream */
@@ -200,7 +200,7 @@ struct server {
 	struct decode_job *free_jobs;   /* linked through job.next */
 
 	struct reader_pool readers;
-	struct serve_stats stats;
+	struct server_stats stats;
 
 	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */
 
@@ -363,7 +363,7 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 	if (!r)
 		return -ENOMEM;
 	layout_ci_pos(&s->cfg.layout, ci, &step, &micro);
-	if (batch_views_possible(s->info, s->cfg.format)) {
+	if (encode_views_possible(s->info, s->cfg.format)) {
 		rc = build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
 				 rank, step, micro, 1, 1, (struct buf)BUF_INIT, out, bad_id);
 		if (rc != -ENOTSUP)
@@ -496,7 +496,7 @@ static void fill_ring(struct server *s, struct rank_state *rs)
 		enqueue(s, rs, rs->ci + i, rs->generation);
 }
 
-int server_new(const struct dataset *ds, const struct serve_config *cfg,
+int server_new(const struct dataset *ds, const struct server_config *cfg,
 	       struct journal *j, struct server **out)
 {
 	struct server *s;
@@ -729,7 +729,7 @@ static void count_claim(struct server *s, int rc, double t0, double journal_s,
 	double us = (now_s() - t0) * 1e6;
 	unsigned k = 0;
 
-	while (k < SERVE_LATENCY_BUCKETS - 1 && us > serve_latency_bounds_us[k])
+	while (k < SERVER_LATENCY_BUCKETS - 1 && us > server_latency_bounds_us[k])
 		k++;
 	pthread_mutex_lock(&s->qlock);
 	if (rc == 0) {
@@ -956,7 +956,7 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
-	rc = serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
+	rc = batch_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
 			 0, layout_micros(&s->cfg.layout), out, &bad);
 	reader_put(s, r);
 	if (rc == -EIO) {
@@ -981,7 +981,7 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 	if (rc)
 		return rc;
 	if (s->cfg.format != FORMAT_LINES) /* npy, bin: arithmetic; tar: -ENOTSUP */
-		return batch_encoded_len(NULL, s->info, s->cfg.format, NULL, count, len);
+		return encode_batch_len(NULL, s->info, s->cfg.format, NULL, count, len);
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
@@ -990,7 +990,7 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 		part = count - done < 1024 ? count - done : 1024;
 		rc = order_fill(&s->cfg.order, gsn + done, part, ids);
 		if (!rc)
-			rc = batch_encoded_len(r, s->info, FORMAT_LINES, ids, part, &n);
+			rc = encode_batch_len(r, s->info, FORMAT_LINES, ids, part, &n);
 		if (!rc && __builtin_add_overflow(total, n, &total))
 			rc = -EOVERFLOW;
 	}
@@ -1027,7 +1027,7 @@ int server_sample(struct server *s, uint64_t id, struct batch **out)
 	}
 	b->ids[0] = id;
 	b->count = 1;
-	rc = batch_encode(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
+	rc = encode_batch(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
 	reader_put(s, r);
 	if (rc) {
 		if (rc == -EIO) {
@@ -1161,14 +1161,14 @@ double server_journal_wait(struct server *s)
 	return wait;
 }
 
-void server_stats(struct server *s, struct serve_stats *out)
+void server_get_stats(struct server *s, struct server_stats *out)
 {
 	pthread_mutex_lock(&s->qlock);
 	*out = s->stats;
 	pthread_mutex_unlock(&s->qlock);
 }
 
-const struct serve_config *server_config(const struct server *s)
+const struct server_config *server_get_config(const struct server *s)
 {
 	return &s->cfg;
 }
@@ -1193,7 +1193,7 @@ int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
-	rc = serve_build(r, s->info, &s->cfg.order, &l, s->cfg.format, rank, 0, 0,
+	rc = batch_build(r, s->info, &s->cfg.order, &l, s->cfg.format, rank, 0, 0,
 			 layout_micros(&l), out, &bad);
 	reader_put(s, r);
 	if (rc == -EIO) {
@@ -1214,7 +1214,7 @@ int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)
 		return rc;
 	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
 		return -ENOTSUP;
-	return batch_encoded_len(NULL, s->info, s->cfg.format, NULL,
+	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
 				 layout_share(&l), len);
 }
 

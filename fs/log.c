@@ -15,7 +15,7 @@ static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
 static time_t last_error_time;
 
-void zfs_log_to_syslog(void)
+void zmount_log_to_syslog(void)
 {
 	openlog("zephon", LOG_PID, LOG_DAEMON);
 	use_syslog = 1;
@@ -30,7 +30,7 @@ static void write_line(int prio, const char *line)
 			prio == LOG_WARNING ? "warning: " : "", line);
 }
 
-void zfs_log(int prio, const char *fmt, ...)
+void zmount_log(int prio, const char *fmt, ...)
 {
 	char line[1024];
 	va_list ap;
@@ -47,7 +47,7 @@ void zfs_log(int prio, const char *fmt, ...)
 	write_line(prio, line);
 }
 
-void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
+void zmount_log_limited(struct zmount_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
 {
 	char line[1024];
 	struct timespec ts;
@@ -85,7 +85,7 @@ void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, cons
 		write_line(prio, line);
 }
 
-time_t zfs_last_error(char *out, size_t len)
+time_t zmount_last_error(char *out, size_t len)
 {
 	time_t t;
 
