@@ -78,13 +78,55 @@ uint8_t *buf_detach(struct buf *b, size_t *len)
 	return p;
 }
 
+int array_grow(void *parr, size_t *cap, size_t need, size_t size)
+{
+	size_t ncap, bytes;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	ncap = *cap > SIZE_MAX / 2 ? SIZE_MAX : *cap * 2;
+	if (ncap < 16)
+		ncap = 16;
+	if (ncap < need)
+		ncap = need;
+	if (__builtin_mul_overflow(ncap, size, &bytes)) {
+		/* the doubling overflows: try exactly what is needed */
+		ncap = need;
+		if (__builtin_mul_overflow(ncap, size, &bytes))
+			return -EOVERFLOW;
+	}
+	memcpy(&p, parr, sizeof(p));
+	p = realloc(p, bytes ? bytes : 1);
+	if (!p)
+		return -ENOMEM;
+	memcpy(parr, &p, sizeof(p));
+	*cap = ncap;
+	return 0;
+}
+
+int err_vset(char *err, size_t errlen, int rc, const char *fmt, va_list ap)
+{
+	if (err && errlen)
+		vsnprintf(err, errlen, fmt, ap);
+	return rc;
+}
+
+int err_set(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	err_vset(err, errlen, rc, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 void err_printf(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	err_vset(err, errlen, 0, fmt, ap);
 	va_end(ap);
 }

@@ -39,131 +39,95 @@ static int col_u64(sqlite3_stmt *st, int col, uint64_t *out)
 	return 0;
 }
 
-static int grow(void **arr, size_t n, size_t size)
-{
-	/* Arrays grow one element at a time; catalogs hold few rows (inputs, shards). */
-	void *p = realloc(*arr, (n + 1) * size);
+/* One row of a table into c: SQLITE_OK, SQLITE_NOMEM, or SQLITE_MISMATCH with a reason
+ * in err (a value of the wrong type or sign). */
+typedef int (*row_fn)(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen);
 
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	return 0;
+static int meta_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	if (sqlite3_column_type(st, 0) != SQLITE_TEXT || sqlite3_column_type(st, 1) != SQLITE_TEXT) {
+		err_printf(err, errlen, "meta row is not text");
+		return SQLITE_MISMATCH;
+	}
+	if (catalog_meta_set(c, (const char *)sqlite3_column_text(st, 0),
+			     (const char *)sqlite3_column_text(st, 1)))
+		return SQLITE_NOMEM;
+	return SQLITE_OK;
 }
 
-static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
+static int dict_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	const void *p = sqlite3_column_blob(st, 0);
+	int n = sqlite3_column_bytes(st, 0);
+
+	if (sqlite3_column_type(st, 0) != SQLITE_BLOB || n <= 0) {
+		err_printf(err, errlen, "dictionary row is not a blob");
+		return SQLITE_MISMATCH;
+	}
+	return catalog_set_dict(c, p, (size_t)n) ? SQLITE_NOMEM : SQLITE_OK;
+}
+
+static int source_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	struct catalog_source *s;
+	const unsigned char *sum;
+
+	if (ARRAY_GROW(c->sources, c->sources_cap, c->nsources + 1))
+		return SQLITE_NOMEM;
+	s = &c->sources[c->nsources];
+	memset(s, 0, sizeof(*s));
+	s->path = dup_text(st, 0);
+	s->format = dup_text(st, 1);
+	c->nsources++;
+	if (!s->path || !s->format)
+		return SQLITE_NOMEM;
+	sum = sqlite3_column_text(st, 3);
+	snprintf(s->checksum, sizeof(s->checksum), "%s", sum ? (const char *)sum : "");
+	if (col_u64(st, 2, &s->size) || col_u64(st, 4, &s->first_sample) ||
+	    col_u64(st, 5, &s->samples)) {
+		err_printf(err, errlen, "source %zu has a non-integer or negative field",
+			   c->nsources - 1);
+		return SQLITE_MISMATCH;
+	}
+	return SQLITE_OK;
+}
+
+static int shard_row(sqlite3_stmt *st, struct catalog *c, char *err, size_t errlen)
+{
+	struct catalog_shard *sh;
+
+	if (ARRAY_GROW(c->shards, c->shards_cap, c->nshards + 1))
+		return SQLITE_NOMEM;
+	sh = &c->shards[c->nshards];
+	memset(sh, 0, sizeof(*sh));
+	sh->file = dup_text(st, 0);
+	sh->index_file = dup_text(st, 1);
+	c->nshards++;
+	if (!sh->file || !sh->index_file)
+		return SQLITE_NOMEM;
+	if (col_u64(st, 2, &sh->first_sample) || col_u64(st, 3, &sh->samples) ||
+	    col_u64(st, 4, &sh->bytes)) {
+		err_printf(err, errlen, "shard %zu has a non-integer or negative field",
+			   c->nshards - 1);
+		return SQLITE_MISMATCH;
+	}
+	return SQLITE_OK;
+}
+
+/* Every row sql selects, through row. 0, or -errno with a reason in err (the row's, or
+ * SQLite's message). */
+static int load_table(sqlite3 *db, const char *sql, row_fn row, struct catalog *c, char *err,
+		      size_t errlen)
 {
 	sqlite3_stmt *st = NULL;
 	int rc;
 
-	/* meta */
-	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta ORDER BY key", -1, &st, NULL);
+	rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
 	if (rc)
 		goto sql_fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (sqlite3_column_type(st, 0) != SQLITE_TEXT ||
-		    sqlite3_column_type(st, 1) != SQLITE_TEXT) {
-			err_printf(err, errlen, "meta row is not text");
-			rc = SQLITE_MISMATCH;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		if ((rc = row(st, c, err, errlen)) != SQLITE_OK)
 			goto fail;
-		}
-		if (catalog_meta_set(c, (const char *)sqlite3_column_text(st, 0),
-				     (const char *)sqlite3_column_text(st, 1))) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-	}
-	if (rc != SQLITE_DONE)
-		goto sql_fail;
-	sqlite3_finalize(st);
-
-	/* dict */
-	rc = sqlite3_prepare_v2(db, "SELECT bytes FROM dict WHERE id = 1", -1, &st, NULL);
-	if (rc)
-		goto sql_fail;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		const void *p = sqlite3_column_blob(st, 0);
-		int n = sqlite3_column_bytes(st, 0);
-
-		if (sqlite3_column_type(st, 0) != SQLITE_BLOB || n <= 0) {
-			err_printf(err, errlen, "dictionary row is not a blob");
-			rc = SQLITE_MISMATCH;
-			goto fail;
-		}
-		if (catalog_set_dict(c, p, (size_t)n)) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-	} else if (rc != SQLITE_DONE) {
-		goto sql_fail;
-	}
-	sqlite3_finalize(st);
-
-	/* sources */
-	rc = sqlite3_prepare_v2(db, "SELECT path, format, size, checksum, first_sample, samples "
-				"FROM sources ORDER BY idx", -1, &st, NULL);
-	if (rc)
-		goto sql_fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct catalog_source *s;
-		const unsigned char *sum;
-
-		if (grow((void **)&c->sources, c->nsources, sizeof(*s))) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		s = &c->sources[c->nsources];
-		memset(s, 0, sizeof(*s));
-		s->path = dup_text(st, 0);
-		s->format = dup_text(st, 1);
-		c->nsources++;
-		if (!s->path || !s->format) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		sum = sqlite3_column_text(st, 3);
-		snprintf(s->checksum, sizeof(s->checksum), "%s", sum ? (const char *)sum : "");
-		if (col_u64(st, 2, &s->size) || col_u64(st, 4, &s->first_sample) ||
-		    col_u64(st, 5, &s->samples)) {
-			err_printf(err, errlen, "source %zu has a non-integer or negative field",
-				c->nsources - 1);
-			rc = SQLITE_MISMATCH;
-			goto fail;
-		}
-	}
-	if (rc != SQLITE_DONE)
-		goto sql_fail;
-	sqlite3_finalize(st);
-
-	/* shards */
-	rc = sqlite3_prepare_v2(db, "SELECT file, index_file, first_sample, samples, bytes "
-				"FROM shards ORDER BY idx", -1, &st, NULL);
-	if (rc)
-		goto sql_fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct catalog_shard *sh;
-
-		if (grow((void **)&c->shards, c->nshards, sizeof(*sh))) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		sh = &c->shards[c->nshards];
-		memset(sh, 0, sizeof(*sh));
-		sh->file = dup_text(st, 0);
-		sh->index_file = dup_text(st, 1);
-		c->nshards++;
-		if (!sh->file || !sh->index_file) {
-			rc = SQLITE_NOMEM;
-			goto fail;
-		}
-		if (col_u64(st, 2, &sh->first_sample) || col_u64(st, 3, &sh->samples) ||
-		    col_u64(st, 4, &sh->bytes)) {
-			err_printf(err, errlen, "shard %zu has a non-integer or negative field",
-				c->nshards - 1);
-			rc = SQLITE_MISMATCH;
-			goto fail;
-		}
-	}
 	if (rc != SQLITE_DONE)
 		goto sql_fail;
 	sqlite3_finalize(st);
@@ -174,6 +138,22 @@ sql_fail:
 fail:
 	sqlite3_finalize(st);
 	return sqlite_errno(rc) ? sqlite_errno(rc) : -EBADMSG;
+}
+
+static int load_rows(sqlite3 *db, struct catalog *c, char *err, size_t errlen)
+{
+	int rc;
+
+	if ((rc = load_table(db, "SELECT key, value FROM meta ORDER BY key", meta_row, c, err,
+			     errlen)) ||
+	    (rc = load_table(db, "SELECT bytes FROM dict WHERE id = 1", dict_row, c, err,
+			     errlen)) ||
+	    (rc = load_table(db, "SELECT path, format, size, checksum, first_sample, samples "
+			     "FROM sources ORDER BY idx", source_row, c, err, errlen)) ||
+	    (rc = load_table(db, "SELECT file, index_file, first_sample, samples, bytes "
+			     "FROM shards ORDER BY idx", shard_row, c, err, errlen)))
+		return rc;
+	return 0;
 }
 
 int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen)
@@ -240,6 +220,95 @@ static int exec_bind_meta(sqlite3_stmt *st, const struct catalog_meta *m)
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* The INSERTs of catalog_save(), one table each, in the open transaction of db. Each
+ * prepares into *st and finalizes it when done: SQLITE_OK, or the failing SQLite code
+ * with *st left for the caller to finalize after it has taken sqlite3_errmsg(). */
+static int save_meta(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1, st, NULL);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->nmeta; i++)
+		if ((rc = exec_bind_meta(*st, &c->meta[i])))
+			return rc;
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
+static int save_dict(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	if (!c->dict)
+		return SQLITE_OK;
+	rc = sqlite3_prepare_v2(db, "INSERT INTO dict (id, bytes) VALUES (1, ?1)", -1, st, NULL);
+	if (rc)
+		return rc;
+	sqlite3_bind_blob64(*st, 1, c->dict, c->dict_len, SQLITE_STATIC);
+	if ((rc = sqlite3_step(*st)) != SQLITE_DONE)
+		return rc;
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
+static int save_sources(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO sources (idx, path, format, size, checksum, "
+				"first_sample, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+				-1, st, NULL);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->nsources; i++) {
+		const struct catalog_source *s = &c->sources[i];
+
+		sqlite3_reset(*st);
+		sqlite3_bind_int64(*st, 1, (sqlite3_int64)i);
+		sqlite3_bind_text(*st, 2, s->path, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*st, 3, s->format, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*st, 4, (sqlite3_int64)s->size);
+		sqlite3_bind_text(*st, 5, s->checksum, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*st, 6, (sqlite3_int64)s->first_sample);
+		sqlite3_bind_int64(*st, 7, (sqlite3_int64)s->samples);
+		if ((rc = sqlite3_step(*st)) != SQLITE_DONE)
+			return rc;
+	}
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
+static int save_shards(sqlite3 *db, sqlite3_stmt **st, const struct catalog *c)
+{
+	int rc;
+
+	rc = sqlite3_prepare_v2(db, "INSERT INTO shards (idx, file, index_file, first_sample, "
+				"samples, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", -1, st, NULL);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < c->nshards; i++) {
+		const struct catalog_shard *sh = &c->shards[i];
+
+		sqlite3_reset(*st);
+		sqlite3_bind_int64(*st, 1, (sqlite3_int64)i);
+		sqlite3_bind_text(*st, 2, sh->file, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*st, 3, sh->index_file, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*st, 4, (sqlite3_int64)sh->first_sample);
+		sqlite3_bind_int64(*st, 5, (sqlite3_int64)sh->samples);
+		sqlite3_bind_int64(*st, 6, (sqlite3_int64)sh->bytes);
+		if ((rc = sqlite3_step(*st)) != SQLITE_DONE)
+			return rc;
+	}
+	sqlite3_finalize(*st);
+	*st = NULL;
+	return SQLITE_OK;
+}
+
 int catalog_save(const char *path, const struct catalog *c, char *err, size_t errlen)
 {
 	sqlite3 *db = NULL;
@@ -260,69 +329,9 @@ int catalog_save(const char *path, const struct catalog *c, char *err, size_t er
 	if (rc)
 		goto fail;
 
-	rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1, &st, NULL);
-	if (rc)
+	if ((rc = save_meta(db, &st, c)) || (rc = save_dict(db, &st, c)) ||
+	    (rc = save_sources(db, &st, c)) || (rc = save_shards(db, &st, c)))
 		goto fail;
-	for (size_t i = 0; i < c->nmeta; i++)
-		if ((rc = exec_bind_meta(st, &c->meta[i])))
-			goto fail;
-	sqlite3_finalize(st);
-	st = NULL;
-
-	if (c->dict) {
-		rc = sqlite3_prepare_v2(db, "INSERT INTO dict (id, bytes) VALUES (1, ?1)", -1, &st,
-					NULL);
-		if (rc)
-			goto fail;
-		sqlite3_bind_blob64(st, 1, c->dict, c->dict_len, SQLITE_STATIC);
-		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-			goto fail;
-		sqlite3_finalize(st);
-		st = NULL;
-	}
-
-	rc = sqlite3_prepare_v2(db, "INSERT INTO sources (idx, path, format, size, checksum, "
-				"first_sample, samples) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-				-1, &st, NULL);
-	if (rc)
-		goto fail;
-	for (size_t i = 0; i < c->nsources; i++) {
-		const struct catalog_source *s = &c->sources[i];
-
-		sqlite3_reset(st);
-		sqlite3_bind_int64(st, 1, (sqlite3_int64)i);
-		sqlite3_bind_text(st, 2, s->path, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 3, s->format, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 4, (sqlite3_int64)s->size);
-		sqlite3_bind_text(st, 5, s->checksum, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 6, (sqlite3_int64)s->first_sample);
-		sqlite3_bind_int64(st, 7, (sqlite3_int64)s->samples);
-		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-			goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
-	rc = sqlite3_prepare_v2(db, "INSERT INTO shards (idx, file, index_file, first_sample, "
-				"samples, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)", -1, &st, NULL);
-	if (rc)
-		goto fail;
-	for (size_t i = 0; i < c->nshards; i++) {
-		const struct catalog_shard *sh = &c->shards[i];
-
-		sqlite3_reset(st);
-		sqlite3_bind_int64(st, 1, (sqlite3_int64)i);
-		sqlite3_bind_text(st, 2, sh->file, -1, SQLITE_STATIC);
-		sqlite3_bind_text(st, 3, sh->index_file, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(st, 4, (sqlite3_int64)sh->first_sample);
-		sqlite3_bind_int64(st, 5, (sqlite3_int64)sh->samples);
-		sqlite3_bind_int64(st, 6, (sqlite3_int64)sh->bytes);
-		if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-			goto fail;
-	}
-	sqlite3_finalize(st);
-	st = NULL;
-
 	rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
 	if (rc)
 		goto fail;
@@ -383,7 +392,7 @@ int catalog_meta_set(struct catalog *c, const char *key, const char *value)
 		}
 	}
 	k = strdup(key);
-	if (!k || grow((void **)&c->meta, c->nmeta, sizeof(*c->meta))) {
+	if (!k || ARRAY_GROW(c->meta, c->meta_cap, c->nmeta + 1)) {
 		free(k);
 		free(v);
 		return -ENOMEM;
@@ -419,7 +428,7 @@ int catalog_add_source(struct catalog *c, const struct catalog_source *s)
 {
 	struct catalog_source *d;
 
-	if (grow((void **)&c->sources, c->nsources, sizeof(*d)))
+	if (ARRAY_GROW(c->sources, c->sources_cap, c->nsources + 1))
 		return -ENOMEM;
 	d = &c->sources[c->nsources];
 	*d = *s;
@@ -438,7 +447,7 @@ int catalog_add_shard(struct catalog *c, const struct catalog_shard *sh)
 {
 	struct catalog_shard *d;
 
-	if (grow((void **)&c->shards, c->nshards, sizeof(*d)))
+	if (ARRAY_GROW(c->shards, c->shards_cap, c->nshards + 1))
 		return -ENOMEM;
 	d = &c->shards[c->nshards];
 	*d = *sh;

@@ -54,9 +54,10 @@ struct catalog {
 	size_t nsources;
 	struct catalog_shard *shards;
 	size_t nshards;
+	size_t meta_cap, sources_cap, shards_cap;  /* allocated elements (ARRAY_GROW) */
 };
 
-#define CATALOG_INIT { 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0 }
+#define CATALOG_INIT { 0 }
 
 /* Read PATH into *out (which must be CATALOG_INIT or released). 0, or -ENOENT (no such
  * file), -EBADMSG (not a catalog: not SQLite, missing tables, bad values), -EBUSY

@@ -8,17 +8,13 @@
 #include <archive_entry.h>
 
 #include "gunzip.h"
+#include "le.h"
 #include "unzstd.h"
 
 struct codec {                   /* exactly one of: */
 	struct gunzip *gz;       /* CODEC_GZIP */
 	struct unzstd *zs;       /* CODEC_ZSTD */
 };
-
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 /* Is p[0, 14) the start of an lzma "alone" stream (xz --format=lzma, LZMA SDK)? Its header
  * has no magic: a properties byte (pb * 5 + lp) * 9 + lc, at most (4 * 5 + 4) * 9 + 8; a
@@ -31,7 +27,7 @@ static uint32_t le32(const uint8_t *p)
  * dictionary by 1 MiB steps when memory is short). */
 static int lzma_alone_like(const uint8_t *p)
 {
-	uint32_t dict = le32(p + 1);
+	uint32_t dict = le32_get(p + 1);
 	int usual = (p[0] == 0x5d || p[0] == 0x5e) &&
 		!memcmp(p + 5, "\xff\xff\xff\xff\xff\xff\xff\xff", 8);
 
@@ -49,7 +45,7 @@ enum codec_kind codec_sniff(const uint8_t *p, size_t n)
 	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
 		return CODEC_GZIP;
 	if (n >= 4) {
-		m = le32(p);
+		m = le32_get(p);
 		if (m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u)
 			return CODEC_ZSTD;
 		/* lz4_Frame_format.md: a frame, or a legacy frame (lz4 -l) */

@@ -1,10 +1,10 @@
+/* dataset.c: a packed dataset opened and its samples read (dataset.h). */
 #include "dataset.h"
+#include "dataset_int.h"
 
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,48 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <zstd.h>
-#include <xxhash.h>
-
-#include "catalog.h"
-#include "filegroup.h"
 #include "guard.h"
-#include "shard_index.h"
-
-struct ds_shard {
-	const char *file;        /* points into ds->cat */
-	int fd;
-	const uint8_t *data;     /* the payload file mapped read-only, or NULL (then pread) */
-	const uint8_t *index;    /* mmapped .idx */
-	size_t index_len;
-	uint64_t first_sample;
-	uint64_t count;
-	uint64_t bytes;          /* payload file size */
-};
-
-struct dataset {
-	char *dir;
-	struct dataset_info info;
-	struct catalog cat;
-	ZSTD_DDict *ddict;       /* NULL without a dictionary */
-	struct ds_shard *shards;
-	size_t nshards;
-	uint64_t warm_window;    /* see WARM_WINDOW; 0: the payload's own pages */
-};
-
-struct sample_reader {
-	const struct dataset *ds;
-	ZSTD_DCtx *dctx;
-	struct buf scratch;      /* compressed payload */
-	unsigned warm_hot;       /* sample_reader_warm(): probes in a row that found all in memory */
-	unsigned warm_skip;      /* batches it lets pass before its next probe */
-	char err[320];
-};
 
 static const char *const kind_names[] = { "records", "tokens" };
 static const char *const content_names[] = { "text", "files", "tokens" };
-static const char *const dtype_names[] = { "uint8", "uint16", "uint32", "int32" };
-static const unsigned dtype_sizes[] = { 1, 2, 4, 4 };
 
 const char *dataset_kind_name(enum dataset_kind k)
 {
@@ -63,22 +25,6 @@ const char *dataset_kind_name(enum dataset_kind k)
 const char *dataset_content_name(enum dataset_content c)
 {
 	return (unsigned)c < 3 ? content_names[c] : "?";
-}
-
-const char *dataset_dtype_name(enum token_dtype d)
-{
-	return (unsigned)d < 4 ? dtype_names[d] : "?";
-}
-
-int dataset_dtype_parse(const char *s, enum token_dtype *out)
-{
-	for (unsigned i = 0; i < 4; i++) {
-		if (!strcmp(s, dtype_names[i])) {
-			*out = (enum token_dtype)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
 }
 
 static int name_index(const char *s, const char *const *names, unsigned n)
@@ -125,10 +71,10 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 	if (catalog_meta_u64(c, "samples", &in->samples) || in->samples == 0)
 		BAD("catalog meta 'samples' is missing or zero");
 	if (in->kind == DATASET_TOKENS) {
-		if ((i = name_index(catalog_meta_get(c, "dtype"), dtype_names, 4)) < 0)
+		v = catalog_meta_get(c, "dtype");
+		if (!v || dtype_parse(v, &in->dtype))
 			BAD("catalog meta 'dtype' is missing or unknown");
-		in->dtype = (enum token_dtype)i;
-		in->itemsize = dtype_sizes[i];
+		in->itemsize = dtype_size(in->dtype);
 		if (catalog_meta_u64(c, "seq_len", &in->seq_len) || in->seq_len == 0 ||
 		    in->seq_len * in->itemsize > SAMPLE_MAX_BYTES)
 			BAD("catalog meta 'seq_len' is missing, zero or too large");
@@ -138,10 +84,9 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 			BAD("catalog meta 'overlap' is not 0 or 1 (below seq_len)");
 		if (catalog_meta_get(c, "eod_token")) {
 			if (catalog_meta_u64(c, "eod_token", &u) ||
-			    u > (in->dtype == DTYPE_INT32 ? (uint64_t)INT32_MAX :
-				 (UINT64_C(1) << (8 * in->itemsize)) - 1))
+			    u > dtype_max(in->dtype))
 				BAD("catalog meta 'eod_token' is not a token id of dtype %s",
-				    dataset_dtype_name(in->dtype));
+				    dtype_name(in->dtype));
 			in->have_eod_token = 1;
 			in->eod_token = (uint32_t)u;
 		}
@@ -187,31 +132,105 @@ static int open_error(const struct dataset *ds, const char *what, const char *fi
 	return 0;
 }
 
-/* The read-around sample_reader_warm() gives each payload of a cold batch when the whole
- * dataset fits in memory: the kernel's default for a fault in a file mapping (128 KiB). */
-#define WARM_WINDOW (128u << 10)
-
-/* What sample_reader_warm() reads around each payload of a batch that is not in memory.
- * A dataset that fits in half the machine's memory gets WARM_WINDOW: each of its bytes
- * is read within the epoch and stays cached until then, so larger reads fill the cache
- * sooner (a cold 256 MiB shard of 4 KiB samples: first batch 33 ms, then 20-28 ms each
- * until it is all in, about a second; with only the payloads' pages every batch is 256
- * random reads, 8 ms, for a whole epoch). A larger one gets only the payloads' pages:
- * around them the window would read 32 times the bytes of 4 KiB samples, evicted before
- * they are used. */
-static uint64_t warm_window(const struct dataset *ds)
+/* Open shard s's payload file (cs->file in dirfd), check its size against the catalog
+ * and map it. 0, or -errno with a reason in err (open_error()'s, -EBADMSG). */
+static int open_payload(const struct dataset *ds, int dirfd, const struct catalog_shard *cs,
+			struct ds_shard *s, char *err, size_t errlen)
 {
-	uint64_t bytes = 0, mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct stat sb;
+	int rc;
 
-	for (size_t k = 0; k < ds->nshards; k++)
-		bytes += ds->shards[k].bytes;
-	return bytes <= mem / 2 ? WARM_WINDOW : 0;
+	s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
+		return rc;
+	if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
+		err_printf(err, errlen, "shard %s: %s", cs->file, strerror(errno));
+		return -EBADMSG;
+	}
+	if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != cs->bytes) {
+		err_printf(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
+			" (truncated or replaced)", cs->file, (intmax_t)sb.st_size, cs->bytes);
+		return -EBADMSG;
+	}
+
+	/* Samples are copied straight out of a mapping of the shard (raw samples into
+	 * the batch, zstd frames into the reader's scratch buffer, which zstd then
+	 * decodes: zstd itself never reads the mapping, a fault could not be caught
+	 * there): one pread syscall per sample was the largest cost of serving
+	 * batches. Uncompressed token batches are even served from it without a copy
+	 * (sample_reader_views). Faults (truncation, I/O errors) become EIO through
+	 * guard_copy() and guard_run(). */
+	if (cs->bytes) {
+		void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
+
+		s->data = d == MAP_FAILED ? NULL : d;
+	}
+	return 0;
+}
+
+/* Open and map shard s's index file (cs->index_file in dirfd) and check its header
+ * against the catalog. 0, or -errno with a reason in err (open_error()'s, -EBADMSG,
+ * -EIO). */
+static int open_index(const struct dataset *ds, int dirfd, const struct catalog_shard *cs,
+		      struct ds_shard *s, char *err, size_t errlen)
+{
+	struct shard_index_header h;
+	uint8_t hb[sizeof(struct shard_index_header)];
+	char why[256];
+	struct stat sb;
+	int ifd, rc;
+	void *map;
+
+	ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
+		return rc;
+	if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		err_printf(err, errlen, "index %s: %s", cs->index_file,
+			ifd < 0 ? strerror(errno) : "not a regular file");
+		if (ifd >= 0)
+			close(ifd);
+		return -EBADMSG;
+	}
+	if (sb.st_size < (off_t)sizeof(h)) {
+		close(ifd);
+		err_printf(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
+			(intmax_t)sb.st_size);
+		return -EBADMSG;
+	}
+	map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
+	close(ifd);
+	if (map == MAP_FAILED) {
+		err_printf(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
+		return -EIO;
+	}
+	s->index = map;
+	s->index_len = (size_t)sb.st_size;
+	/* Lookups jump around the index: no readahead around each. (Pages already in
+	 * the page cache in large folios, e.g. just after a pack, are still mapped a
+	 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
+	madvise(map, s->index_len, MADV_RANDOM);
+	if (guard_copy(&hb, map, sizeof(hb))) {
+		err_printf(err, errlen, "index %s: read failed: %s (truncated while "
+			"opening?)", cs->index_file, strerror(EIO));
+		return -EIO;
+	}
+	/* it reads the header's bytes only; the length is the file's */
+	if (shard_index_parse_header(hb, s->index_len, &h, why, sizeof(why))) {
+		err_printf(err, errlen, "index %s: %s", cs->index_file, why);
+		return -EBADMSG;
+	}
+	if (h.count != cs->samples || h.first_sample != cs->first_sample) {
+		err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
+			"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
+			h.first_sample, h.count, cs->first_sample, cs->samples);
+		return -EBADMSG;
+	}
+	return 0;
 }
 
 static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 {
 	uint64_t next = 0;
-	char why[256];
 	int rc;
 
 	ds->shards = calloc(ds->cat.nshards ? ds->cat.nshards : 1, sizeof(*ds->shards));
@@ -220,11 +239,6 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 	for (size_t k = 0; k < ds->cat.nshards; k++) {
 		const struct catalog_shard *cs = &ds->cat.shards[k];
 		struct ds_shard *s = &ds->shards[ds->nshards];
-		struct shard_index_header h;
-		uint8_t hb[sizeof(struct shard_index_header)];
-		struct stat sb;
-		int ifd;
-		void *map;
 
 		s->fd = -1;
 		ds->nshards++;
@@ -249,84 +263,16 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 				ds->info.samples);
 			return -EBADMSG;
 		}
-
-		s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
+		if ((rc = open_payload(ds, dirfd, cs, s, err, errlen)) ||
+		    (rc = open_index(ds, dirfd, cs, s, err, errlen)))
 			return rc;
-		if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
-			err_printf(err, errlen, "shard %s: %s", cs->file, strerror(errno));
-			return -EBADMSG;
-		}
-		if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != cs->bytes) {
-			err_printf(err, errlen, "shard %s has %jd bytes but the catalog says %" PRIu64
-				" (truncated or replaced)", cs->file, (intmax_t)sb.st_size, cs->bytes);
-			return -EBADMSG;
-		}
-
-		/* Samples are copied straight out of a mapping of the shard (raw samples into
-		 * the batch, zstd frames into the reader's scratch buffer, which zstd then
-		 * decodes: zstd itself never reads the mapping, a fault could not be caught
-		 * there): one pread syscall per sample was the largest cost of serving
-		 * batches. Uncompressed token batches are even served from it without a copy
-		 * (sample_reader_views). Faults (truncation, I/O errors) become EIO through
-		 * guard_copy() and guard_run(). */
-		if (cs->bytes) {
-			void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
-
-			s->data = d == MAP_FAILED ? NULL : d;
-		}
-
-		ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
-			return rc;
-		if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-			err_printf(err, errlen, "index %s: %s", cs->index_file,
-				ifd < 0 ? strerror(errno) : "not a regular file");
-			if (ifd >= 0)
-				close(ifd);
-			return -EBADMSG;
-		}
-		if (sb.st_size < (off_t)sizeof(h)) {
-			close(ifd);
-			err_printf(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
-				(intmax_t)sb.st_size);
-			return -EBADMSG;
-		}
-		map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
-		close(ifd);
-		if (map == MAP_FAILED) {
-			err_printf(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
-			return -EIO;
-		}
-		s->index = map;
-		s->index_len = (size_t)sb.st_size;
-		/* Lookups jump around the index: no readahead around each. (Pages already in
-		 * the page cache in large folios, e.g. just after a pack, are still mapped a
-		 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
-		madvise(map, s->index_len, MADV_RANDOM);
-		if (guard_copy(&hb, map, sizeof(hb))) {
-			err_printf(err, errlen, "index %s: read failed: %s (truncated while "
-				"opening?)", cs->index_file, strerror(EIO));
-			return -EIO;
-		}
-		/* it reads the header's bytes only; the length is the file's */
-		if (shard_index_parse_header(hb, s->index_len, &h, why, sizeof(why))) {
-			err_printf(err, errlen, "index %s: %s", cs->index_file, why);
-			return -EBADMSG;
-		}
-		if (h.count != cs->samples || h.first_sample != cs->first_sample) {
-			err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
-				"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
-				h.first_sample, h.count, cs->first_sample, cs->samples);
-			return -EBADMSG;
-		}
 	}
 	if (next != ds->info.samples) {
 		err_printf(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
 			next, ds->info.samples);
 		return -EBADMSG;
 	}
-	ds->warm_window = warm_window(ds);
+	ds->warm_window = dataset_warm_window(ds);
 	return 0;
 }
 
@@ -426,7 +372,7 @@ const struct catalog *dataset_catalog(const struct dataset *ds)
 }
 
 /* The shard holding id (< N): binary search over first_sample. */
-static const struct ds_shard *find_shard(const struct dataset *ds, uint64_t id)
+const struct ds_shard *dataset_find_shard(const struct dataset *ds, uint64_t id)
 {
 	size_t lo = 0, hi = ds->nshards;
 
@@ -442,18 +388,18 @@ static const struct ds_shard *find_shard(const struct dataset *ds, uint64_t id)
 }
 
 /* The index entry of sample id (of shard s) in the index mapping. */
-static const uint8_t *entry_at(const struct ds_shard *s, uint64_t id)
+const uint8_t *dataset_entry_at(const struct ds_shard *s, uint64_t id)
 {
 	return s->index + shard_index_size(id - s->first_sample);
 }
 
 /* Read the index entry of sample id (of shard s) out of the index mapping: 0, or -EIO
  * when the read faulted (the index file was truncated under us, or its disk failed). */
-static int entry_read(const struct ds_shard *s, uint64_t id, struct shard_index_entry *e)
+int dataset_entry_read(const struct ds_shard *s, uint64_t id, struct shard_index_entry *e)
 {
 	uint8_t raw[sizeof(struct shard_index_entry)];
 
-	if (guard_copy(raw, entry_at(s, id), sizeof(raw)))
+	if (guard_copy(raw, dataset_entry_at(s, id), sizeof(raw)))
 		return -EIO;
 	shard_index_entry_decode(raw, e);
 	return 0;
@@ -466,8 +412,8 @@ int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
 
 	if (id >= ds->info.samples)
 		return -ERANGE;
-	s = find_shard(ds, id);
-	if (entry_read(s, id, &e) || e.raw_len > SAMPLE_MAX_BYTES)
+	s = dataset_find_shard(ds, id);
+	if (dataset_entry_read(s, id, &e) || e.raw_len > SAMPLE_MAX_BYTES)
 		return -EIO; /* an unreadable or corrupt index; the read of the sample says more */
 	*raw_len = e.raw_len;
 	return 0;
@@ -477,7 +423,7 @@ const char *dataset_shard_name(const struct dataset *ds, uint64_t id)
 {
 	if (id >= ds->info.samples)
 		return NULL;
-	return find_shard(ds, id)->file;
+	return dataset_find_shard(ds, id)->file;
 }
 
 struct sample_reader *sample_reader_new(const struct dataset *ds)
@@ -553,8 +499,8 @@ static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **
 			 "has %" PRIu64 ")", id, ds->info.samples);
 		return -ERANGE;
 	}
-	s = find_shard(ds, id);
-	if (entry_read(s, id, &e))
+	s = dataset_find_shard(ds, id);
+	if (dataset_entry_read(s, id, &e))
 		READ_FAIL("index entry read failed: %s (the index file was truncated or its "
 			  "disk failed)", strerror(EIO));
 	if (shard_index_entry_check(&e, s->bytes, ds->info.compressed, why, sizeof(why)))
@@ -631,7 +577,7 @@ int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t cou
 		faulted = guard_run(verify_views, &a);
 		if (a.done < n) {
 			uint64_t id = ids[base + a.done];
-			const struct ds_shard *s = find_shard(r->ds, id);
+			const struct ds_shard *s = dataset_find_shard(r->ds, id);
 
 			if (bad_id)
 				*bad_id = id;
@@ -651,124 +597,21 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
 
 	if (id >= ds->info.samples)
 		return;
-	s = find_shard(ds, id);
+	s = dataset_find_shard(ds, id);
 	if (!payload) {
-		const uint8_t *entry = entry_at(s, id);
+		const uint8_t *entry = dataset_entry_at(s, id);
 
 		__builtin_prefetch(entry);
 		__builtin_prefetch(entry + sizeof(struct shard_index_entry) - 1);
 		return;
 	}
-	if (!s->data || entry_read(s, id, &e))
+	if (!s->data || dataset_entry_read(s, id, &e))
 		return;
 	/* an entry is checked only when the sample is read; a prefetch never faults, but
 	 * stay inside the mapping all the same */
 	if (e.offset < s->bytes)
 		prefetch_start(s->data + e.offset, e.stored_len < s->bytes - e.offset ?
 			       e.stored_len : s->bytes - e.offset);
-}
-
-/* Samples whose pages mincore() checks per batch before sample_reader_warm() decides:
- * two index pages and two payload pages, ~4 us of system calls, against 170-450 us to
- * build a batch of 256 samples from memory. One mostly on disk is found cold at once;
- * one partly cached (hit ratio h) gets its read-ahead for all but about h^4 of its
- * batches. */
-#define WARM_PROBES 2
-/* Batches that pass unprobed after two probes in a row found everything in memory: the
- * probes then cost ~0.5 us per batch instead of ~4 us (4% of a batch of 256 JSONL
- * records copied from memory, measured with bench_encode), and a dataset that leaves the
- * page cache is noticed within 8 batches. (Two, because a batch built twice, a peek then
- * its claim, is found in memory the second time just because the first read it.) */
-#define WARM_SKIP 7
-
-/* Whether the page holding p is in memory (mincore(2); an error counts as resident: the
- * read itself reports what is wrong). */
-static int page_resident(const void *p)
-{
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	unsigned char v = 1;
-
-	if (mincore((void *)((uintptr_t)p & ~(page - 1)), 1, &v) != 0)
-		return 1;
-	return v & 1;
-}
-
-/* Whether some probed page of ids is not in memory (index entry, then the payload the
- * entry points at when that entry is in memory). */
-static int batch_cold(const struct dataset *ds, const uint64_t *ids, size_t count)
-{
-	for (size_t k = 0; k < WARM_PROBES && k < count; k++) {
-		uint64_t id = ids[k * count / WARM_PROBES];
-		const struct ds_shard *s;
-		struct shard_index_entry e;
-
-		if (id >= ds->info.samples)
-			continue;
-		s = find_shard(ds, id);
-		if (!page_resident(entry_at(s, id)) || entry_read(s, id, &e))
-			return 1;
-		if (s->data && e.offset < s->bytes && !page_resident(s->data + e.offset))
-			return 1;
-	}
-	return 0;
-}
-
-void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count)
-{
-	const struct dataset *ds;
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), last = 0;
-	uint64_t w;
-
-	if (!count)
-		return;
-	if (r->warm_skip) {
-		r->warm_skip--;
-		return;
-	}
-	ds = r->ds;
-	if (!batch_cold(ds, ids, count)) {
-		if (++r->warm_hot >= 2)
-			r->warm_skip = WARM_SKIP;
-		return;
-	}
-	r->warm_hot = 0;
-	w = ds->warm_window ? ds->warm_window : page;
-	/* every index page first, all of them in flight at once ... */
-	for (size_t i = 0; i < count; i++) {
-		uintptr_t at, end;
-
-		if (ids[i] >= ds->info.samples)
-			continue;
-		at = (uintptr_t)entry_at(find_shard(ds, ids[i]), ids[i]);
-		end = at + sizeof(struct shard_index_entry); /* it may straddle two pages */
-		at &= ~(page - 1);
-		if (at != last) /* entries of neighbouring ids share a page */
-			madvise((void *)at, end - at, MADV_WILLNEED);
-		last = at;
-	}
-	/* ... then the payloads, whose place the entries give (the first of these reads
-	 * waits for its index page; by then the others have arrived or are on their way) */
-	last = UINTPTR_MAX;
-	for (size_t i = 0, last_shard = SIZE_MAX; i < count; i++) {
-		const struct ds_shard *s;
-		struct shard_index_entry e;
-		uint64_t from, to;
-
-		if (ids[i] >= ds->info.samples)
-			continue;
-		s = find_shard(ds, ids[i]);
-		/* an entry is checked, and a failed read reported, when its sample is read */
-		if (entry_read(s, ids[i], &e) || e.offset >= s->bytes)
-			continue;
-		from = e.offset & ~(w - 1);
-		to = e.stored_len < s->bytes - e.offset ? e.offset + e.stored_len : s->bytes;
-		to = (to + w - 1) & ~(w - 1);
-		if (from != last || (size_t)(s - ds->shards) != last_shard) /* samples in order
-									     * share windows */
-			posix_fadvise(s->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
-		last = from;
-		last_shard = (size_t)(s - ds->shards);
-	}
 }
 
 int sample_reader_raw_len(struct sample_reader *r, uint64_t id, uint64_t *len)
@@ -853,152 +696,9 @@ size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size
 			 "seq_len=%" PRIu64 "\nsamples=%" PRIu64 "\n",
 			 dataset_kind_name(info->kind), dataset_content_name(info->content),
 			 info->content == CONTENT_TEXT ? info->record_ext : "",
-			 tokens ? dataset_dtype_name(info->dtype) : "",
+			 tokens ? dtype_name(info->dtype) : "",
 			 tokens ? info->seq_len : 0, info->samples);
 
 	return n < 0 ? 0 : (size_t)n;
 }
 
-static void verify_bad(void (*bad)(void *, uint64_t, const char *), void *ctx,
-		       struct dataset_verify_report *rep, uint64_t id, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-
-static void verify_bad(void (*bad)(void *, uint64_t, const char *), void *ctx,
-		       struct dataset_verify_report *rep, uint64_t id, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	rep->problems++;
-	if (!bad)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	bad(ctx, id, msg);
-}
-
-struct check_args {
-	const struct ds_shard *s;
-	int compressed;
-	uint64_t *bad_entry;
-	char *why;
-	size_t why_len;
-	int rc;
-};
-
-/* shard_index_check_all() over a shard's index mapping, for guard_run(). */
-static void check_index(void *ctx)
-{
-	struct check_args *a = ctx;
-
-	a->rc = shard_index_check_all(a->s->index, a->s->index_len, a->s->bytes, a->compressed,
-				      a->bad_entry, a->why, a->why_len);
-}
-
-int dataset_verify(const struct dataset *ds,
-		   void (*bad)(void *ctx, uint64_t id, const char *msg),
-		   void (*progress)(void *ctx, uint64_t done, uint64_t total),
-		   void *ctx, struct dataset_verify_report *rep)
-{
-	const struct dataset_info *in = &ds->info;
-	struct sample_reader *r;
-	struct buf b = BUF_INIT;
-	XXH3_state_t *fp;
-	uint64_t stored = 0;
-	char text[256], why[256];
-	size_t tlen;
-
-	memset(rep, 0, sizeof(*rep));
-	r = sample_reader_new(ds);
-	fp = XXH3_createState();
-	if (!r || !fp) {
-		sample_reader_free(r);
-		XXH3_freeState(fp);
-		return -ENOMEM;
-	}
-	XXH3_128bits_reset(fp);
-	for (size_t k = 0; k < ds->nshards; k++) {
-		const struct ds_shard *s = &ds->shards[k];
-		uint64_t e;
-
-		struct check_args a = { s, in->compressed, &e, why, sizeof(why), 0 };
-
-		stored += s->bytes;
-		if (guard_run(check_index, &a))
-			verify_bad(bad, ctx, rep, UINT64_MAX, "%s: index read failed: %s (the index "
-				   "file was truncated or its disk failed)", s->file, strerror(EIO));
-		else if (a.rc)
-			verify_bad(bad, ctx, rep, e < s->count ? s->first_sample + e : UINT64_MAX,
-				   "%s: index entry %" PRIu64 ": %s", s->file, e, why);
-	}
-	for (uint64_t id = 0; id < in->samples; id++) {
-		uint64_t le;
-		int rc;
-
-		if (progress && (id & 4095) == 0)
-			progress(ctx, id, in->samples);
-		b.len = 0;
-		rc = sample_reader_read(r, id, &b);
-		if (rc == -ENOMEM) {
-			buf_release(&b);
-			sample_reader_free(r);
-			XXH3_freeState(fp);
-			return rc;
-		}
-		if (rc) {
-			rep->samples_bad++;
-			verify_bad(bad, ctx, rep, id, "%s", sample_reader_last_error(r));
-			/* keep the fingerprint comparable: a bad sample poisons it anyway */
-			XXH3_128bits_update(fp, "\xff", 1);
-			continue;
-		}
-		if (in->content == CONTENT_FILES) {
-			struct filegroup_iter it;
-			struct filegroup_file f;
-			int n = 0, fr;
-
-			fr = filegroup_iter_init(&it, b.data, b.len);
-			while (!fr && (fr = filegroup_next(&it, &f)) == 1)
-				n++;
-			if (fr < 0 || n == 0) {
-				rep->samples_bad++;
-				verify_bad(bad, ctx, rep, id, "sample %" PRIu64 " (%s): malformed file "
-					   "group payload", id, dataset_shard_name(ds, id));
-				continue;
-			}
-		}
-		rep->samples_ok++;
-		rep->raw_bytes += b.len;
-		le = htole64((uint64_t)b.len);
-		XXH3_128bits_update(fp, &le, 8);
-		XXH3_128bits_update(fp, b.data, b.len);
-	}
-	if (progress)
-		progress(ctx, in->samples, in->samples);
-	tlen = dataset_fingerprint_text(in, text, sizeof(text));
-	XXH3_128bits_update(fp, text, tlen);
-	{
-		XXH128_hash_t h = XXH3_128bits_digest(fp);
-
-		snprintf(rep->fingerprint, sizeof(rep->fingerprint), "%016" PRIx64 "%016" PRIx64,
-			 (uint64_t)h.high64, (uint64_t)h.low64);
-	}
-	if (rep->samples_bad == 0) {
-		if (strcmp(rep->fingerprint, in->fingerprint))
-			verify_bad(bad, ctx, rep, UINT64_MAX, "fingerprint mismatch: the catalog "
-				   "says %s, the samples hash to %s (catalog and shards disagree)",
-				   in->fingerprint, rep->fingerprint);
-		if (rep->raw_bytes != in->raw_bytes)
-			verify_bad(bad, ctx, rep, UINT64_MAX, "raw_bytes mismatch: the catalog says "
-				   "%" PRIu64 ", the samples hold %" PRIu64, in->raw_bytes,
-				   rep->raw_bytes);
-	}
-	if (stored != in->stored_bytes)
-		verify_bad(bad, ctx, rep, UINT64_MAX, "stored_bytes mismatch: the catalog says "
-			   "%" PRIu64 ", the shards hold %" PRIu64, in->stored_bytes, stored);
-	buf_release(&b);
-	sample_reader_free(r);
-	XXH3_freeState(fp);
-	return rep->problems ? -EBADMSG : 0;
-}

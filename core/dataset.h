@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 
 #include "buf.h"
+#include "dtype.h"
 
 #define CATALOG_FORMAT_VERSION 1
 
@@ -62,7 +63,6 @@ _Static_assert(sizeof(struct shard_index_entry) == 24, "index entry is 24 bytes 
 
 enum dataset_kind { DATASET_RECORDS, DATASET_TOKENS };
 enum dataset_content { CONTENT_TEXT, CONTENT_FILES, CONTENT_TOKENS };
-enum token_dtype { DTYPE_UINT8, DTYPE_UINT16, DTYPE_UINT32, DTYPE_INT32 };
 
 struct dataset_info {
 	enum dataset_kind kind;
@@ -116,9 +116,6 @@ const char *dataset_shard_name(const struct dataset *ds, uint64_t id);
 
 const char *dataset_kind_name(enum dataset_kind k);
 const char *dataset_content_name(enum dataset_content c);
-const char *dataset_dtype_name(enum token_dtype d);
-/* Parse a dtype name. 0 or -EINVAL. */
-int dataset_dtype_parse(const char *s, enum token_dtype *out);
 
 /* A per-thread decoder (zstd DCtx with the dictionary referenced). NULL on ENOMEM. */
 struct sample_reader *sample_reader_new(const struct dataset *ds);

@@ -19,12 +19,13 @@
 #include <string.h>
 
 #include "filegroup.h"
+#include "npy.h"
 
-int batch_format_parse(const char *s, enum batch_format *out)
+int encode_format_parse(const char *s, enum encode_format *out)
 {
 	static const struct {
 		const char *name;
-		enum batch_format f;
+		enum encode_format f;
 	} names[] = {
 		{ "lines", FORMAT_LINES }, { "tar", FORMAT_TAR },
 		{ "npy", FORMAT_NPY },     { "bin", FORMAT_BIN },
@@ -39,7 +40,7 @@ int batch_format_parse(const char *s, enum batch_format *out)
 	return -EINVAL;
 }
 
-const char *batch_format_name(enum batch_format f)
+const char *encode_format_name(enum encode_format f)
 {
 	switch (f) {
 	case FORMAT_LINES: return "lines";
@@ -50,7 +51,7 @@ const char *batch_format_name(enum batch_format f)
 	return "?";
 }
 
-enum batch_format batch_format_default(const struct dataset_info *info)
+enum encode_format encode_format_default(const struct dataset_info *info)
 {
 	switch (info->content) {
 	case CONTENT_TEXT: return FORMAT_LINES;
@@ -60,7 +61,7 @@ enum batch_format batch_format_default(const struct dataset_info *info)
 	return FORMAT_LINES;
 }
 
-int batch_format_check(const struct dataset_info *info, enum batch_format f,
+int encode_format_check(const struct dataset_info *info, enum encode_format f,
 		       char *why, size_t why_len)
 {
 	const char *fits;
@@ -89,7 +90,7 @@ int batch_format_check(const struct dataset_info *info, enum batch_format f,
 	if (why && why_len)
 		snprintf(why, why_len,
 			 "format=%s does not fit a dataset of %s; use format=%s",
-			 batch_format_name(f), dataset_content_name(info->content), fits);
+			 encode_format_name(f), dataset_content_name(info->content), fits);
 	return -EINVAL;
 }
 
@@ -101,7 +102,7 @@ static void buf_truncate(struct buf *b, size_t len)
 		b->data[len] = 0;
 }
 
-/* Append sample ids[i] to out, with the error contract of batch_encode (-EIO names the
+/* Append sample ids[i] to out, with the error contract of encode_batch (-EIO names the
  * sample). Before the first, starts the disk reads of the batch's pages that are not in
  * memory. First asks for the index entry of the sample after next and the bytes of the
  * next: random samples otherwise each start with a cache and TLB miss in the index and
@@ -137,61 +138,12 @@ static int encode_lines(struct sample_reader *r, const uint64_t *ids, size_t cou
 	return 0;
 }
 
-/* The numpy descr of a token dtype: byte order, kind, itemsize. */
-static const char *npy_descr(enum token_dtype d)
-{
-	switch (d) {
-	case DTYPE_UINT8: return "|u1";
-	case DTYPE_UINT16: return "<u2";
-	case DTYPE_UINT32: return "<u4";
-	case DTYPE_INT32: return "<i4";
-	}
-	return NULL;
-}
-
-/* NPY_ALIGN: numpy >= 1.14 pads the header so the data starts at a multiple of 64 bytes
- * (numpy/lib/format.py, ARRAY_ALIGN); version 1.0 keeps the header length in a u16. */
-#define NPY_ALIGN 64
-#define NPY_PREAMBLE 10 /* "\x93NUMPY", major, minor, u16 header_len */
-
-/* Append a .npy v1.0 header for a C-order array of shape (rows, cols) (NEP 1). */
-static int npy_header(struct buf *out, const char *descr, uint64_t rows, uint64_t cols)
-{
-	char dict[160];
-	uint8_t pre[NPY_PREAMBLE] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
-	size_t dlen, total, hlen;
-	int n, rc;
-
-	n = snprintf(dict, sizeof(dict),
-		     "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ", %" PRIu64
-		     "), }", descr, rows, cols);
-	if (n < 0 || (size_t)n >= sizeof(dict))
-		return -EINVAL;
-	dlen = (size_t)n;
-	/* dict, spaces, '\n', so that preamble + header is a multiple of NPY_ALIGN */
-	total = (NPY_PREAMBLE + dlen + 1 + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
-	hlen = total - NPY_PREAMBLE;
-	if (hlen > UINT16_MAX)
-		return -EOVERFLOW;
-	pre[8] = (uint8_t)(hlen & 0xff);
-	pre[9] = (uint8_t)(hlen >> 8);
-	rc = buf_reserve(out, total);
-	if (rc)
-		return rc;
-	buf_append(out, pre, sizeof(pre)); /* cannot fail after the reserve */
-	buf_append(out, dict, dlen);
-	memset(out->data + out->len, ' ', hlen - dlen - 1);
-	out->len += hlen - dlen - 1;
-	buf_append(out, "\n", 1);
-	return 0;
-}
-
 /* The bytes of count token samples (npy or bin, header aside) and of one of them.
  * 0, -EINVAL (not a token dataset), -EOVERFLOW (more than a buffer can hold). */
 static int tokens_bytes(const struct dataset_info *info, size_t count,
 			uint64_t *sample_bytes, uint64_t *data_bytes)
 {
-	if (!npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
+	if (!dtype_npy_descr(info->dtype) || info->seq_len == 0 || info->itemsize == 0)
 		return -EINVAL;
 	if (__builtin_mul_overflow(info->seq_len, (uint64_t)info->itemsize, sample_bytes) ||
 	    __builtin_mul_overflow(*sample_bytes, (uint64_t)count, data_bytes) ||
@@ -212,7 +164,7 @@ static int encode_tokens(struct sample_reader *r, const struct dataset_info *inf
 	if (rc)
 		return rc;
 	if (with_header) {
-		rc = npy_header(out, npy_descr(info->dtype), count, info->seq_len);
+		rc = npy_header_write(out, info->dtype, count, info->seq_len);
 		if (rc)
 			return rc;
 	}
@@ -421,25 +373,25 @@ out:
 	return rc;
 }
 
-int batch_views_possible(const struct dataset_info *info, enum batch_format f)
+int encode_views_possible(const struct dataset_info *info, enum encode_format f)
 {
 	return info->kind == DATASET_TOKENS && !info->compressed &&
 	       (f == FORMAT_NPY || f == FORMAT_BIN) &&
 	       info->seq_len * info->itemsize >= BATCH_VIEW_MIN;
 }
 
-int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
-		       enum batch_format f, const uint64_t *ids, size_t count,
+int encode_batch_views(struct sample_reader *r, const struct dataset_info *info,
+		       enum encode_format f, const uint64_t *ids, size_t count,
 		       struct buf *head, struct iovec *views, uint64_t *bad_id)
 {
 	size_t start = head->len;
 	int rc = 0;
 
-	if (!batch_views_possible(info, f))
+	if (!encode_views_possible(info, f))
 		return -ENOTSUP;
 	sample_reader_warm(r, ids, count);
 	if (f == FORMAT_NPY)
-		rc = npy_header(head, npy_descr(info->dtype), count, info->seq_len);
+		rc = npy_header_write(head, info->dtype, count, info->seq_len);
 	if (!rc)
 		rc = sample_reader_views(r, ids, count, views, bad_id);
 	if (rc)
@@ -447,13 +399,13 @@ int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
 	return rc;
 }
 
-int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
-		      enum batch_format f, const uint64_t *ids, size_t count, uint64_t *len)
+int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
+		      enum encode_format f, const uint64_t *ids, size_t count, uint64_t *len)
 {
 	uint64_t total = 0, n, sample_bytes;
 	int rc;
 
-	if (batch_format_check(info, f, NULL, 0))
+	if (encode_format_check(info, f, NULL, 0))
 		return -EINVAL;
 	switch (f) {
 	case FORMAT_LINES:
@@ -473,7 +425,7 @@ int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
 		if (f == FORMAT_NPY) {
 			struct buf head = BUF_INIT;
 
-			rc = npy_header(&head, npy_descr(info->dtype), count, info->seq_len);
+			rc = npy_header_write(&head, info->dtype, count, info->seq_len);
 			n = head.len;
 			buf_release(&head);
 			if (rc)
@@ -489,14 +441,14 @@ int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
 	return 0;
 }
 
-int batch_encode(struct sample_reader *r, const struct dataset_info *info,
-		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
+int encode_batch(struct sample_reader *r, const struct dataset_info *info,
+		 enum encode_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id)
 {
 	size_t start = out->len;
 	int rc;
 
-	if (batch_format_check(info, f, NULL, 0))
+	if (encode_format_check(info, f, NULL, 0))
 		return -EINVAL;
 	switch (f) {
 	case FORMAT_LINES:

@@ -23,33 +23,33 @@
 #include "buf.h"
 #include "dataset.h"
 
-enum batch_format { FORMAT_LINES, FORMAT_TAR, FORMAT_NPY, FORMAT_BIN };
+enum encode_format { FORMAT_LINES, FORMAT_TAR, FORMAT_NPY, FORMAT_BIN };
 
 /* 0 or -EINVAL. */
-int batch_format_parse(const char *s, enum batch_format *out);
-const char *batch_format_name(enum batch_format f);
+int encode_format_parse(const char *s, enum encode_format *out);
+const char *encode_format_name(enum encode_format f);
 /* lines for text, tar for files, npy for tokens. */
-enum batch_format batch_format_default(const struct dataset_info *info);
+enum encode_format encode_format_default(const struct dataset_info *info);
 /* Is format f defined for this dataset? 0, or -EINVAL with a one-line reason in why. */
-int batch_format_check(const struct dataset_info *info, enum batch_format f,
+int encode_format_check(const struct dataset_info *info, enum encode_format f,
 		       char *why, size_t why_len);
 
 /* Append the encoding of samples ids[0..count) to out. 0, or -EIO (a sample failed its
  * checksum or is corrupt: *bad_id names it, out is left as it was), -ENOMEM, -EINVAL
  * (format not defined for the dataset), -EOVERFLOW (the batch size does not fit in
  * size_t), -ERANGE (an id >= N). On any error out is left as it was. */
-int batch_encode(struct sample_reader *r, const struct dataset_info *info,
-		 enum batch_format f, const uint64_t *ids, size_t count, struct buf *out,
+int encode_batch(struct sample_reader *r, const struct dataset_info *info,
+		 enum encode_format f, const uint64_t *ids, size_t count, struct buf *out,
 		 uint64_t *bad_id);
 
-/* The length batch_encode() would give samples ids[0..count), from the index alone
+/* The length encode_batch() would give samples ids[0..count), from the index alone
  * (nothing is decoded or checksummed): for npy and bin arithmetic (r and ids are not
  * used and may be NULL), for lines the samples' lengths plus one newline each (a sum:
  * the length of a long list is that of its parts added). 0, or -ENOTSUP (tar: its headers need each sample's
  * members; build it), -EINVAL (format not defined for the dataset), -EOVERFLOW, -ERANGE,
  * -EIO (a bad index entry: building the batch would fail too). */
-int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
-		      enum batch_format f, const uint64_t *ids, size_t count, uint64_t *len);
+int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
+		      enum encode_format f, const uint64_t *ids, size_t count, uint64_t *len);
 
 /* Views: a batch of an uncompressed token dataset in npy or bin, with samples of at
  * least BATCH_VIEW_MIN bytes, can be served without copying its samples: a header (the
@@ -58,14 +58,14 @@ int batch_encoded_len(struct sample_reader *r, const struct dataset_info *info,
 #define BATCH_VIEW_MIN 4096
 
 /* Can batches of format f of this dataset be served as views? 1 or 0. */
-int batch_views_possible(const struct dataset_info *info, enum batch_format f);
+int encode_views_possible(const struct dataset_info *info, enum encode_format f);
 
 /* The views encoding of samples ids[0..count): the header appended to head, then
  * views[i] = sample ids[i] (count entries, checksums verified). 0, or -ENOTSUP (not
- * possible here: encode with batch_encode), -EIO (*bad_id names the sample; head is left
+ * possible here: encode with encode_batch), -EIO (*bad_id names the sample; head is left
  * as it was), -EOVERFLOW, -ENOMEM. */
-int batch_encode_views(struct sample_reader *r, const struct dataset_info *info,
-		       enum batch_format f, const uint64_t *ids, size_t count,
+int encode_batch_views(struct sample_reader *r, const struct dataset_info *info,
+		       enum encode_format f, const uint64_t *ids, size_t count,
 		       struct buf *head, struct iovec *views, uint64_t *bad_id);
 
 #endif

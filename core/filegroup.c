@@ -1,30 +1,9 @@
 #include "filegroup.h"
 
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
+#include "le.h"
 
 int filegroup_begin(struct buf *b, size_t *start)
 {
@@ -47,7 +26,7 @@ int filegroup_add_header(struct buf *b, size_t start, const char *name, size_t n
 	rc = buf_reserve(b, 12 + name_len);
 	if (rc)
 		return rc;
-	put32(hdr, (uint32_t)name_len);
+	le32_put(hdr, (uint32_t)name_len);
 	buf_append(b, hdr, 4);
 	buf_append(b, name, name_len);
 	buf_append(b, &sz, 8);
@@ -55,7 +34,7 @@ int filegroup_add_header(struct buf *b, size_t start, const char *name, size_t n
 		b->len = old;
 		return -EINVAL;
 	}
-	put32(b->data + start, filegroup_count(b, start) + 1);
+	le32_put(b->data + start, filegroup_count(b, start) + 1);
 	return 0;
 }
 
@@ -74,14 +53,14 @@ int filegroup_add(struct buf *b, size_t start, const char *name, size_t name_len
 	rc = buf_append(b, data, (size_t)size);
 	if (rc) {
 		b->len = old;
-		put32(b->data + start, count);
+		le32_put(b->data + start, count);
 	}
 	return rc;
 }
 
 uint32_t filegroup_count(const struct buf *b, size_t start)
 {
-	return get32(b->data + start);
+	return le32_get(b->data + start);
 }
 
 int filegroup_iter_init(struct filegroup_iter *it, const uint8_t *p, size_t len)
@@ -91,7 +70,7 @@ int filegroup_iter_init(struct filegroup_iter *it, const uint8_t *p, size_t len)
 	it->p = p;
 	it->len = len;
 	it->pos = 4;
-	it->left = get32(p);
+	it->left = le32_get(p);
 	return 0;
 }
 
@@ -105,10 +84,10 @@ int filegroup_next(struct filegroup_iter *it, struct filegroup_file *f)
 		return rest == 0 ? 0 : -EBADMSG;
 	if (rest < 4)
 		return -EBADMSG;
-	nlen = get32(it->p + it->pos);
+	nlen = le32_get(it->p + it->pos);
 	if (nlen == 0 || nlen > FILEGROUP_NAME_MAX || rest - 4 < (size_t)nlen + 8)
 		return -EBADMSG;
-	size = get64(it->p + it->pos + 4 + nlen);
+	size = le64_get(it->p + it->pos + 4 + nlen);
 	if (size > rest - 12 - nlen)
 		return -EBADMSG;
 	f->name = (const char *)it->p + it->pos + 4;

@@ -46,16 +46,9 @@ int jnl_load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
 		return sqlite_errno(rc);
 	sqlite3_bind_int64(st, 1, key);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			struct journal_cursor *nv = realloc(v, ncap * sizeof(*nv));
-
-			if (!nv) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			v = nv;
-			cap = ncap;
+		if (ARRAY_GROW(v, cap, n + 1)) {
+			rc = SQLITE_NOMEM;
+			break;
 		}
 		if (jnl_u64_col(st, 0, &v[n].rank) || jnl_u64_col(st, 1, &v[n].step) ||
 		    jnl_u64_col(st, 2, &v[n].micro)) {
@@ -112,16 +105,9 @@ int hist_load(sqlite3 *db, int version, size_t src, struct hist *h)
 		struct journal_resume r;
 		int64_t t;
 
-		if (h->nev == cap) {
-			size_t ncap = cap ? cap * 2 : 32;
-			struct hev *nv = realloc(h->ev, ncap * sizeof(*nv));
-
-			if (!nv) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			h->ev = nv;
-			cap = ncap;
+		if (ARRAY_GROW(h->ev, cap, h->nev + 1)) {
+			rc = SQLITE_NOMEM;
+			break;
 		}
 		e = &h->ev[h->nev];
 		memset(e, 0, sizeof(*e));
@@ -290,16 +276,9 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		struct journal_layout *e;
 
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 8;
-			struct journal_layout *nv = realloc(v, ncap * sizeof(*nv));
-
-			if (!nv) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			v = nv;
-			cap = ncap;
+		if (ARRAY_GROW(v, cap, n + 1)) {
+			rc = SQLITE_NOMEM;
+			break;
 		}
 		e = &v[n];
 		memset(e, 0, sizeof(*e));
@@ -379,16 +358,9 @@ static int load_events(struct journal *j, const char *sql, int64_t key,
 	if (key)
 		sqlite3_bind_int64(st, 1, key);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 16;
-			struct journal_event *nv = realloc(v, ncap * sizeof(*nv));
-
-			if (!nv) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			v = nv;
-			cap = ncap;
+		if (ARRAY_GROW(v, cap, n + 1)) {
+			rc = SQLITE_NOMEM;
+			break;
 		}
 		v[n].id = sqlite3_column_int64(st, 0);
 		v[n].layout_id = sqlite3_column_int64(st, 1);

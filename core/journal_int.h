@@ -21,6 +21,7 @@
 
 #include <sqlite3.h>
 
+#include "buf.h"
 #include "journal.h"
 #include "journal_policy.h"
 

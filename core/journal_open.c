@@ -92,11 +92,9 @@ int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
+	va_start(ap, fmt);
+	err_vset(err, errlen, rc, fmt, ap);
+	va_end(ap);
 	return rc;
 }
 
@@ -105,7 +103,7 @@ int jfail(struct journal *j, int rc, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(j->err, sizeof(j->err), fmt, ap);
+	err_vset(j->err, sizeof(j->err), rc, fmt, ap);
 	va_end(ap);
 	return rc;
 }

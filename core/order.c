@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+
 int order_init(struct order *o, uint64_t n, uint64_t seed, enum order_shuffle shuffle)
 {
 	if (n == 0 || n > ORDER_MAX_GSN)
@@ -320,17 +322,8 @@ int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
 			break;
 		}
 		for (uint64_t r = lo; r <= hi; r++) {
-			if (out->count == cap) {
-				size_t ncap = cap ? cap * 2 : 16;
-				uint64_t *n = realloc(out->ranks, ncap * sizeof(*n));
-
-				if (!n) {
-					rc = -ENOMEM;
-					break;
-				}
-				out->ranks = n;
-				cap = ncap;
-			}
+			if ((rc = ARRAY_GROW(out->ranks, cap, out->count + 1)))
+				break;
 			out->ranks[out->count++] = r;
 		}
 		if (rc || !*p)

@@ -1,83 +1,76 @@
+/*
+ * pool.c: the fork-join team (pool.h) on a job queue (jobq.h): pool_run() queues one job
+ * per member but the caller's, runs member 0 itself, and waits for the count of members
+ * still inside fn to reach 0.
+ */
 #include "pool.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 
-struct pool {
-	unsigned n;
-	unsigned started;
-	pthread_t *th;
-	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	unsigned long gen;       /* bumped by each pool_run */
-	unsigned running;        /* workers still inside fn */
-	int quit;
-	pool_fn fn;
-	void *arg;
-};
+#include "jobq.h"
 
-struct worker {
+struct pool_task {
+	struct jobq_job job;     /* first: the job is the task */
 	struct pool *p;
 	unsigned t;
 };
 
-static void *worker_main(void *v)
-{
-	struct worker *w = v;
-	struct pool *p = w->p;
-	unsigned t = w->t;
-	unsigned long seen = 0;
+struct pool {
+	unsigned n;              /* members: 1 + the queue's threads */
+	struct jobq *q;          /* NULL when n == 1 */
+	struct pool_task *tasks; /* n entries; tasks[0] unused (the caller) */
+	pthread_mutex_t mu;
+	pthread_cond_t done;
+	unsigned running;        /* members other than the caller still inside fn */
+	pool_fn fn;
+	void *arg;
+};
 
-	free(w);
+static void task_run(struct jobq_job *job, void *ctx, int cancelled)
+{
+	struct pool_task *k = (struct pool_task *)job;
+	struct pool *p = k->p;
+
+	(void)ctx;
+	if (!cancelled)
+		p->fn(p->arg, k->t, p->n);
 	pthread_mutex_lock(&p->mu);
-	for (;;) {
-		while (p->gen == seen && !p->quit)
-			pthread_cond_wait(&p->go, &p->mu);
-		if (p->quit)
-			break;
-		seen = p->gen;
-		pthread_mutex_unlock(&p->mu);
-		p->fn(p->arg, t, p->n);
-		pthread_mutex_lock(&p->mu);
-		if (--p->running == 0)
-			pthread_cond_signal(&p->done);
-	}
+	if (--p->running == 0)
+		pthread_cond_signal(&p->done);
 	pthread_mutex_unlock(&p->mu);
-	return NULL;
 }
 
 int pool_new(unsigned n, struct pool **out)
 {
 	struct pool *p;
+	int rc;
 
 	if (n == 0)
 		return -EINVAL;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->th = calloc(n, sizeof(*p->th));
-	if (!p->th) {
+	p->tasks = calloc(n, sizeof(*p->tasks));
+	if (!p->tasks) {
 		free(p);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->go, NULL);
 	pthread_cond_init(&p->done, NULL);
 	p->n = 1;
-	for (unsigned t = 1; t < n; t++) {
-		struct worker *w = malloc(sizeof(*w));
+	if (n > 1) {
+		struct jobq_config cfg = { .max_threads = n - 1 };
 
-		if (!w)
-			break;
-		w->p = p;
-		w->t = t;
-		if (pthread_create(&p->th[t], NULL, worker_main, w) != 0) {
-			free(w);
-			break;
+		rc = jobq_new(&cfg, &p->q);
+		if (rc) {
+			pool_free(p);
+			return rc;
 		}
-		p->started++;
-		p->n++;
+		/* Threads that cannot be started make a smaller team, not a failure. */
+		jobq_start(p->q, n - 1);
+		p->n += jobq_threads(p->q);
 	}
 	*out = p;
 	return 0;
@@ -90,13 +83,14 @@ unsigned pool_size(const struct pool *p)
 
 void pool_run(struct pool *p, pool_fn fn, void *arg)
 {
-	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->arg = arg;
 	p->running = p->n - 1;
-	p->gen++;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
+	for (unsigned t = 1; t < p->n; t++) {
+		p->tasks[t] = (struct pool_task){ .job.run = task_run, .p = p, .t = t };
+		if (jobq_submit(p->q, &p->tasks[t].job))
+			task_run(&p->tasks[t].job, NULL, 0); /* not queued: the caller runs it */
+	}
 	fn(arg, 0, p->n);
 	pthread_mutex_lock(&p->mu);
 	while (p->running)
@@ -108,15 +102,9 @@ void pool_free(struct pool *p)
 {
 	if (!p)
 		return;
-	pthread_mutex_lock(&p->mu);
-	p->quit = 1;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	for (unsigned t = 1; t <= p->started; t++)
-		pthread_join(p->th[t], NULL);
+	jobq_free(p->q);
 	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->go);
 	pthread_cond_destroy(&p->done);
-	free(p->th);
+	free(p->tasks);
 	free(p);
 }

@@ -14,10 +14,14 @@ struct pool;
 
 typedef void (*pool_fn)(void *arg, unsigned t, unsigned n);
 
-/* A team of n threads (n >= 1; n - 1 are started). 0, -EINVAL (n == 0), -ENOMEM, or
- * -EAGAIN (no thread could be started). */
+/* A team of up to n members (n >= 1): the caller and n - 1 threads of a job queue
+ * (jobq.h). Threads that cannot be started make the team smaller, down to the caller
+ * alone: pool_size() says how many members there are. 0, -EINVAL (n == 0) or -ENOMEM. */
 int pool_new(unsigned n, struct pool **out);
+/* Members of the team, 1..n. */
 unsigned pool_size(const struct pool *p);
+/* Call fn(arg, t, pool_size(p)) once for each member t, t = 0 on the caller's thread, and
+ * return when every call has returned. */
 void pool_run(struct pool *p, pool_fn fn, void *arg);
 /* Stop and join the threads. NULL is a no-op. */
 void pool_free(struct pool *p);

@@ -1,17 +1,17 @@
 #include "serve.h"
 #include "delivery.h"
+#include "jobq.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 #include <time.h>
 
-const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1] = {
+const double server_latency_bounds_us[SERVER_LATENCY_BUCKETS - 1] = {
 	25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000,
 };
 
@@ -65,12 +65,12 @@ size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iove
 	return n;
 }
 
-/* serve_build() into `data`, an empty buffer whose capacity may be reused (it is the
+/* batch_build() into `data`, an empty buffer whose capacity may be reused (it is the
  * batch's on success and released on failure). With views, the samples are views of
- * the dataset's mappings and data holds the header only (batch_encode_views: -ENOTSUP
+ * the dataset's mappings and data holds the header only (encode_batch_views: -ENOTSUP
  * when that is not possible here). */
 static int build_batch(struct sample_reader *r, const struct dataset_info *info,
-		       const struct order *o, const struct layout *l, enum batch_format f,
+		       const struct order *o, const struct layout *l, enum encode_format f,
 		       uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros, int views,
 		       struct buf data, struct batch **out, uint64_t *bad_id)
 {
@@ -108,12 +108,12 @@ static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 	b->epoch = gsn / o->n;
 	rc = order_fill(o, gsn, count, b->ids);
 	if (!rc && views) {
-		rc = batch_encode_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);
+		rc = encode_batch_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);
 		b->nviews = rc ? 0 : count;
 		for (size_t i = 0; i < b->nviews; i++)
 			b->views_len += b->views[i].iov_len;
 	} else if (!rc) {
-		rc = batch_encode(r, info, f, b->ids, count, &b->data, bad_id);
+		rc = encode_batch(r, info, f, b->ids, count, &b->data, bad_id);
 	}
 	if (rc) {
 		batch_free(b);
@@ -123,8 +123,8 @@ static int build_batch(struct sample_reader *r, const struct dataset_info *info,
 	return 0;
 }
 
-int serve_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum batch_format f,
+int batch_build(struct sample_reader *r, const struct dataset_info *info,
+		const struct order *o, const struct layout *l, enum encode_format f,
 		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
 		struct batch **out, uint64_t *bad_id)
 {
@@ -165,7 +165,10 @@ struct rank_state {
 	int refill_pending;      /* a claim left its refill to that close, see server_release */
 };
 
-struct job {
+/* A prefetch decode, queued on the server's decoders. */
+struct decode_job {
+	struct jobq_job job;     /* first: the job is the decode_job */
+	struct server *s;
 	struct rank_state *rs;
 	uint64_t ci, generation;
 };
@@ -181,7 +184,7 @@ struct reader_pool {
 struct server {
 	const struct dataset *ds;
 	const struct dataset_info *info;
-	struct serve_config cfg;
+	struct server_config cfg;
 	struct rankset ranks;
 	struct journal *journal;
 	uint64_t limit;          /* first gsn past the end of the stream */
@@ -189,16 +192,15 @@ struct server {
 	struct rank_state *rs;   /* one per served rank, in rank order */
 	size_t nranks;
 
-	pthread_mutex_t qlock;   /* guards the job queue, stopping, stats */
-	pthread_cond_t qcond;
-	struct job *queue;       /* ring buffer */
-	size_t qhead, qlen, qcap;
-	int stopping;
-	pthread_t *threads;
-	unsigned nthreads;
+	struct jobq *decoders;   /* cfg.workers threads, each with a sample reader */
+	pthread_mutex_t qlock;   /* guards stats */
+	/* Decode jobs done, kept for the next ones: a claim queues one, and a malloc and
+	 * free per claim would be the only allocation of a steady stream. */
+	pthread_mutex_t jobs_lock;
+	struct decode_job *free_jobs;   /* linked through job.next */
 
 	struct reader_pool readers;
-	struct serve_stats stats;
+	struct server_stats stats;
 
 	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */
 
@@ -297,17 +299,10 @@ static void reader_put(struct server *s, struct sample_reader *r)
 	if (!r)
 		return;
 	pthread_mutex_lock(&s->readers.lock);
-	if (s->readers.count == s->readers.cap) {
-		size_t ncap = s->readers.cap ? s->readers.cap * 2 : 8;
-		struct sample_reader **n = realloc(s->readers.free, ncap * sizeof(*n));
-
-		if (!n) {
-			pthread_mutex_unlock(&s->readers.lock);
-			sample_reader_free(r);
-			return;
-		}
-		s->readers.free = n;
-		s->readers.cap = ncap;
+	if (ARRAY_GROW(s->readers.free, s->readers.cap, s->readers.count + 1)) {
+		pthread_mutex_unlock(&s->readers.lock);
+		sample_reader_free(r);
+		return;
 	}
 	s->readers.free[s->readers.count++] = r;
 	pthread_mutex_unlock(&s->readers.lock);
@@ -368,7 +363,7 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 	if (!r)
 		return -ENOMEM;
 	layout_ci_pos(&s->cfg.layout, ci, &step, &micro);
-	if (batch_views_possible(s->info, s->cfg.format)) {
+	if (encode_views_possible(s->info, s->cfg.format)) {
 		rc = build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
 				 rank, step, micro, 1, 1, (struct buf)BUF_INIT, out, bad_id);
 		if (rc != -ENOTSUP)
@@ -378,28 +373,35 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 			   rank, step, micro, 1, 0, pool_take(s), out, bad_id);
 }
 
+static void run_decode(struct jobq_job *job, void *reader, int cancelled);
+
+/* Keep a finished decode job for the next enqueue(). */
+static void job_put(struct server *s, struct decode_job *d)
+{
+	pthread_mutex_lock(&s->jobs_lock);
+	d->job.next = s->free_jobs ? &s->free_jobs->job : NULL;
+	s->free_jobs = d;
+	pthread_mutex_unlock(&s->jobs_lock);
+}
+
 static void enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
 {
-	pthread_mutex_lock(&s->qlock);
-	if (s->qlen == s->qcap) { /* grow the ring, unrolling it */
-		size_t ncap = s->qcap ? s->qcap * 2 : 64;
-		struct job *n = malloc(ncap * sizeof(*n));
+	struct decode_job *d;
 
-		if (!n) { /* a dropped job only costs a synchronous decode at claim time */
-			pthread_mutex_unlock(&s->qlock);
-			return;
-		}
-		for (size_t i = 0; i < s->qlen; i++)
-			n[i] = s->queue[(s->qhead + i) % s->qcap];
-		free(s->queue);
-		s->queue = n;
-		s->qhead = 0;
-		s->qcap = ncap;
-	}
-	s->queue[(s->qhead + s->qlen) % s->qcap] = (struct job){ rs, ci, gen };
-	s->qlen++;
-	pthread_cond_signal(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
+	pthread_mutex_lock(&s->jobs_lock);
+	d = s->free_jobs;
+	if (d)
+		s->free_jobs = (struct decode_job *)d->job.next;
+	pthread_mutex_unlock(&s->jobs_lock);
+	if (!d)
+		d = malloc(sizeof(*d));
+	/* A dropped job only costs a synchronous decode at claim time. */
+	if (!d)
+		return;
+	*d = (struct decode_job){ .job.run = run_decode, .s = s, .rs = rs, .ci = ci,
+				  .generation = gen };
+	if (jobq_submit(s->decoders, &d->job))
+		job_put(s, d);
 }
 
 static void slot_clear(struct server *s, struct slot *sl)
@@ -408,8 +410,9 @@ static void slot_clear(struct server *s, struct slot *sl)
 	memset(sl, 0, sizeof(*sl));
 }
 
-/* Worker: decode the claim index a job names into its slot, unless the cursor moved on. */
-static void run_job(struct server *s, struct sample_reader *r, const struct job *jb)
+/* Decoder: decode the claim index a job names into its slot, unless the cursor moved on. */
+static void decode_into_slot(struct server *s, struct sample_reader *r,
+			     const struct decode_job *jb)
 {
 	struct rank_state *rs = jb->rs;
 	unsigned k = s->cfg.prefetch;
@@ -445,32 +448,27 @@ static void run_job(struct server *s, struct sample_reader *r, const struct job 
 	pthread_mutex_unlock(&rs->lock);
 }
 
-static void *worker_main(void *arg)
+/* A decode job (jobq.h): run on a decoder with its sample reader, or dropped at stop. */
+static void run_decode(struct jobq_job *job, void *reader, int cancelled)
 {
-	struct server *s = arg;
-	struct sample_reader *r = sample_reader_new(s->ds);
+	struct decode_job *d = (struct decode_job *)job;
 
-	/* what top -H, perf and /proc/PID/task/TID/comm show (15 characters at most) */
-	pthread_setname_np(pthread_self(), "zephon-decode");
+	if (!cancelled)
+		decode_into_slot(d->s, reader, d);
+	job_put(d->s, d);
+}
 
-	for (;;) {
-		struct job jb;
+static void *decoder_init(void *arg)
+{
+	const struct server *s = arg;
 
-		pthread_mutex_lock(&s->qlock);
-		while (!s->qlen && !s->stopping)
-			pthread_cond_wait(&s->qcond, &s->qlock);
-		if (s->stopping) {
-			pthread_mutex_unlock(&s->qlock);
-			break;
-		}
-		jb = s->queue[s->qhead];
-		s->qhead = (s->qhead + 1) % s->qcap;
-		s->qlen--;
-		pthread_mutex_unlock(&s->qlock);
-		run_job(s, r, &jb);
-	}
-	sample_reader_free(r);
-	return NULL;
+	return sample_reader_new(s->ds);
+}
+
+static void decoder_fini(void *arg, void *reader)
+{
+	(void)arg;
+	sample_reader_free(reader);
 }
 
 static struct rank_state *find_rank(struct server *s, uint64_t rank)
@@ -490,7 +488,7 @@ static struct rank_state *find_rank(struct server *s, uint64_t rank)
 	return NULL;
 }
 
-/* Enqueue a decode for every claim index of rank's ring (run_job skips the slots that
+/* Enqueue a decode for every claim index of rank's ring (decode_into_slot skips the slots that
  * are decoding, ready, or left behind). With rs->lock held, or before serving. */
 static void fill_ring(struct server *s, struct rank_state *rs)
 {
@@ -498,7 +496,7 @@ static void fill_ring(struct server *s, struct rank_state *rs)
 		enqueue(s, rs, rs->ci + i, rs->generation);
 }
 
-int server_new(const struct dataset *ds, const struct serve_config *cfg,
+int server_new(const struct dataset *ds, const struct server_config *cfg,
 	       struct journal *j, struct server **out)
 {
 	struct server *s;
@@ -521,7 +519,7 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	s->journal = j;
 	s->limit = order_limit(&cfg->order, cfg->epochs);
 	pthread_mutex_init(&s->qlock, NULL);
-	pthread_cond_init(&s->qcond, NULL);
+	pthread_mutex_init(&s->jobs_lock, NULL);
 	pthread_mutex_init(&s->readers.lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 	pthread_mutex_init(&s->log_lock, NULL);
@@ -556,25 +554,16 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 	}
 	if (j) /* the mount reports deliveries (server_delivered) */
 		journal_track_delivery(j);
-	s->threads = calloc(cfg->workers, sizeof(*s->threads));
-	if (!s->threads)
-		goto err_free;
-	/* Workers never take signals: a SIGTERM must land on a thread of the caller's (the
-	 * FUSE loop's), whose interrupted wait notices the exit. Delivered to a worker
+	/* Decoders never take signals: a SIGTERM must land on a thread of the caller's (the
+	 * FUSE loop's), whose interrupted wait notices the exit. Delivered to a decoder
 	 * blocked on its condition variable, it would go unnoticed until the next request. */
 	{
-		sigset_t all, old;
+		struct jobq_config qc = {
+			.max_threads = cfg->workers, .name = "zephon-decode", .block_signals = 1,
+			.thread_init = decoder_init, .thread_fini = decoder_fini, .arg = s,
+		};
 
-		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		rc = 0;
-		for (unsigned i = 0; i < cfg->workers && !rc; i++) {
-			rc = -pthread_create(&s->threads[i], NULL, worker_main, s);
-			if (!rc)
-				s->nthreads++;
-		}
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		if (rc)
+		if ((rc = jobq_new(&qc, &s->decoders)) || (rc = jobq_start(s->decoders, cfg->workers)))
 			goto err_free;
 	}
 	if (s->nranks <= PRIME_AT_START_MAX)
@@ -594,13 +583,14 @@ void server_free(struct server *s)
 {
 	if (!s)
 		return;
-	pthread_mutex_lock(&s->qlock);
-	s->stopping = 1;
-	pthread_cond_broadcast(&s->qcond);
-	pthread_mutex_unlock(&s->qlock);
-	for (unsigned i = 0; i < s->nthreads; i++)
-		pthread_join(s->threads[i], NULL);
-	free(s->threads);
+	jobq_free(s->decoders); /* queued decodes are dropped, running ones waited for */
+	while (s->free_jobs) {
+		struct decode_job *d = s->free_jobs;
+
+		s->free_jobs = (struct decode_job *)d->job.next;
+		free(d);
+	}
+	pthread_mutex_destroy(&s->jobs_lock);
 	for (size_t i = 0; i < s->nranks; i++) {
 		struct rank_state *rs = &s->rs[i];
 
@@ -614,7 +604,6 @@ void server_free(struct server *s)
 		pthread_cond_destroy(&rs->decoded);
 	}
 	free(s->rs);
-	free(s->queue);
 	for (size_t i = 0; i < s->pool_count; i++)
 		buf_release(&s->pool[i]);
 	free(s->pool);
@@ -627,7 +616,6 @@ void server_free(struct server *s)
 	free(s->readers.free);
 	pthread_mutex_destroy(&s->readers.lock);
 	pthread_mutex_destroy(&s->qlock);
-	pthread_cond_destroy(&s->qcond);
 	rankset_release(&s->ranks);
 	free(s);
 }
@@ -741,7 +729,7 @@ static void count_claim(struct server *s, int rc, double t0, double journal_s,
 	double us = (now_s() - t0) * 1e6;
 	unsigned k = 0;
 
-	while (k < SERVE_LATENCY_BUCKETS - 1 && us > serve_latency_bounds_us[k])
+	while (k < SERVER_LATENCY_BUCKETS - 1 && us > server_latency_bounds_us[k])
 		k++;
 	pthread_mutex_lock(&s->qlock);
 	if (rc == 0) {
@@ -968,7 +956,7 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
-	rc = serve_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
+	rc = batch_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
 			 0, layout_micros(&s->cfg.layout), out, &bad);
 	reader_put(s, r);
 	if (rc == -EIO) {
@@ -993,7 +981,7 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 	if (rc)
 		return rc;
 	if (s->cfg.format != FORMAT_LINES) /* npy, bin: arithmetic; tar: -ENOTSUP */
-		return batch_encoded_len(NULL, s->info, s->cfg.format, NULL, count, len);
+		return encode_batch_len(NULL, s->info, s->cfg.format, NULL, count, len);
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
@@ -1002,7 +990,7 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 		part = count - done < 1024 ? count - done : 1024;
 		rc = order_fill(&s->cfg.order, gsn + done, part, ids);
 		if (!rc)
-			rc = batch_encoded_len(r, s->info, FORMAT_LINES, ids, part, &n);
+			rc = encode_batch_len(r, s->info, FORMAT_LINES, ids, part, &n);
 		if (!rc && __builtin_add_overflow(total, n, &total))
 			rc = -EOVERFLOW;
 	}
@@ -1039,7 +1027,7 @@ int server_sample(struct server *s, uint64_t id, struct batch **out)
 	}
 	b->ids[0] = id;
 	b->count = 1;
-	rc = batch_encode(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
+	rc = encode_batch(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
 	reader_put(s, r);
 	if (rc) {
 		if (rc == -EIO) {
@@ -1173,14 +1161,14 @@ double server_journal_wait(struct server *s)
 	return wait;
 }
 
-void server_stats(struct server *s, struct serve_stats *out)
+void server_get_stats(struct server *s, struct server_stats *out)
 {
 	pthread_mutex_lock(&s->qlock);
 	*out = s->stats;
 	pthread_mutex_unlock(&s->qlock);
 }
 
-const struct serve_config *server_config(const struct server *s)
+const struct server_config *server_get_config(const struct server *s)
 {
 	return &s->cfg;
 }
@@ -1205,7 +1193,7 @@ int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
 	r = reader_get(s);
 	if (!r)
 		return -ENOMEM;
-	rc = serve_build(r, s->info, &s->cfg.order, &l, s->cfg.format, rank, 0, 0,
+	rc = batch_build(r, s->info, &s->cfg.order, &l, s->cfg.format, rank, 0, 0,
 			 layout_micros(&l), out, &bad);
 	reader_put(s, r);
 	if (rc == -EIO) {
@@ -1226,7 +1214,7 @@ int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)
 		return rc;
 	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
 		return -ENOTSUP;
-	return batch_encoded_len(NULL, s->info, s->cfg.format, NULL,
+	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
 				 layout_share(&l), len);
 }
 

@@ -4,7 +4,7 @@
  * claim are the same whichever way they are asked for.
  *
  * Two parts:
- *  - serve_build(): pure. The batch of (rank, step, micro-batches [first, first+count))
+ *  - batch_build(): pure. The batch of (rank, step, micro-batches [first, first+count))
  *    of a layout: sample ids from the order, bytes from the encoder.
  *  - struct server: the per-mount state. For each served rank a cursor (step, micro) and
  *    a ring of `prefetch` decoded micro-batches that worker threads keep filled
@@ -41,7 +41,7 @@
 #include "order.h"
 
 /* One encoded micro-batch (or several, for a whole step share) and where it came from.
- * Its bytes are data followed by the nviews ranges of views (batch_views_possible():
+ * Its bytes are data followed by the nviews ranges of views (encode_views_possible():
  * samples served straight from the dataset's mappings, never copied); views is NULL for
  * every other batch. */
 struct batch {
@@ -72,24 +72,24 @@ size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iove
 /* The batch of micro-batches [micro, micro + micros) of rank at step under layout l.
  * *out is malloc'd (free with batch_free). 0, or -EINVAL (rank/step/micro outside the
  * layout), -EOVERFLOW, -ENOMEM, -EIO (a sample failed its checksum: *bad_id names it). */
-int serve_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum batch_format f,
+int batch_build(struct sample_reader *r, const struct dataset_info *info,
+		const struct order *o, const struct layout *l, enum encode_format f,
 		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
 		struct batch **out, uint64_t *bad_id);
 
 /* Log sink for what the server notices (decode errors, journal failures); syslog or
  * stderr in fs/. prio is a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO). */
-typedef void (*serve_log_fn)(void *ctx, int prio, const char *fmt, va_list ap);
+typedef void (*server_log_fn)(void *ctx, int prio, const char *fmt, va_list ap);
 
-struct serve_config {
+struct server_config {
 	struct layout layout;       /* with S0/G0 as journal_start() resolved them */
 	const struct rankset *ranks;/* served ranks (copied) */
 	struct order order;
 	uint64_t epochs;            /* 0 = endless */
-	enum batch_format format;
+	enum encode_format format;
 	unsigned prefetch;          /* decoded micro-batches kept ready per rank (0..64) */
 	unsigned workers;           /* decode threads (1..64) */
-	serve_log_fn log;           /* may be NULL */
+	server_log_fn log;           /* may be NULL */
 	void *log_ctx;
 };
 
@@ -101,19 +101,19 @@ struct claim_info {
 };
 
 /* Counters for /metrics (monotonic since mount). */
-#define SERVE_LATENCY_BUCKETS 12
-struct serve_stats {
+#define SERVER_LATENCY_BUCKETS 12
+struct server_stats {
 	uint64_t claims, claim_errors, decode_errors, journal_errors, end_of_stream;
 	uint64_t prefetch_hits, prefetch_misses;
 	uint64_t batch_bytes;                 /* bytes of claimed batches */
 	/* claim latency (open of next), cumulative histogram in microseconds with the bucket
-	 * bounds serve_latency_bounds_us[]; the last bucket is +Inf. */
-	uint64_t claim_latency[SERVE_LATENCY_BUCKETS];
+	 * bounds server_latency_bounds_us[]; the last bucket is +Inf. */
+	uint64_t claim_latency[SERVER_LATENCY_BUCKETS];
 	double claim_latency_sum_s;
 	uint64_t journal_commits;
 	double journal_commit_sum_s;
 };
-extern const double serve_latency_bounds_us[SERVE_LATENCY_BUCKETS - 1];
+extern const double server_latency_bounds_us[SERVER_LATENCY_BUCKETS - 1];
 
 struct server;
 
@@ -122,7 +122,7 @@ struct server;
  * The journal (may be NULL for tests: claims are then not recorded) stays owned by the
  * caller and must outlive the server. 0, -EINVAL (bad config), -ENOMEM, or a
  * pthread_create error. */
-int server_new(const struct dataset *ds, const struct serve_config *cfg,
+int server_new(const struct dataset *ds, const struct server_config *cfg,
 	       struct journal *j, struct server **out);
 /* Free a batch this server handed out, keeping its buffer to encode a later batch
  * into. Any thread; b may be NULL. */
@@ -167,10 +167,10 @@ int server_release(struct server *s, uint64_t rank, int wait);
 int server_peek(struct server *s, uint64_t rank, struct batch **out);
 
 /* The step share of rank at step (all A micro-batches in one encoding); pure. -EINVAL
- * for a step before S0 of the layout; other errors as serve_build. */
+ * for a step before S0 of the layout; other errors as batch_build. */
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
 /* The length server_step() would give, from the order and the index without decoding
- * (batch_encoded_len): what a lookup or stat of step/<t> needs. 0, -ENOTSUP (tar: call
+ * (encode_batch_len): what a lookup or stat of step/<t> needs. 0, -ENOTSUP (tar: call
  * server_step), or the errors of server_step; *len is set only on success. */
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len);
 
@@ -203,8 +203,8 @@ uint64_t server_consumed(struct server *s);
  * lasts is a journal file system that stalls. */
 double server_journal_wait(struct server *s);
 
-void server_stats(struct server *s, struct serve_stats *out);
-const struct serve_config *server_config(const struct server *s);
+void server_get_stats(struct server *s, struct server_stats *out);
+const struct server_config *server_get_config(const struct server *s);
 
 /* Addressing by gsn, for loaders that keep the stream's position themselves (the
  * mount's /rank/<r>/at/<G>): rank's share of the B samples that start at gsn, i.e. of the
@@ -212,7 +212,7 @@ const struct serve_config *server_config(const struct server *s);
  * in one encoding). Pure: any gsn, whatever the layout's G0 and its step boundaries;
  * it claims nothing and notes nothing in the journal. *out as server_step. 0, -ENOENT
  * (rank not served), -EOVERFLOW (gsn + B past ORDER_MAX_GSN), or the errors of
- * serve_build. */
+ * batch_build. */
 int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out);
 /* The length server_at() would give, without decoding: 0, -ENOTSUP (lines and tar: call
  * server_at), or the errors of server_at; *len is set only on success. */

@@ -1,26 +1,11 @@
 #include "shard_index.h"
 
-#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
+#include "le.h"
 
 int shard_index_parse_header(const void *p, size_t len, struct shard_index_header *out,
 			     char *why, size_t why_len)
@@ -34,10 +19,10 @@ int shard_index_parse_header(const void *p, size_t len, struct shard_index_heade
 		return -EBADMSG;
 	}
 	memcpy(h.magic, b, 8);
-	h.version = rd32(b + 8);
-	h.entry_size = rd32(b + 12);
-	h.count = rd64(b + 16);
-	h.first_sample = rd64(b + 24);
+	h.version = le32_get(b + 8);
+	h.entry_size = le32_get(b + 12);
+	h.count = le64_get(b + 16);
+	h.first_sample = le64_get(b + 24);
 	if (memcmp(h.magic, SHARD_INDEX_MAGIC, 8)) {
 		snprintf(why, why_len, "index has a bad magic number (not a zephon shard index)");
 		return -EBADMSG;
@@ -71,11 +56,11 @@ void shard_index_entry_decode(const void *p, struct shard_index_entry *out)
 {
 	const uint8_t *e = p;
 
-	out->offset = rd64(e);
-	out->stored_len = rd32(e + 8);
-	out->raw_len = rd32(e + 12);
-	out->checksum = rd32(e + 16);
-	out->reserved = rd32(e + 20);
+	out->offset = le64_get(e);
+	out->stored_len = le32_get(e + 8);
+	out->raw_len = le32_get(e + 12);
+	out->checksum = le32_get(e + 16);
+	out->reserved = le32_get(e + 20);
 }
 
 int shard_index_entry_check(const struct shard_index_entry *e, uint64_t shard_bytes,

@@ -14,6 +14,7 @@
 #include "buf.h"
 #include "compressor.h"
 #include "dataset.h"
+#include "le.h"
 #include "shard_index.h"
 
 #define FLUSH_BYTES (1u << 20)
@@ -79,18 +80,11 @@ static int flush(struct shard_writer *w, char *err, size_t errlen)
 
 static void header_bytes(uint8_t out[32], uint64_t count, uint64_t first)
 {
-	uint32_t v32;
-	uint64_t v64;
-
 	memcpy(out, SHARD_INDEX_MAGIC, 8);
-	v32 = htole32(SHARD_INDEX_VERSION);
-	memcpy(out + 8, &v32, 4);
-	v32 = htole32((uint32_t)sizeof(struct shard_index_entry));
-	memcpy(out + 12, &v32, 4);
-	v64 = htole64(count);
-	memcpy(out + 16, &v64, 8);
-	v64 = htole64(first);
-	memcpy(out + 24, &v64, 8);
+	le32_put(out + 8, SHARD_INDEX_VERSION);
+	le32_put(out + 12, (uint32_t)sizeof(struct shard_index_entry));
+	le64_put(out + 16, count);
+	le64_put(out + 24, first);
 }
 
 static int open_shard(struct shard_writer *w, char *err, size_t errlen)

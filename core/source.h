@@ -206,19 +206,6 @@ void source_notice(struct source *s, const char *fmt, ...)
  * 0, or -EINVAL with "column C: reason" in why. */
 int jsonl_check_line(const uint8_t *line, size_t len, char *why, size_t why_len);
 
-struct npy_header {
-	enum token_dtype dtype;
-	int swap;                /* stored big-endian: swap each token */
-	uint64_t count;          /* elements of the 1-D array */
-	size_t data_offset;      /* where the array data starts in the file */
-};
-/* Parse the header of a .npy file from its first len bytes (NEP 1: magic "\x93NUMPY",
- * version, header length, a Python dict literal with descr, fortran_order, shape).
- * 0, or -EINVAL (not a .npy, or a dtype/shape zephon does not take: object, float,
- * 2-D ...), -EBADMSG (malformed or truncated header), with the reason in why. */
-int npy_header_parse(const uint8_t *p, size_t len, struct npy_header *out,
-		     char *why, size_t why_len);
-
 struct megatron_idx {
 	enum token_dtype dtype;
 	unsigned itemsize;

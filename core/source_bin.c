@@ -17,8 +17,6 @@ struct bin_src {
 	int ended;               /* the end of the file, one document, was reached */
 };
 
-static const unsigned itemsizes[] = { 1, 2, 4, 4 };
-
 static void bin_close(struct source *s)
 {
 	struct bin_src *b = s->priv;
@@ -55,12 +53,12 @@ static int bin_open(struct source *s)
 		return -EINVAL;
 	}
 	s->dtype = s->opts->dtype;
-	b->itemsize = itemsizes[s->dtype];
+	b->itemsize = dtype_size(s->dtype);
 	s->bytes_total = (uint64_t)sb.st_size;
 	if (s->bytes_total % b->itemsize) {
 		snprintf(s->err, sizeof(s->err), "%s: %ju bytes are not a whole number of %s "
 			 "tokens (%u bytes each); check --dtype", s->path, (uintmax_t)sb.st_size,
-			 dataset_dtype_name(s->dtype), b->itemsize);
+			 dtype_name(s->dtype), b->itemsize);
 		return -EINVAL;
 	}
 	return 0;

@@ -33,15 +33,10 @@ static int cmp_rel(const void *a, const void *b)
 
 static int add_file(struct dir_src *d, const char *rel, uint64_t size)
 {
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 256;
-		struct dir_file *p = realloc(d->files, cap * sizeof(*p));
+	int rc = ARRAY_GROW(d->files, d->cap, d->n + 1);
 
-		if (!p)
-			return -ENOMEM;
-		d->files = p;
-		d->cap = cap;
-	}
+	if (rc)
+		return rc;
 	d->files[d->n].rel = strdup(rel);
 	if (!d->files[d->n].rel)
 		return -ENOMEM;

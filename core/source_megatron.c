@@ -2,7 +2,6 @@
 #include "source.h"
 
 #include <ctype.h>
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,27 +13,12 @@
 #include <unistd.h>
 
 #include "guard.h"
+#include "le.h"
 
 #define MEG_MAGIC "MMIDIDX\0\0"
 #define MEG_MAGIC_LEN 9
 #define MEG_HEADER_LEN (MEG_MAGIC_LEN + 8 + 1 + 8 + 8)
 #define MEG_CHUNK (4u << 20)
-
-static uint64_t rd64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
 
 int megatron_idx_parse(const uint8_t *p, size_t len, uint64_t bin_size,
 		       struct megatron_idx *out, char *why, size_t why_len)
@@ -54,24 +38,21 @@ int megatron_idx_parse(const uint8_t *p, size_t len, uint64_t bin_size,
 		snprintf(why, why_len, "bad magic: not a Megatron-LM .idx (expected MMIDIDX\\0\\0)");
 		return -EBADMSG;
 	}
-	version = rd64(p + 9);
+	version = le64_get(p + 9);
 	if (version != 1) {
 		snprintf(why, why_len, "Megatron .idx version %ju is not supported (version 1 is)",
 			 (uintmax_t)version);
 		return -EBADMSG;
 	}
 	code = p[17];
-	switch (code) {
-	case 1: m.dtype = DTYPE_UINT8; m.itemsize = 1; break;
-	case 4: m.dtype = DTYPE_INT32; m.itemsize = 4; break;
-	case 8: m.dtype = DTYPE_UINT16; m.itemsize = 2; break;
-	default:
+	if (dtype_from_megatron(code, &m.dtype)) {
 		snprintf(why, why_len, "dtype code %u (%s) is not one zephon stores (1 uint8, 4 "
 			 "int32, 8 uint16)", code, code < 9 ? names[code] : "unknown");
 		return -EINVAL;
 	}
-	m.sequences = rd64(p + 18);
-	m.documents = rd64(p + 26);
+	m.itemsize = dtype_size(m.dtype);
+	m.sequences = le64_get(p + 18);
+	m.documents = le64_get(p + 26);
 	if (m.sequences > (SIZE_MAX - MEG_HEADER_LEN) / 32 || m.documents > SIZE_MAX / 32) {
 		snprintf(why, why_len, "truncated .idx: %ju sequences announced",
 			 (uintmax_t)m.sequences);
@@ -88,8 +69,8 @@ int megatron_idx_parse(const uint8_t *p, size_t len, uint64_t bin_size,
 	m.pointers = m.sizes + m.sequences * 4;
 	m.doc_index = m.pointers + m.sequences * 8;
 	for (uint64_t i = 0; i < m.sequences; i++) {
-		uint32_t n = rd32(m.sizes + i * 4);
-		uint64_t ptr = rd64(m.pointers + i * 8);
+		uint32_t n = le32_get(m.sizes + i * 4);
+		uint64_t ptr = le64_get(m.pointers + i * 8);
 
 		if (n > INT32_MAX || ptr > bin_size || (uint64_t)n * m.itemsize > bin_size - ptr) {
 			snprintf(why, why_len, "sequence %ju (%u tokens at byte %ju) lies outside the "
@@ -293,7 +274,7 @@ static int meg_doc_ends_at(struct source *s, struct meg_src *g, uint64_t k)
 			return source_error(s, -EIO, "%s: the .idx beside it can no longer be read "
 					    "(truncated while it was packed, or its disk "
 					    "failed); pack it again", g->bin_path);
-		v = rd64(b);
+		v = le64_get(b);
 		if (v < g->doc_start || v > g->m.sequences)
 			return source_error(s, -EBADMSG, "%s: document %ju of the .idx starts at "
 					    "sequence %ju, outside %ju..%ju: the document index is "
@@ -320,7 +301,7 @@ static int meg_next(struct source *s, struct buf *out)
 			return 0;
 		if (guard_copy(n, g->m.sizes + g->seq * 4, 4))
 			goto cut;
-		size = (uint64_t)rd32(n) * g->m.itemsize;
+		size = (uint64_t)le32_get(n) * g->m.itemsize;
 		if (g->done < size)
 			break;
 		g->seq++;
@@ -333,7 +314,7 @@ static int meg_next(struct source *s, struct buf *out)
 	}
 	if (guard_copy(p, g->m.pointers + g->seq * 8, 8))
 		goto cut;
-	ptr = rd64(p) + g->done;
+	ptr = le64_get(p) + g->done;
 	want = size - g->done < MEG_CHUNK ? size - g->done : MEG_CHUNK;
 	rc = buf_reserve(out, (size_t)want);
 	if (rc)

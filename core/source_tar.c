@@ -1,8 +1,7 @@
 /* source_tar.c: tar archives with WebDataset grouping, read with libarchive. Compression
- * is decoded below libarchive's tar reader, in tar_read_cb() (codec.h): gzip with zlib
- * (libarchive's gzip filter never checks the CRC32 and ISIZE trailer, RFC 1952 section
- * 2.3.1), zstd with zstd's streaming API, xz, bzip2, lzma and lz4 with a second,
- * raw-format libarchive reader. The tar reader stops at the end-of-archive blocks, and
+ * is decoded below libarchive's tar reader, by the checked stream of dstream.h
+ * (libarchive's own gzip filter never checks the CRC32 and ISIZE trailer, RFC 1952
+ * section 2.3.1). The tar reader stops at the end-of-archive blocks, and
  * what follows them in the compressed stream (tar padding, the last frame's checksum, a
  * gzip trailer, an xz index and footer, an lz4 content checksum, trailing garbage, a
  * truncation) would never be decoded; so tar_drain() decodes the rest of the stream
@@ -12,30 +11,19 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "dstream.h"
 #include "filegroup.h"
-#include "codec.h"
 
 #define TAR_CHUNK (256 * 1024)
 
 struct tar_src {
 	struct archive *a;
-	int fd;
-	uint8_t *chunk;          /* file bytes */
-	size_t chunk_len;        /* TAR_CHUNK, less for small files */
-	size_t chunk_pos;        /* chunk[chunk_pos, chunk_fill) not yet used */
-	size_t chunk_fill;
-	int file_eof;            /* read() returned 0 */
-	enum codec_kind kind;    /* the compression, sniffed at open */
-	struct codec *dec;       /* gzip or zstd: decoded in tar_read_cb() */
-	struct archive *inner;   /* xz, bzip2, lzma, lz4: a raw reader tar_read_cb() reads */
-	uint8_t *plain;          /* TAR_CHUNK decoded bytes for libarchive (dec, inner) */
+	struct dstream *d;       /* the file's decoded, checked bytes (dstream.h) */
+	uint8_t *plain;          /* TAR_CHUNK decoded bytes for libarchive */
 	int read_rc;             /* a read or decoding error, with s->err set: reported as
 	                          * it is, not as whatever libarchive makes of it */
 	struct source *s;
@@ -90,146 +78,31 @@ int tar_member_path(const char *path, const char **clean, size_t *key_len,
 	return 0;
 }
 
-/* read() the next chunk of the file into chunk, hashing and counting it. 0 or -errno
- * with s->err set. */
-static int read_chunk(struct source *s, struct tar_src *t)
-{
-	ssize_t n;
-
-	do
-		n = read(t->fd, t->chunk, t->chunk_len);
-	while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		snprintf(s->err, sizeof(s->err), "%s: read error at byte %ju: %s", s->path,
-			 (uintmax_t)s->bytes_read, strerror(errno));
-		return -EIO;
-	}
-	XXH3_128bits_update(s->hash, t->chunk, (size_t)n);
-	s->bytes_read += (uint64_t)n;
-	t->chunk_pos = 0;
-	t->chunk_fill = (size_t)n;
-	t->file_eof = n == 0;
-	return 0;
-}
-
-/* The file's next bytes, from chunk: *n > 0, or 0 at the end of the file. 0 or -errno
- * with s->err set. */
-static int file_bytes(struct source *s, struct tar_src *t, const void **buffer, size_t *n)
-{
-	int rc;
-
-	if (t->chunk_pos == t->chunk_fill && !t->file_eof) {
-		rc = read_chunk(s, t);
-		if (rc)
-			return rc;
-	}
-	*buffer = t->chunk + t->chunk_pos;
-	*n = t->chunk_fill - t->chunk_pos;
-	t->chunk_pos = t->chunk_fill;
-	return 0;
-}
-
-/* Decode gzip or zstd into plain: *made > 0 bytes, or 0 at the end of a stream that was
- * checked to its end. 0 or -errno with s->err set (-EBADMSG corrupt or truncated). */
-static int dec_fill(struct source *s, struct tar_src *t, size_t *made)
-{
-	int rc;
-
-	*made = 0;
-	for (;;) {
-		if (t->chunk_pos == t->chunk_fill) {
-			if (t->file_eof)
-				return codec_finish(t->dec, s->path, s->err, sizeof(s->err));
-			rc = read_chunk(s, t);
-			if (rc)
-				return rc;
-			continue;
-		}
-		rc = codec_decode(t->dec, t->chunk, t->chunk_fill, &t->chunk_pos, t->plain,
-				  TAR_CHUNK, made, s->path, s->err, sizeof(s->err));
-		if (rc || *made)
-			return rc;
-	}
-}
-
-/* The inner (xz, bzip2, lzma, lz4) reader's read callback: the file's bytes. */
-static la_ssize_t inner_read_cb(struct archive *a, void *ctx, const void **buffer)
-{
-	struct tar_src *t = ctx;
-	size_t n;
-
-	t->read_rc = file_bytes(t->s, t, buffer, &n);
-	if (t->read_rc) {
-		archive_set_error(a, -t->read_rc, "%s", t->s->err);
-		return -1;
-	}
-	return (la_ssize_t)n;
-}
-
-/* The inner reader's data has ended: refuse file bytes after it (codec_archive_end()).
+/* The next decoded bytes into plain: *n > 0, or 0 at the checked end of the stream.
  * 0 or -errno with s->err set. */
-static int inner_end(struct source *s, struct tar_src *t)
+static int plain_fill(struct source *s, struct tar_src *t, size_t *n)
 {
-	uint64_t handed = s->bytes_read;  /* file_bytes() hands over whole chunks */
-	int rc;
+	int rc = dstream_read(t->d, t->plain, TAR_CHUNK, n, s->err, sizeof(s->err));
 
-	if (!t->file_eof) {
-		rc = read_chunk(s, t);
-		if (rc)
-			return rc;
-	}
-	return codec_archive_end(t->inner, t->kind, handed, !t->file_eof, s->path, s->err,
-				 sizeof(s->err));
+	s->bytes_read = dstream_bytes_read(t->d);
+	return rc;
 }
 
-/* Decode xz, bzip2, lzma or lz4 into plain through the inner reader: like dec_fill(). */
-static int inner_fill(struct source *s, struct tar_src *t, size_t *made)
-{
-	la_ssize_t n = archive_read_data(t->inner, t->plain, TAR_CHUNK);
-	const char *why;
-
-	*made = 0;
-	if (n < 0 && t->read_rc)
-		return t->read_rc;
-	if (n == 0)
-		return inner_end(s, t);
-	if (n < 0) {
-		why = archive_error_string(t->inner);
-		snprintf(s->err, sizeof(s->err), "%s: corrupt or truncated %s data near byte %ju: "
-			 "%s; re-download or re-compress it", s->path, codec_name(t->kind),
-			 (uintmax_t)s->bytes_read, why ? why : "unknown error");
-		return -EBADMSG;
-	}
-	*made = (size_t)n;
-	return 0;
-}
-
-static int plain_fill(struct source *s, struct tar_src *t, size_t *made)
-{
-	return t->dec ? dec_fill(s, t, made) : inner_fill(s, t, made);
-}
-
-/* libarchive's read callback: the file's bytes, or for a compressed file the tar. */
+/* libarchive's read callback: the tar stream. */
 static ssize_t tar_read_cb(struct archive *a, void *ctx, const void **buffer)
 {
 	struct tar_src *t = ctx;
 	struct source *s = t->s;
 	size_t n;
 
-	if (t->read_rc)
-		goto fail;
-	if (t->dec || t->inner) {
+	if (!t->read_rc)
 		t->read_rc = plain_fill(s, t, &n);
-		*buffer = t->plain;
-	} else {
-		t->read_rc = file_bytes(s, t, buffer, &n);
+	if (t->read_rc) {
+		archive_set_error(a, -t->read_rc, "%s", s->err);
+		return -1;
 	}
-	if (t->read_rc)
-		goto fail;
+	*buffer = t->plain;
 	return (ssize_t)n;
-fail:
-	archive_set_error(a, -t->read_rc, "%s", s->err);
-	return -1;
 }
 
 /* After the tar end-of-archive blocks: decode the rest of the compressed stream, so a bad
@@ -240,7 +113,9 @@ static int tar_drain(struct source *s, struct tar_src *t)
 	size_t made;
 	int rc;
 
-	if (!(t->dec || t->inner) || t->read_rc)
+	/* An uncompressed tar has nothing to check after its end blocks: bytes past them are
+	 * neither read nor part of the input's checksum. */
+	if (t->read_rc || dstream_kind(t->d) == CODEC_NONE)
 		return t->read_rc;
 	do
 		rc = plain_fill(s, t, &made);
@@ -254,16 +129,11 @@ static void tar_close(struct source *s)
 
 	if (t->a)
 		archive_read_free(t->a);
-	if (t->fd >= 0)
-		close(t->fd);
-	if (t->inner)
-		archive_read_free(t->inner);
-	codec_free(t->dec);
+	dstream_close(t->d);
 	free(t->plain);
 	buf_release(&t->held);
 	free(t->held_key);
 	free(t->last_name);
-	free(t->chunk);
 	free(t);
 	s->priv = NULL;
 }
@@ -271,56 +141,25 @@ static void tar_close(struct source *s)
 static int tar_open(struct source *s)
 {
 	struct tar_src *t = calloc(1, sizeof(*t));
-	struct stat sb;
 	int rc;
 
 	if (!t)
 		return -ENOMEM;
-	t->fd = -1;
 	s->priv = t;
 	t->s = s;
 	s->content = CONTENT_FILES;
-	t->fd = open(s->path, O_RDONLY | O_CLOEXEC);
-	if (t->fd < 0 || fstat(t->fd, &sb) != 0) {
-		rc = -errno;
-		snprintf(s->err, sizeof(s->err), "%s: cannot open: %s", s->path, strerror(-rc));
-		return rc;
-	}
-	t->chunk_len = S_ISREG(sb.st_mode) && sb.st_size < TAR_CHUNK ?
-		(size_t)sb.st_size + 512 : TAR_CHUNK;
-	t->chunk = malloc(t->chunk_len);
-	if (!t->chunk)
-		return -ENOMEM;
-	if (S_ISDIR(sb.st_mode)) {
+	rc = dstream_open(s->path, s->hash, &t->d, s->err, sizeof(s->err));
+	if (rc == -EISDIR)
 		snprintf(s->err, sizeof(s->err), "%s: is a directory, not a tar file", s->path);
-		return -EISDIR;
-	}
-	s->bytes_total = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
-	/* Sniff the compression by its magic; the bytes stay in chunk for the first read
-	 * callback. */
-	rc = read_chunk(s, t);
 	if (rc)
 		return rc;
-	t->kind = codec_sniff(t->chunk, t->chunk_fill);
-	if (t->kind != CODEC_NONE) {
-		t->plain = malloc(TAR_CHUNK);
-		if (!t->plain)
-			return -ENOMEM;
-	}
-	if (t->kind == CODEC_GZIP || t->kind == CODEC_ZSTD) {
-		t->dec = codec_new(t->kind);
-		if (!t->dec)
-			return -ENOMEM;
-	} else if (t->kind != CODEC_NONE) {
-		rc = codec_archive_open(t->kind, t, inner_read_cb, s->path, &t->inner, s->err,
-					sizeof(s->err));
-		if (rc)
-			return t->read_rc ? t->read_rc : rc;
-	}
+	s->bytes_total = dstream_file_size(t->d);
+	s->bytes_read = dstream_bytes_read(t->d);
+	t->plain = malloc(TAR_CHUNK);
 	t->a = archive_read_new();
-	if (!t->a)
+	if (!t->plain || !t->a)
 		return -ENOMEM;
-	/* No filters: every compression is decoded below the tar reader, in tar_read_cb(). */
+	/* No filters: every compression is decoded below the tar reader (dstream.h). */
 	archive_read_support_format_tar(t->a);  /* ustar, pax, GNU (long names, sparse) */
 	if (archive_read_open(t->a, t, NULL, tar_read_cb, NULL) != ARCHIVE_OK) {
 		if (t->read_rc)
@@ -407,159 +246,198 @@ static int64_t next_header_at(struct tar_src *t)
 	return n < 0 ? -1 : (int64_t)n;
 }
 
+/* Start group `start` of out with the member held back from the previous call (the
+ * first of a new key), if any: *key becomes its key (the caller frees it), *bytes its
+ * size. 0 or -ENOMEM. */
+static int take_held(struct tar_src *t, struct buf *out, size_t start, char **key,
+		     uint64_t *bytes)
+{
+	struct filegroup_iter it;
+	struct filegroup_file f;
+	int rc;
+
+	*key = NULL;
+	*bytes = 0;
+	if (!t->held.len)
+		return 0;
+	/* held is a one-file group; append its file after our count */
+	filegroup_iter_init(&it, t->held.data, t->held.len);
+	filegroup_next(&it, &f);
+	rc = filegroup_add(out, start, f.name, f.name_len, f.data, f.size);
+	if (rc)
+		return rc;
+	*bytes = f.size;
+	*key = t->held_key;
+	t->held_key = NULL;
+	t->held.len = 0;
+	return 0;
+}
+
+/* Read the next member header: 1 with *e set, 0 at the end of the archive (the rest of
+ * the compressed stream checked, tar_drain()), or -errno with s->err set. */
+static int next_header(struct source *s, struct tar_src *t, struct archive_entry **e)
+{
+	char at[48] = "";
+	int rc;
+
+	t->header_at = next_header_at(t);
+	rc = archive_read_next_header(t->a, e);
+	if (rc == ARCHIVE_EOF) {
+		t->at_end = 1;
+		rc = tar_drain(s, t);
+		return rc ? rc : 0;
+	}
+	if (rc == ARCHIVE_WARN) /* e.g. an unknown pax keyword: the entry is usable */
+		rc = ARCHIVE_OK;
+	if (rc != ARCHIVE_OK && t->read_rc)
+		return t->read_rc;
+	t->in_entry = rc == ARCHIVE_OK;
+	if (rc == ARCHIVE_OK)
+		return 1;
+	if (t->header_at >= 0)
+		snprintf(at, sizeof(at), " at byte %jd", (intmax_t)t->header_at);
+	snprintf(s->err, sizeof(s->err), "%s: bad tar header%s%s%s: %s "
+		 "(truncated or corrupt archive)", s->path, at,
+		 t->last_name ? ", after member " : "",
+		 t->last_name ? t->last_name : "", archive_error_string(t->a));
+	return -EBADMSG;
+}
+
+/* Whether member e joins a sample: 1 with *clean (its path without "./") and *key_len
+ * set; 0 when it is skipped with a notice (a directory, link or device, a bad path under
+ * --skip-bad, no extension); -errno with s->err set (a bad path, a sample too large,
+ * -ENOMEM). group_bytes: the sample's bytes so far. */
+static int member_usable(struct source *s, struct tar_src *t, struct archive_entry *e,
+			 uint64_t group_bytes, const char **clean, size_t *key_len)
+{
+	const char *path = archive_entry_pathname(e);
+	mode_t type = archive_entry_filetype(e);
+	int64_t size = archive_entry_size(e);
+	char why[160];
+
+	if (!path)
+		path = "";
+	if (set_str(&t->last_name, path, strlen(path)))
+		return -ENOMEM;
+	if (type == AE_IFDIR)
+		return 0;
+	if (type != AE_IFREG || archive_entry_hardlink(e)) {
+		source_notice(s, "%s: member %s is not a regular file (link or device); "
+			      "skipped", s->path, path);
+		return 0;
+	}
+	if (tar_member_path(path, clean, key_len, why, sizeof(why))) {
+		if (!s->opts->skip_bad) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s: %s; refusing the "
+				 "archive (or pass --skip-bad to skip such members)",
+				 s->path, path, why);
+			return -EINVAL;
+		}
+		source_notice(s, "%s: member %s: %s; skipped", s->path, path, why);
+		return 0;
+	}
+	if (*key_len == 0) {
+		/* WebDataset drops members without an extension, and so do we. */
+		source_notice(s, "%s: member %s has no extension, so no WebDataset key; "
+			      "skipped", s->path, path);
+		return 0;
+	}
+	if (size < 0 || (uint64_t)size + group_bytes > SAMPLE_MAX_BYTES / 2) {
+		snprintf(s->err, sizeof(s->err), "%s: member %s: sample exceeds the size "
+			 "limit", s->path, path);
+		return -EFBIG;
+	}
+	return 1;
+}
+
+/* Two members of one name in one sample: WebDataset refuses it too. 0 or -EINVAL with
+ * s->err set. */
+static int check_unique(struct source *s, const struct buf *out, size_t start,
+			const char *clean, const char *key)
+{
+	struct filegroup_iter it;
+	struct filegroup_file f;
+
+	filegroup_iter_init(&it, out->data + start, out->len - start);
+	while (filegroup_next(&it, &f) == 1) {
+		if (f.name_len == strlen(clean) && !memcmp(f.name, clean, f.name_len)) {
+			snprintf(s->err, sizeof(s->err), "%s: member %s appears twice in "
+				 "sample %s", s->path, clean, key);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Hold member (clean, size), the first of the next key, back for the next call. */
+static int hold_member(struct source *s, struct tar_src *t, const char *clean,
+		       size_t key_len, int64_t size)
+{
+	size_t hs;
+	int rc = filegroup_begin(&t->held, &hs);
+
+	if (!rc)
+		rc = read_member(s, t, &t->held, hs, clean, size);
+	if (!rc)
+		rc = set_str(&t->held_key, clean, key_len);
+	return rc;
+}
+
+/* The next sample: the consecutive members that share a key, as one file group. */
 static int tar_next(struct source *s, struct buf *out)
 {
 	struct tar_src *t = s->priv;
 	struct archive_entry *e;
 	size_t start, base = out->len;
-	uint64_t group_bytes = 0;
+	uint64_t group_bytes;
+	char *key = NULL;
 	int rc;
 
 	if (t->at_end)
 		return 0;
 	rc = filegroup_begin(out, &start);
-	if (rc)
-		return rc;
-	char *key = NULL;
-	if (t->held.len) {
-		/* held is a one-file group; append its file after our count */
-		struct filegroup_iter it;
-		struct filegroup_file f;
-
-		filegroup_iter_init(&it, t->held.data, t->held.len);
-		filegroup_next(&it, &f);
-		rc = filegroup_add(out, start, f.name, f.name_len, f.data, f.size);
-		if (rc)
-			goto fail;
-		group_bytes = f.size;
-		key = t->held_key;
-		t->held_key = NULL;
-		t->held.len = 0;
-	}
-	for (;;) {
-		const char *path, *clean;
+	if (!rc)
+		rc = take_held(t, out, start, &key, &group_bytes);
+	while (!rc) {
+		const char *clean;
 		size_t key_len;
-		char why[160];
 		int64_t size;
-		mode_t type;
 
-		t->header_at = next_header_at(t);
-		rc = archive_read_next_header(t->a, &e);
-		if (rc == ARCHIVE_EOF) {
-			t->at_end = 1;
-			rc = tar_drain(s, t);
-			if (rc)
-				goto fail;
+		rc = next_header(s, t, &e);
+		if (rc <= 0)
+			break;
+		rc = member_usable(s, t, e, group_bytes, &clean, &key_len);
+		if (rc <= 0) {
+			if (rc == 0)
+				continue;
 			break;
 		}
-		if (rc == ARCHIVE_WARN) {
-			/* e.g. an unknown pax keyword: the entry is usable */
-			rc = ARCHIVE_OK;
-		}
-		if (rc != ARCHIVE_OK && t->read_rc) {
-			rc = t->read_rc;
-			goto fail;
-		}
-		t->in_entry = rc == ARCHIVE_OK;
-		if (rc != ARCHIVE_OK) {
-			char at[48] = "";
-
-			if (t->header_at >= 0)
-				snprintf(at, sizeof(at), " at byte %jd", (intmax_t)t->header_at);
-			snprintf(s->err, sizeof(s->err), "%s: bad tar header%s%s%s: %s "
-				 "(truncated or corrupt archive)", s->path, at,
-				 t->last_name ? ", after member " : "",
-				 t->last_name ? t->last_name : "", archive_error_string(t->a));
-			rc = -EBADMSG;
-			goto fail;
-		}
-		path = archive_entry_pathname(e);
-		if (!path)
-			path = "";
-		if (set_str(&t->last_name, path, strlen(path))) {
-			rc = -ENOMEM;
-			goto fail;
-		}
-		type = archive_entry_filetype(e);
-		if (type == AE_IFDIR)
-			continue;
-		if (type != AE_IFREG || archive_entry_hardlink(e)) {
-			source_notice(s, "%s: member %s is not a regular file (link or device); "
-				      "skipped", s->path, path);
-			continue;
-		}
-		if (tar_member_path(path, &clean, &key_len, why, sizeof(why))) {
-			if (!s->opts->skip_bad) {
-				snprintf(s->err, sizeof(s->err), "%s: member %s: %s; refusing the "
-					 "archive (or pass --skip-bad to skip such members)",
-					 s->path, path, why);
-				rc = -EINVAL;
-				goto fail;
-			}
-			source_notice(s, "%s: member %s: %s; skipped", s->path, path, why);
-			continue;
-		}
-		if (key_len == 0) {
-			/* WebDataset drops members without an extension, and so do we. */
-			source_notice(s, "%s: member %s has no extension, so no WebDataset key; "
-				      "skipped", s->path, path);
-			continue;
-		}
 		size = archive_entry_size(e);
-		if (size < 0 || (uint64_t)size + group_bytes > SAMPLE_MAX_BYTES / 2) {
-			snprintf(s->err, sizeof(s->err), "%s: member %s: sample exceeds the size "
-				 "limit", s->path, path);
-			rc = -EFBIG;
-			goto fail;
-		}
 		if (key && (strlen(key) != key_len || memcmp(key, clean, key_len))) {
 			/* A new key: this member starts the next group. */
-			size_t hs;
-
-			rc = filegroup_begin(&t->held, &hs);
-			if (!rc)
-				rc = read_member(s, t, &t->held, hs, clean, size);
-			if (!rc)
-				rc = set_str(&t->held_key, clean, key_len);
-			if (rc)
-				goto fail;
+			rc = hold_member(s, t, clean, key_len, size);
 			break;
 		}
 		if (!key && set_str(&key, clean, key_len)) {
 			rc = -ENOMEM;
-			goto fail;
+			break;
 		}
-		/* Two members of one name in one sample: WebDataset refuses it too. */
-		{
-			struct filegroup_iter it;
-			struct filegroup_file f;
-
-			filegroup_iter_init(&it, out->data + start, out->len - start);
-			while (filegroup_next(&it, &f) == 1) {
-				if (f.name_len == strlen(clean) && !memcmp(f.name, clean, f.name_len)) {
-					snprintf(s->err, sizeof(s->err), "%s: member %s appears twice in "
-						 "sample %s", s->path, clean, key);
-					rc = -EINVAL;
-					goto fail;
-				}
-			}
-		}
-		rc = read_member(s, t, out, start, clean, size);
-		if (rc)
-			goto fail;
+		rc = check_unique(s, out, start, clean, key);
+		if (!rc)
+			rc = read_member(s, t, out, start, clean, size);
 		group_bytes += (uint64_t)size;
 	}
 	free(key);
+	if (rc < 0) {
+		out->len = base;
+		t->at_end = 1;
+		return rc;
+	}
 	if (filegroup_count(out, start) == 0) {
 		out->len = base;
 		return 0;
 	}
 	return 1;
-fail:
-	free(key);
-	out->len = base;
-	t->at_end = 1;
-	return rc;
 }
 
 const struct source_ops source_tar_ops = {

@@ -192,7 +192,7 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		die_msg("batch: out of memory");
 		goto out_ds;
 	}
-	rc = serve_build(r, dataset_info(ds), &ord, &cfg->layout, cfg->format, a->rank, a->step,
+	rc = batch_build(r, dataset_info(ds), &ord, &cfg->layout, cfg->format, a->rank, a->step,
 			 a->have_micro ? a->micro : 0, a->have_micro ? 1 : a_micros, &b, &bad);
 	if (rc == -EIO) {
 		die_msg("batch: sample %" PRIu64 " in %s failed its checksum; run zephon verify %s",

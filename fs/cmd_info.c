@@ -56,7 +56,7 @@ static int print_json(const struct dataset *ds)
 			    json_integer((json_int_t)meta_u64(c, "level")) : json_null());
 	json_object_set_new(o, "dict_bytes", json_integer((json_int_t)c->dict_len));
 	json_object_set_new(o, "shards", json_integer((json_int_t)in->shards));
-	json_object_set_new(o, "dtype", tokens ? json_string(dataset_dtype_name(in->dtype)) :
+	json_object_set_new(o, "dtype", tokens ? json_string(dtype_name(in->dtype)) :
 			    json_null());
 	json_object_set_new(o, "seq_len", tokens ? json_integer((json_int_t)in->seq_len) :
 			    json_null());
@@ -105,7 +105,7 @@ static void print_table(const struct dataset *ds)
 		       in->content == CONTENT_TEXT ? in->record_ext : "");
 	printf("samples       %" PRIu64 "\n", in->samples);
 	if (in->kind == DATASET_TOKENS) {
-		printf("dtype         %s\n", dataset_dtype_name(in->dtype));
+		printf("dtype         %s\n", dtype_name(in->dtype));
 		printf("seq_len       %" PRIu64 " tokens (%" PRIu64 " bytes per sample)\n",
 		       in->seq_len, in->seq_len * in->itemsize);
 		if (in->overlap)

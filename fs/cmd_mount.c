@@ -22,93 +22,18 @@
 #include <unistd.h>
 
 #include "cmd.h"
-#include "offload.h"
-#include "zfs.h"
+#include "log.h"
+#include "jobq.h"
+#include "zmount.h"
 #include "zephon_config.h"
 
-/* Offload threads of each queue (fs/offload.h, fs/ops.c): requests that may wait for
+/* Offload threads of each queue (core/jobq.h, fs/ops.c): requests that may wait for
  * the journal, and builds of step/ and samples/ files. */
 #define OFFLOAD_THREADS 64
 
-static int use_syslog;
-static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_error[1024];
-static time_t last_error_time;
-
-static void write_line(int prio, const char *line)
-{
-	if (use_syslog)
-		syslog(prio, "%s", line);
-	else
-		fprintf(stderr, "zephon: %s%s\n", prio <= LOG_ERR ? "error: " :
-			prio == LOG_WARNING ? "warning: " : "", line);
-}
-
-void zfs_log(int prio, const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (prio <= LOG_WARNING) { /* kept for /status: syslog may go nowhere */
-		pthread_mutex_lock(&last_error_lock);
-		snprintf(last_error, sizeof(last_error), "%s", line);
-		last_error_time = time(NULL);
-		pthread_mutex_unlock(&last_error_lock);
-	}
-	write_line(prio, line);
-}
-
-void zfs_log_limited(struct zfs_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
-{
-	char line[1024];
-	struct timespec ts;
-	unsigned long held = 0;
-	double now;
-	int write = 0;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-	pthread_mutex_lock(&last_error_lock);
-	if (prio <= LOG_WARNING) {
-		snprintf(last_error, sizeof(last_error), "%s", line);
-		last_error_time = time(NULL);
-	}
-	if (now >= rl->next_s) {
-		write = 1;
-		held = rl->held;
-		rl->held = 0;
-		rl->next_s = now + interval_s;
-	} else {
-		rl->held++;
-	}
-	pthread_mutex_unlock(&last_error_lock);
-	if (write && held) {
-		size_t n = strlen(line);
-
-		snprintf(line + n, sizeof(line) - n, " (and %lu more like it since the last one "
-			 "logged)", held);
-	}
-	if (write)
-		write_line(prio, line);
-}
-
-time_t zfs_last_error(char *out, size_t len)
-{
-	time_t t;
-
-	pthread_mutex_lock(&last_error_lock);
-	snprintf(out, len, "%s", last_error);
-	t = last_error_time;
-	pthread_mutex_unlock(&last_error_lock);
-	return t;
-}
+static const struct jobq_config offload_cfg = {
+	.max_threads = OFFLOAD_THREADS, .name = "zephon-offload",
+};
 
 static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 {
@@ -116,7 +41,7 @@ static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 
 	(void)ctx;
 	vsnprintf(line, sizeof(line), fmt, ap);
-	zfs_log(prio, "%s", line);
+	zmount_log(prio, "%s", line);
 }
 
 static void mount_usage(FILE *f)
@@ -214,7 +139,7 @@ static int check_mountpoint(const char *mp)
 /* Open the journal, check it belongs to this dataset and seed, and resolve the resume
  * rule into the layout's S0/G0 (recording the layout). z->journal stays open for the
  * mount's life. 0, or an exit status. */
-static int start_journal(struct zfs *z, const struct journal_ident *ident)
+static int start_journal(struct zmount *z, const struct journal_ident *ident)
 {
 	char err[1024];
 	int rc;
@@ -239,7 +164,7 @@ static int start_journal(struct zfs *z, const struct journal_ident *ident)
 	}
 	if ((rc = journal_layouts(z->journal, &z->layouts, &z->nlayouts))) {
 		journal_last_error(z->journal, err, sizeof(err));
-		zfs_log(LOG_WARNING, "status will list no layouts: %s", *err ? err : strerror(-rc));
+		zmount_log(LOG_WARNING, "status will list no layouts: %s", *err ? err : strerror(-rc));
 	}
 	return 0;
 }
@@ -256,7 +181,7 @@ static void warn_if_stream_over(const struct mount_config *cfg, const struct dat
 	order_init(&ord, info->samples, cfg->seed, cfg->shuffle);
 	limit = order_limit(&ord, cfg->epochs);
 	if (!layout_step_in_stream(&cfg->layout, limit, cfg->layout.start_step))
-		zfs_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
+		zmount_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
 			", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
 			": no full step is left, every open of next will fail with ENODATA",
 			cfg->epochs, limit, cfg->layout.start_samples, cfg->layout.global_batch);
@@ -317,8 +242,7 @@ static void daemon_ready(int status)
 			if (nul > 2)
 				close(nul);
 		}
-		openlog("zephon", LOG_PID, LOG_DAEMON);
-		use_syslog = 1;
+		zmount_log_to_syslog();
 	}
 	if (write(notify_fd, &c, 1) != 1) { /* the parent is gone: nothing to tell */ }
 	close(notify_fd);
@@ -347,7 +271,8 @@ static int add_fuse_defaults(struct fuse_args *args, const struct mount_options 
 	return 0;
 }
 
-void zfs_ready(void)
+/* zmount.ready: the mount is live. */
+static void mount_ready(void)
 {
 	daemon_ready(0);
 }
@@ -435,7 +360,7 @@ static double mono_s(void)
 }
 
 struct stopper {
-	struct zfs *z;
+	struct zmount *z;
 	struct fuse_session *se;
 	pthread_t loop;         /* the thread that runs the session loop */
 	pthread_t thread;
@@ -455,14 +380,14 @@ static void *stopper_main(void *arg)
 		;
 	if (c == 0)
 		return NULL; /* the loop ended by itself (fusermount3 -u) */
-	zfs_log(LOG_INFO, "%s: stopping; opens of next now fail with ESHUTDOWN, batches "
+	zmount_log(LOG_INFO, "%s: stopping; opens of next now fail with ESHUTDOWN, batches "
 		"handed out may be read for up to %.0f s", strsignal(c), STOP_WAIT_S);
 	deadline = mono_s() + STOP_WAIT_S;
 	server_stop_claims(st->z->srv, STOP_WAIT_S);
 	for (;;) {
 		double rest = deadline - mono_s();
 
-		if (!zfs_wait_claims(st->z, rest < 0.1 ? (rest > 0 ? rest : 0) : 0.1, &left) ||
+		if (!zmount_wait_claims(st->z, rest < 0.1 ? (rest > 0 ? rest : 0) : 0.1, &left) ||
 		    mono_s() >= deadline)
 			break;
 		if (stop_byte(0, &c)) {
@@ -472,7 +397,7 @@ static void *stopper_main(void *arg)
 		}
 	}
 	if (left)
-		zfs_log(LOG_WARNING, "stopping with %u batch%s of next still open; those not read "
+		zmount_log(LOG_WARNING, "stopping with %u batch%s of next still open; those not read "
 			"to their end count as not consumed (resume=auto serves them again)", left,
 			left == 1 ? "" : "es");
 	fuse_session_exit(st->se);
@@ -494,7 +419,7 @@ static void stopper_start(struct stopper *st)
 	st->started = stop_pipe[0] >= 0 && !pthread_create(&st->thread, NULL, stopper_main, st);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!st->started)
-		zfs_log(LOG_WARNING, "no stopper thread: SIGTERM and SIGINT will not stop the mount; "
+		zmount_log(LOG_WARNING, "no stopper thread: SIGTERM and SIGINT will not stop the mount; "
 			"unmount with fusermount3 -u");
 }
 
@@ -514,11 +439,11 @@ static void stopper_join(struct stopper *st)
 	pthread_join(st->thread, NULL);
 }
 
-static int serve(struct zfs *z, struct fuse_session *se, const struct mount_options *o)
+static int serve(struct zmount *z, struct fuse_session *se, const struct mount_options *o)
 {
 	struct stopper stopper = { .z = z, .se = se };
 	int frc;
-	struct serve_config sc = {
+	struct server_config sc = {
 		.layout = z->cfg->layout,
 		.ranks = &z->cfg->ranks,
 		.epochs = z->cfg->epochs,
@@ -535,19 +460,20 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		z->cfg->max_threads = 1; /* -s: the one thread must never wait in a claim */
 	rc = server_new(z->ds, &sc, z->journal, &z->srv);
 	if (rc) {
-		zfs_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
+		zmount_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
 		return 1;
 	}
-	/* Without offload threads the handlers answer every request themselves */
-	if ((rc = offload_new(OFFLOAD_THREADS, &z->journal_queue)) ||
-	    (rc = offload_new(OFFLOAD_THREADS, &z->build_queue)))
-		zfs_log(LOG_WARNING, "no offload threads (%s): claims and step/ builds are served "
+	/* Threads are started as the queue needs them. Without offload threads the
+	 * handlers answer every request themselves. */
+	if ((rc = jobq_new(&offload_cfg, &z->journal_queue)) ||
+	    (rc = jobq_new(&offload_cfg, &z->build_queue)))
+		zmount_log(LOG_WARNING, "no offload threads (%s): claims and step/ builds are served "
 			"on the request threads", strerror(-rc));
 	if (render_readme(z, &readme) == 0) {
 		z->readme_len = readme.len;
 		z->readme = (char *)buf_detach(&readme, NULL);
 	}
-	zfs_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
+	zmount_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
 		" micro_batch=%" PRIu64 ", %s; %u decode workers, %u request threads, up to %u "
 		"offload threads",
 		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
@@ -568,10 +494,10 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 	}
 	stopper_join(&stopper);
 	/* every handler has returned: nothing submits any more */
-	offload_free(z->journal_queue);
-	offload_free(z->build_queue);
+	jobq_free(z->journal_queue);
+	jobq_free(z->build_queue);
 	z->journal_queue = z->build_queue = NULL;
-	zfs_free_open_files(z);
+	zmount_free_open_files(z);
 	server_free(z->srv);
 	z->srv = NULL;
 	/* the deliveries since each rank's last claim: a remount counts them as consumed */
@@ -579,7 +505,7 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 		char why[512];
 
 		journal_last_error(z->journal, why, sizeof(why));
-		zfs_log(LOG_ERR, "the journal could not record the last batches delivered (%s); "
+		zmount_log(LOG_ERR, "the journal could not record the last batches delivered (%s); "
 			"resume=auto will serve them again", *why ? why : strerror(-frc));
 	}
 	free(z->readme);
@@ -616,7 +542,7 @@ static int parse_command_line(struct fuse_args *args, struct mount_options *o)
 }
 
 /* The mount's state before the journal: what it serves and its locks. */
-static void zfs_setup(struct zfs *z, struct dataset *ds, struct mount_config *cfg,
+static void zmount_setup(struct zmount *z, struct dataset *ds, struct mount_config *cfg,
 		      const char *dataset)
 {
 	pthread_condattr_t ca;
@@ -625,6 +551,7 @@ static void zfs_setup(struct zfs *z, struct dataset *ds, struct mount_config *cf
 	z->info = dataset_info(ds);
 	z->cfg = cfg;
 	z->dataset_path = dataset;
+	z->ready = mount_ready;
 	z->uid = getuid();
 	z->gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &z->mounted_at);
@@ -643,7 +570,7 @@ int cmd_mount(int argc, char **argv)
 	struct journal_ident ident = { 0 };
 	struct dataset *ds = NULL;
 	struct fuse_session *se;
-	struct zfs z = { 0 };
+	struct zmount z = { 0 };
 	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
 	int status = 2, live = 0, rc;
 
@@ -688,7 +615,7 @@ int cmd_mount(int argc, char **argv)
 		status = 0;
 		goto out_ds;
 	}
-	zfs_setup(&z, ds, &cfg, dataset);
+	zmount_setup(&z, ds, &cfg, dataset);
 	memcpy(ident.fingerprint, z.info->fingerprint, sizeof(ident.fingerprint));
 	ident.seed = cfg.seed;
 	ident.shuffle = cfg.shuffle;
@@ -702,7 +629,7 @@ int cmd_mount(int argc, char **argv)
 	status = 1;
 	if (add_fuse_defaults(&args, &o, dataset))
 		goto out_journal;
-	se = fuse_session_new(&args, &zfs_ops, sizeof(zfs_ops), &z);
+	se = fuse_session_new(&args, &zmount_ops, sizeof(zmount_ops), &z);
 	if (!se)
 		goto out_journal;
 	if (fuse_set_signal_handlers(se))

@@ -173,6 +173,154 @@ enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO
        OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP,
        OPT_EOD_TOKEN };
 
+/* Apply option opt (of getopt_long, with optarg) to o. -1 to go on, or the exit status
+ * of a bad value (2, with the message printed). */
+static int pack_option(int opt, struct pack_opts *o)
+{
+	uint64_t v;
+
+	switch (opt) {
+	case OPT_FORMAT:
+		if (source_format_parse(optarg, &o->format)) {
+			die_msg("pack: unknown --format '%s'; use auto, jsonl, lines, files, tar, "
+				"tokens, bin, npy or megatron", optarg);
+			return 2;
+		}
+		return -1;
+	case OPT_SEQ_LEN:
+		if (parse_size(optarg, &o->seq_len) || o->seq_len == 0) {
+			die_msg("pack: --seq-len '%s' is not a positive number", optarg);
+			return 2;
+		}
+		return -1;
+	case OPT_OVERLAP:
+		if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
+			die_msg("pack: --overlap takes 0 or 1, not '%s'", optarg);
+			return 2;
+		}
+		o->overlap = optarg[0] == '1';
+		return -1;
+	case OPT_EOD_TOKEN: {
+		char *end;
+
+		errno = 0;
+		o->eod_token = strtoull(optarg, &end, 10);
+		if (optarg[0] < '0' || optarg[0] > '9' || *end || errno ||
+		    o->eod_token > UINT32_MAX) {
+			die_msg("pack: --eod-token '%s' is not a token id (0 to %u)", optarg,
+				UINT32_MAX);
+			return 2;
+		}
+		o->have_eod_token = 1;
+		return -1;
+	}
+	case OPT_DTYPE:
+		if (dtype_parse(optarg, &o->dtype)) {
+			die_msg("pack: unknown --dtype '%s'; use uint8, uint16, uint32 or int32",
+				optarg);
+			return 2;
+		}
+		o->have_dtype = 1;
+		return -1;
+	case OPT_COMPRESS:
+		if (strcmp(optarg, "zstd") && strcmp(optarg, "none")) {
+			die_msg("pack: --compress takes zstd or none, not '%s'", optarg);
+			return 2;
+		}
+		o->compress = !strcmp(optarg, "zstd");
+		return -1;
+	case OPT_LEVEL: {
+		char *end;
+		long l = strtol(optarg, &end, 10);
+
+		if (*end || end == optarg || l < -131072 || l > 22) {
+			die_msg("pack: --level '%s' is not a zstd level", optarg);
+			return 2;
+		}
+		o->level = (int)l;
+		return -1;
+	}
+	case OPT_NO_DICT:
+		o->no_dict = 1;
+		return -1;
+	case OPT_DICT_SIZE:
+		if (parse_size(optarg, &v) || v > (1u << 30)) {
+			die_msg("pack: --dict-size '%s' is not a size up to 1G", optarg);
+			return 2;
+		}
+		o->dict_size = (size_t)v;
+		return -1;
+	case OPT_SHARD_SIZE:
+		if (parse_size(optarg, &o->shard_bytes) || o->shard_bytes == 0) {
+			die_msg("pack: --shard-size '%s' is not a positive size", optarg);
+			return 2;
+		}
+		return -1;
+	case OPT_SKIP_BAD:
+		o->skip_bad = 1;
+		return -1;
+	case OPT_FORCE:
+		o->force = 1;
+		return -1;
+	case OPT_THREADS:
+		if (parse_size(optarg, &v) || v == 0 || v > 64) {
+			die_msg("pack: --threads '%s' is not a number from 1 to 64", optarg);
+			return 2;
+		}
+		o->threads = (unsigned)v;
+		return -1;
+	}
+	return 2; /* not one of ours: cmd_pack handles the rest */
+}
+
+/* What `zephon pack` prints after a successful pack (not with -q). */
+static void print_summary(const struct pack_opts *o, const struct pack_result *res,
+			  double el)
+{
+	double stored = (double)res->stored_bytes + (double)res->dict_bytes;
+	char a[24], b[24], c[24];
+
+	printf("packed %" PRIu64 " samples (%s) from %zu input%s into %s\n", res->samples,
+	       dataset_kind_name(res->kind), res->sources, res->sources == 1 ? "" : "s", o->out);
+	printf("  %s raw, %s stored (%.2fx), %" PRIu64 " shard%s, dictionary %zu bytes\n",
+	       human_size((double)res->raw_bytes, a, sizeof(a)),
+	       human_size((double)res->stored_bytes, b, sizeof(b)),
+	       res->stored_bytes ? (double)res->raw_bytes / (double)res->stored_bytes : 0.0,
+	       res->shards, res->shards == 1 ? "" : "s", res->dict_bytes);
+	if (o->compress && res->raw_bytes && stored > NEAR_RAW * (double)res->raw_bytes)
+		printf("  compression saves little here (stored, dictionary included, is "
+		       "%.0f%% of raw): a pack with --compress none would serve faster, "
+		       "with no decoding\n", 100.0 * stored / (double)res->raw_bytes);
+	printf("  %s of input in %.2f s (%s/s)\n", human_size((double)res->input_bytes, c, sizeof(c)),
+	       el, human_size(el > 0 ? (double)res->input_bytes / el : 0, a, sizeof(a)));
+	if (res->skipped) /* bad records (--skip-bad), tar members without an extension,
+			   * symlinks and special files: each had its warning */
+		printf("  skipped %" PRIu64 " record%s or file%s (see the warnings above)\n",
+		       res->skipped, res->skipped == 1 ? "" : "s", res->skipped == 1 ? "" : "s");
+	if (res->kind == DATASET_TOKENS && res->remainder_tokens)
+		printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
+		       res->remainder_tokens);
+	printf("  fingerprint %s\n", res->fingerprint);
+}
+
+/* pack_run() with SIGINT and SIGTERM turned into a clean cancel (o->cancel). */
+static int run_interruptible(const struct pack_opts *o, struct pack_result *res, char *err,
+			     size_t errlen)
+{
+	struct sigaction sa, old_int, old_term;
+	int rc;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	rc = pack_run(o, res, err, errlen);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	return rc;
+}
+
 int cmd_pack(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -197,11 +345,8 @@ int cmd_pack(int argc, char **argv)
 	struct pack_opts o;
 	struct pack_result res;
 	struct pack_ui ui = { 0 };
-	struct sigaction sa, old_int, old_term;
-	char err[1024], a[24], b[24], c[24];
-	uint64_t v;
+	char err[1024];
 	int quiet = 0, opt, rc;
-	double el, stored;
 
 	pack_opts_init(&o);
 	optind = 1;
@@ -211,102 +356,13 @@ int cmd_pack(int argc, char **argv)
 		case 'o':
 			o.out = optarg;
 			break;
-		case OPT_FORMAT:
-			if (source_format_parse(optarg, &o.format)) {
-				die_msg("pack: unknown --format '%s'; use auto, jsonl, lines, files, tar, "
-					"tokens, bin, npy or megatron", optarg);
-				return 2;
-			}
-			break;
-		case OPT_SEQ_LEN:
-			if (parse_size(optarg, &o.seq_len) || o.seq_len == 0) {
-				die_msg("pack: --seq-len '%s' is not a positive number", optarg);
-				return 2;
-			}
-			break;
-		case OPT_OVERLAP:
-			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
-				die_msg("pack: --overlap takes 0 or 1, not '%s'", optarg);
-				return 2;
-			}
-			o.overlap = optarg[0] == '1';
-			break;
-		case OPT_EOD_TOKEN: {
-			char *end;
-
-			errno = 0;
-			o.eod_token = strtoull(optarg, &end, 10);
-			if (optarg[0] < '0' || optarg[0] > '9' || *end || errno ||
-			    o.eod_token > UINT32_MAX) {
-				die_msg("pack: --eod-token '%s' is not a token id (0 to %u)", optarg,
-					UINT32_MAX);
-				return 2;
-			}
-			o.have_eod_token = 1;
-			break;
-		}
-		case OPT_DTYPE:
-			if (dataset_dtype_parse(optarg, &o.dtype)) {
-				die_msg("pack: unknown --dtype '%s'; use uint8, uint16, uint32 or int32",
-					optarg);
-				return 2;
-			}
-			o.have_dtype = 1;
-			break;
-		case OPT_COMPRESS:
-			if (strcmp(optarg, "zstd") && strcmp(optarg, "none")) {
-				die_msg("pack: --compress takes zstd or none, not '%s'", optarg);
-				return 2;
-			}
-			o.compress = !strcmp(optarg, "zstd");
-			break;
-		case OPT_LEVEL: {
-			char *end;
-			long l = strtol(optarg, &end, 10);
-
-			if (*end || end == optarg || l < -131072 || l > 22) {
-				die_msg("pack: --level '%s' is not a zstd level", optarg);
-				return 2;
-			}
-			o.level = (int)l;
-			break;
-		}
-		case OPT_NO_DICT:
-			o.no_dict = 1;
-			break;
-		case OPT_DICT_SIZE:
-			if (parse_size(optarg, &v) || v > (1u << 30)) {
-				die_msg("pack: --dict-size '%s' is not a size up to 1G", optarg);
-				return 2;
-			}
-			o.dict_size = (size_t)v;
-			break;
-		case OPT_SHARD_SIZE:
-			if (parse_size(optarg, &o.shard_bytes) || o.shard_bytes == 0) {
-				die_msg("pack: --shard-size '%s' is not a positive size", optarg);
-				return 2;
-			}
-			break;
-		case OPT_SKIP_BAD:
-			o.skip_bad = 1;
-			break;
-		case OPT_FORCE:
-			o.force = 1;
-			break;
-		case OPT_THREADS:
-			if (parse_size(optarg, &v) || v == 0 || v > 64) {
-				die_msg("pack: --threads '%s' is not a number from 1 to 64", optarg);
-				return 2;
-			}
-			o.threads = (unsigned)v;
-			break;
 		case 'q':
 			quiet = 1;
 			break;
 		case 'h':
 			usage(stdout);
 			return 0;
-		default:
+		case '?':
 			if (optopt && optopt < 256)
 				die_msg("pack: unknown or incomplete option '-%c'; see zephon pack --help",
 					optopt);
@@ -314,6 +370,9 @@ int cmd_pack(int argc, char **argv)
 				die_msg("pack: unknown or incomplete option '%s'; see zephon pack --help",
 					argv[optind - 1]);
 			return 2;
+		default:
+			if ((rc = pack_option(opt, &o)) >= 0)
+				return rc;
 		}
 	}
 	if (optind >= argc) {
@@ -333,14 +392,7 @@ int cmd_pack(int argc, char **argv)
 	o.ctx = &ui;
 	o.cancel = &interrupted;
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, &old_int);
-	sigaction(SIGTERM, &sa, &old_term);
-	rc = pack_run(&o, &res, err, sizeof(err));
-	sigaction(SIGINT, &old_int, NULL);
-	sigaction(SIGTERM, &old_term, NULL);
+	rc = run_interruptible(&o, &res, err, sizeof(err));
 	if (ui.drawn)
 		fputs("\r\033[K", stderr);
 	if (ui.notices > NOTICES_SHOWN)
@@ -350,30 +402,7 @@ int cmd_pack(int argc, char **argv)
 		die_msg("pack: %s", err[0] ? err : strerror(-rc));
 		return 1;
 	}
-	el = now() - ui.start;
-	stored = (double)res.stored_bytes + (double)res.dict_bytes;
-	if (!quiet) {
-		printf("packed %" PRIu64 " samples (%s) from %zu input%s into %s\n", res.samples,
-		       dataset_kind_name(res.kind), res.sources, res.sources == 1 ? "" : "s", o.out);
-		printf("  %s raw, %s stored (%.2fx), %" PRIu64 " shard%s, dictionary %zu bytes\n",
-		       human_size((double)res.raw_bytes, a, sizeof(a)),
-		       human_size((double)res.stored_bytes, b, sizeof(b)),
-		       res.stored_bytes ? (double)res.raw_bytes / (double)res.stored_bytes : 0.0,
-		       res.shards, res.shards == 1 ? "" : "s", res.dict_bytes);
-		if (o.compress && res.raw_bytes && stored > NEAR_RAW * (double)res.raw_bytes)
-			printf("  compression saves little here (stored, dictionary included, is "
-			       "%.0f%% of raw): a pack with --compress none would serve faster, "
-			       "with no decoding\n", 100.0 * stored / (double)res.raw_bytes);
-		printf("  %s of input in %.2f s (%s/s)\n", human_size((double)res.input_bytes, c, sizeof(c)),
-		       el, human_size(el > 0 ? (double)res.input_bytes / el : 0, a, sizeof(a)));
-		if (res.skipped) /* bad records (--skip-bad), tar members without an extension,
-				  * symlinks and special files: each had its warning */
-			printf("  skipped %" PRIu64 " record%s or file%s (see the warnings above)\n",
-			       res.skipped, res.skipped == 1 ? "" : "s", res.skipped == 1 ? "" : "s");
-		if (res.kind == DATASET_TOKENS && res.remainder_tokens)
-			printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
-			       res.remainder_tokens);
-		printf("  fingerprint %s\n", res.fingerprint);
-	}
+	if (!quiet)
+		print_summary(&o, &res, now() - ui.start);
 	return 0;
 }

@@ -16,8 +16,8 @@
 
 #include "guard.h"
 #include "inode.h"
-#include "offload.h"
-#include "zfs.h"
+#include "jobq.h"
+#include "zmount.h"
 
 /* Names and inode numbers are fixed for the life of the mount: cache entries long.
  * Attributes of generated files change with every claim: never cache those. */
@@ -44,10 +44,10 @@ struct open_file {
 	struct open_file *hold_prev, *hold_next;
 };
 
-static void next_unhold_locked(struct zfs *z, struct open_file *f);
+static void next_unhold_locked(struct zmount *z, struct open_file *f);
 
-/* One open of next or claimed handle fewer (see zfs.open_claims). */
-static void claims_sub(struct zfs *z)
+/* One open of next or claimed handle fewer (see zmount.open_claims). */
+static void claims_sub(struct zmount *z)
 {
 	pthread_mutex_lock(&z->lock);
 	if (--z->open_claims == 0)
@@ -55,7 +55,7 @@ static void claims_sub(struct zfs *z)
 	pthread_mutex_unlock(&z->lock);
 }
 
-int zfs_wait_claims(struct zfs *z, double timeout_s, unsigned *left)
+int zmount_wait_claims(struct zmount *z, double timeout_s, unsigned *left)
 {
 	struct timespec until;
 	int rc = 0;
@@ -77,7 +77,7 @@ int zfs_wait_claims(struct zfs *z, double timeout_s, unsigned *left)
 
 /* The claim a handle of next holds reached its reader: read to its end, or the handle
  * closed (the reader had every byte it asked for). Reported once. */
-static void open_file_delivered(struct zfs *z, struct open_file *f)
+static void open_file_delivered(struct zmount *z, struct open_file *f)
 {
 	if (f->claimed && !__atomic_exchange_n(&f->delivered, 1, __ATOMIC_ACQ_REL))
 		server_delivered(z->srv, f->batch);
@@ -86,7 +86,7 @@ static void open_file_delivered(struct zfs *z, struct open_file *f)
 /* Free a handle; deliver: it was released (or never reached the opener, which was
  * interrupted: its claim is consumed within the mount either way). Handles freed at
  * unmount without a release were not delivered. */
-static void open_file_free(struct zfs *z, struct open_file *f, int deliver)
+static void open_file_free(struct zmount *z, struct open_file *f, int deliver)
 {
 	if (deliver)
 		open_file_delivered(z, f);
@@ -97,7 +97,7 @@ static void open_file_free(struct zfs *z, struct open_file *f, int deliver)
 	free(f);
 }
 
-static void open_file_put(struct zfs *z, struct open_file *f)
+static void open_file_put(struct zmount *z, struct open_file *f)
 {
 	if (__atomic_sub_fetch(&f->refs, 1, __ATOMIC_ACQ_REL) == 0) {
 		pthread_mutex_lock(&z->lock);
@@ -113,7 +113,7 @@ static void open_file_put(struct zfs *z, struct open_file *f)
 	}
 }
 
-static void open_file_track(struct zfs *z, struct open_file *f)
+static void open_file_track(struct zmount *z, struct open_file *f)
 {
 	pthread_mutex_lock(&z->lock);
 	f->next = z->open_files;
@@ -123,7 +123,7 @@ static void open_file_track(struct zfs *z, struct open_file *f)
 	pthread_mutex_unlock(&z->lock);
 }
 
-void zfs_free_open_files(struct zfs *z)
+void zmount_free_open_files(struct zmount *z)
 {
 	while (z->open_files) {
 		struct open_file *f = z->open_files;
@@ -134,7 +134,7 @@ void zfs_free_open_files(struct zfs *z)
 	memset(z->next_holders, 0, sizeof(z->next_holders));
 	free(z->overlaps);
 	z->overlaps = NULL;
-	z->noverlaps = 0;
+	z->noverlaps = z->overlaps_cap = 0;
 }
 
 /* The process (thread group) of thread tid, or 0 when it is gone or a zombie: a process
@@ -164,7 +164,7 @@ static uint32_t tgid_of(uint32_t tid)
 
 /* Count an open of rank's next by process mine while process theirs held it, and say
  * so (once a minute per rank). Under z->lock. */
-static void next_overlap_locked(struct zfs *z, uint64_t rank, uint32_t mine, uint32_t theirs)
+static void next_overlap_locked(struct zmount *z, uint64_t rank, uint32_t mine, uint32_t theirs)
 {
 	struct next_overlap *o;
 	size_t i = 0;
@@ -172,10 +172,9 @@ static void next_overlap_locked(struct zfs *z, uint64_t rank, uint32_t mine, uin
 	while (i < z->noverlaps && z->overlaps[i].rank < rank)
 		i++;
 	if (i == z->noverlaps || z->overlaps[i].rank != rank) {
-		o = realloc(z->overlaps, (z->noverlaps + 1) * sizeof(*o));
-		if (!o)
+		if (ARRAY_GROW(z->overlaps, z->overlaps_cap, z->noverlaps + 1))
 			return;
-		z->overlaps = o;
+		o = z->overlaps;
 		memmove(o + i + 1, o + i, (z->noverlaps - i) * sizeof(*o));
 		o[i] = (struct next_overlap){ .rank = rank };
 		z->noverlaps++;
@@ -183,7 +182,7 @@ static void next_overlap_locked(struct zfs *z, uint64_t rank, uint32_t mine, uin
 	o = &z->overlaps[i];
 	o->opens++;
 	z->overlaps_total++;
-	zfs_log_limited(&o->log, 60, LOG_WARNING, "rank %" PRIu64 ": processes %" PRIu32 " and %"
+	zmount_log_limited(&o->log, 60, LOG_WARNING, "rank %" PRIu64 ": processes %" PRIu32 " and %"
 			PRIu32 " hold rank/%" PRIu64 "/next open at once (%" PRIu64 " such opens "
 			"so far); every open claims the rank's next batch, so they split the "
 			"batches between them and the trainer gets them out of order (a DataLoader "
@@ -197,9 +196,9 @@ static void next_overlap_locked(struct zfs *z, uint64_t rank, uint32_t mine, uin
 /* Handle f of next (rank's claim by thread tid) is open: note it, and whether another
  * process holds the rank's next open at this moment. Reads /proc only when another
  * thread does. */
-static void next_hold(struct zfs *z, struct open_file *f, uint64_t rank, uint32_t tid)
+static void next_hold(struct zmount *z, struct open_file *f, uint64_t rank, uint32_t tid)
 {
-	struct open_file **head = &z->next_holders[rank % ZFS_HOLD_BUCKETS];
+	struct open_file **head = &z->next_holders[rank % ZMOUNT_HOLD_BUCKETS];
 	uint32_t others[HOLDERS_CHECKED], mine, theirs = 0;
 	size_t n = 0;
 
@@ -238,20 +237,20 @@ static void next_hold(struct zfs *z, struct open_file *f, uint64_t rank, uint32_
 
 /* f no longer holds its rank's next (released, or never handed to the kernel). Under
  * z->lock. */
-static void next_unhold_locked(struct zfs *z, struct open_file *f)
+static void next_unhold_locked(struct zmount *z, struct open_file *f)
 {
 	if (f->holding) {
 		if (f->hold_prev)
 			f->hold_prev->hold_next = f->hold_next;
 		else
-			z->next_holders[f->rank % ZFS_HOLD_BUCKETS] = f->hold_next;
+			z->next_holders[f->rank % ZMOUNT_HOLD_BUCKETS] = f->hold_next;
 		if (f->hold_next)
 			f->hold_next->hold_prev = f->hold_prev;
 		f->holding = 0;
 	}
 }
 
-static struct zfs *zfs_of(fuse_req_t req)
+static struct zmount *zmount_of(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
 }
@@ -278,31 +277,31 @@ static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
 }
 
 /* Does the stream still have step t? (epochs=E ends it.) */
-static int step_exists(struct zfs *z, uint64_t step)
+static int step_exists(struct zmount *z, uint64_t step)
 {
-	const struct serve_config *sc = server_config(z->srv);
+	const struct server_config *sc = server_get_config(z->srv);
 
 	return step <= INODE_MAX_STEP &&
 	       layout_step_in_stream(&sc->layout, order_limit(&sc->order, z->cfg->epochs), step);
 }
 
 /* Does the stream still have the B samples from gsn g? (epochs=E ends it.) */
-static int at_exists(struct zfs *z, uint64_t g)
+static int at_exists(struct zmount *z, uint64_t g)
 {
-	const struct serve_config *sc = server_config(z->srv);
+	const struct server_config *sc = server_get_config(z->srv);
 	struct layout at;
 
 	return g <= INODE_MAX_STEP && layout_at(&sc->layout, g, &at) == 0 &&
 	       layout_step_in_stream(&at, order_limit(&sc->order, z->cfg->epochs), 0);
 }
 
-static size_t pid_claim_size(struct zfs *z, uint32_t pid, uint64_t rank, int *found)
+static size_t pid_claim_size(struct zmount *z, uint32_t pid, uint64_t rank, int *found)
 {
 	size_t size = 0;
 
 	*found = 0;
 	pthread_mutex_lock(&z->lock);
-	for (unsigned i = 0; i < ZFS_PID_SLOTS; i++)
+	for (unsigned i = 0; i < ZMOUNT_PID_SLOTS; i++)
 		if (z->pids[i].pid == pid && z->pids[i].rank == rank && pid) {
 			size = z->pids[i].size;
 			*found = 1;
@@ -312,16 +311,16 @@ static size_t pid_claim_size(struct zfs *z, uint32_t pid, uint64_t rank, int *fo
 	return size;
 }
 
-static void pid_claim_record(struct zfs *z, uint32_t pid, uint64_t rank, uint64_t size)
+static void pid_claim_record(struct zmount *z, uint32_t pid, uint64_t rank, uint64_t size)
 {
 	unsigned slot;
 
 	pthread_mutex_lock(&z->lock);
-	for (slot = 0; slot < ZFS_PID_SLOTS; slot++)
+	for (slot = 0; slot < ZMOUNT_PID_SLOTS; slot++)
 		if (z->pids[slot].pid == pid && z->pids[slot].rank == rank)
 			break;
-	if (slot == ZFS_PID_SLOTS)
-		slot = z->pid_next++ % ZFS_PID_SLOTS;
+	if (slot == ZMOUNT_PID_SLOTS)
+		slot = z->pid_next++ % ZMOUNT_PID_SLOTS;
 	z->pids[slot] = (struct pid_claim){ pid, rank, size };
 	z->opens_next++;
 	pthread_mutex_unlock(&z->lock);
@@ -331,7 +330,7 @@ static void pid_claim_record(struct zfs *z, uint32_t pid, uint64_t rank, uint64_
  * freed); next answers the caller's latest claim, else the rank's latest claim. *pure is
  * set to 1 when the size is that of content that never changes (a step/ or samples/
  * file built without error), else left as it is. */
-static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid, int *pure)
+static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pure)
 {
 	struct buf text = BUF_INIT;
 	struct batch *b = NULL;
@@ -396,7 +395,7 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid, int *pure)
 }
 
 /* Fill st for ino. 0 or -ENOENT (a name that does not exist, e.g. an unserved rank). */
-static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct open_file *f,
+static int node_attr(struct zmount *z, uint64_t ino, uint32_t pid, const struct open_file *f,
 		     struct stat *st, double *timeout)
 {
 	enum node type = inode_type(ino);
@@ -461,7 +460,7 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 	return 0;
 }
 
-static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
+static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
 {
 	uint64_t v;
 
@@ -504,8 +503,9 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 }
 
 /*
- * Requests that may block are answered on an offload thread (fs/offload.h), so that the
- * few request threads (one per CPU by default) stay free for reads. Two queues:
+ * Requests that may block are answered on an offload thread (a job queue, core/jobq.h;
+ * libfuse lets any thread reply to a request), so that the few request threads (one per
+ * CPU by default) stay free for reads. Two queues:
  * - journal_queue: what may wait for the journal: a claim waits for its commit, and
  *   peek and a release of next wait for a rank's lock, which a claim holds during that
  *   commit; control writes commit (status, metrics and state read views that never
@@ -518,8 +518,8 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE };
 
 struct request_job {
-	struct offload_job job;
-	struct zfs *z;
+	struct jobq_job job;
+	struct zmount *z;
 	enum job_op op;
 	fuse_req_t req;             /* NULL for JOB_RELEASE, answered before it was queued */
 	fuse_ino_t ino;
@@ -529,7 +529,7 @@ struct request_job {
 };
 
 /* The queue of a lookup or a stat without a handle of ino; NULL: it never blocks. */
-static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
+static struct jobq *attr_queue(const struct zmount *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
 	case NODE_PEEK:
@@ -551,7 +551,7 @@ static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
 
 /* The queue of an open of ino; NULL: it never blocks (README, control, and the generated
  * text of status, metrics and state). */
-static struct offload *open_queue(const struct zfs *z, uint64_t ino)
+static struct jobq *open_queue(const struct zmount *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
 	case NODE_README: case NODE_CONTROL: case NODE_STATUS: case NODE_METRICS: case NODE_STATE:
@@ -563,11 +563,11 @@ static struct offload *open_queue(const struct zfs *z, uint64_t ino)
 	}
 }
 
-static void run_job(struct offload_job *job, int cancelled);
+static void run_job(struct jobq_job *job, void *ctx, int cancelled);
 
 /* Queue the request on q: 1 when queued (the job answers it), 0 when the caller must
  * answer it itself (q is NULL, no offload thread could run it, or out of memory). */
-static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t req,
+static int defer(struct zmount *z, struct jobq *q, enum job_op op, fuse_req_t req,
 		 fuse_ino_t ino, const struct fuse_file_info *fi, const char *data, size_t size)
 {
 	struct request_job *j;
@@ -583,7 +583,7 @@ static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t re
 		j->fi = *fi;
 	if (size)
 		memcpy(j->data, data, size);
-	if (offload_submit(q, &j->job)) {
+	if (jobq_submit(q, &j->job)) {
 		free(j);
 		return 0;
 	}
@@ -592,7 +592,7 @@ static int defer(struct zfs *z, struct offload *q, enum job_op op, fuse_req_t re
 
 /* A lookup of rank/<name> found nothing: when name is a rank number, say which ranks
  * this mount serves (a loop retrying it must not flood the log). */
-static void say_unserved_rank(struct zfs *z, const char *name)
+static void say_unserved_rank(struct zmount *z, const char *name)
 {
 	uint64_t r, w = z->cfg->layout.world_size;
 	char ranks[256];
@@ -601,17 +601,17 @@ static void say_unserved_rank(struct zfs *z, const char *name)
 		return;
 	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
 	if (r >= w)
-		zfs_log_limited(&z->unserved_log, 10, LOG_WARNING, "no rank %s: this mount serves "
+		zmount_log_limited(&z->unserved_log, 10, LOG_WARNING, "no rank %s: this mount serves "
 				"ranks %s of world_size %" PRIu64 ", and ranks run from 0 to %" PRIu64
 				"; check the rank the reader uses, or mount with world_size= of the "
 				"job (ENOENT)", name, ranks, w, w - 1);
 	else
-		zfs_log_limited(&z->unserved_log, 10, LOG_WARNING, "rank %s is not served here: "
+		zmount_log_limited(&z->unserved_log, 10, LOG_WARNING, "rank %s is not served here: "
 				"this mount serves ranks %s of world_size %" PRIu64 "; read it on "
 				"the node whose ranks= include %s (ENOENT)", name, ranks, w, name);
 }
 
-static void reply_entry(struct zfs *z, fuse_req_t req, uint64_t ino)
+static void reply_entry(struct zmount *z, fuse_req_t req, uint64_t ino)
 {
 	struct fuse_entry_param e;
 	double attr_timeout;
@@ -628,9 +628,9 @@ static void reply_entry(struct zfs *z, fuse_req_t req, uint64_t ino)
 }
 
 /* Replies: entry, ENOENT, ENOTDIR. */
-static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+static void zmount_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	uint64_t ino;
 	enum node pt = inode_type(parent);
 
@@ -650,7 +650,7 @@ static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		reply_entry(z, req, ino);
 }
 
-static void reply_attr(struct zfs *z, fuse_req_t req, uint64_t ino, const struct open_file *f)
+static void reply_attr(struct zmount *z, fuse_req_t req, uint64_t ino, const struct open_file *f)
 {
 	struct stat st;
 	double timeout;
@@ -664,9 +664,9 @@ static void reply_attr(struct zfs *z, fuse_req_t req, uint64_t ino, const struct
 
 /* Replies: attr, ENOENT. With a file handle (fstat on an open next, lseek SEEK_END),
  * the size is that handle's batch. */
-static void zfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void zmount_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	const struct open_file *f = fi && fi->fh ? (const struct open_file *)fi->fh : NULL;
 
 	if (inode_type(ino) == NODE_CONTROL)
@@ -676,10 +676,10 @@ static void zfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 }
 
 /* Replies: attr (truncating control, which `echo >` does), EROFS (everything else). */
-static void zfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+static void zmount_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 			struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	struct stat st;
 	double timeout;
 
@@ -720,10 +720,10 @@ static void dir_add(fuse_req_t req, struct dirbuf *d, const char *name, uint64_t
 
 /* Replies: buf (entries from off), ENOTDIR, ENOMEM. step/ and samples/ list nothing:
  * they are unbounded, and ls -R / find / du must stay instant. */
-static void zfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+static void zmount_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	struct dirbuf d = { .off = off, .cap = size };
 	enum node type = inode_type(ino);
 
@@ -767,7 +767,7 @@ static void zfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(d.p);
 }
 
-static int claim_errno(struct zfs *z, int rc)
+static int claim_errno(struct zmount *z, int rc)
 {
 	(void)z;
 	switch (rc) {
@@ -780,7 +780,7 @@ static int claim_errno(struct zfs *z, int rc)
 
 /* Open ino for the request (its access mode checked): claim, build or render the
  * handle's content and reply. */
-static void open_node(struct zfs *z, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi)
+static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fuse_file_info *fi)
 {
 	enum node type = inode_type(ino);
 	struct open_file *f;
@@ -872,7 +872,7 @@ static void open_node(struct zfs *z, fuse_req_t req, uint64_t ino, struct fuse_f
  * threads (none of one) are in a claim: a stalled journal commit then holds up no more
  * than those, and the other half keep serving reads. 1: go ahead, then call
  * claim_inline_end(); 0: offload it. */
-static int claim_inline_begin(struct zfs *z)
+static int claim_inline_begin(struct zmount *z)
 {
 	unsigned n = __atomic_load_n(&z->inline_claims, __ATOMIC_RELAXED);
 
@@ -884,7 +884,7 @@ static int claim_inline_begin(struct zfs *z)
 	return 1;
 }
 
-static void claim_inline_end(struct zfs *z)
+static void claim_inline_end(struct zmount *z)
 {
 	__atomic_sub_fetch(&z->inline_claims, 1, __ATOMIC_RELEASE);
 }
@@ -894,9 +894,9 @@ static void claim_inline_end(struct zfs *z)
  * sample failed its checksum, or the journal could not record the claim), ESHUTDOWN
  * (next, once a clean stop began: nothing claimed), ENOMEM.
  * Opening next claims the rank's next micro-batch; nothing else claims. */
-static void zfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void zmount_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	int acc = fi->flags & O_ACCMODE;
 
 	if (inode_type(ino) == NODE_CONTROL ? acc != O_WRONLY : acc != O_RDONLY) {
@@ -936,10 +936,10 @@ static void touch_pages(void *ctx)
 
 /* Replies: buf (the bytes at [off, off + size) of the handle's content; short or empty
  * at its end). Any offset is honoured. */
-static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 	size_t n = 0;
 	int sent = -1;
@@ -961,7 +961,7 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		 * fails our writev with EFAULT, which libfuse logs as "writing device: Bad
 		 * address". */
 		if (guard_run(touch_pages, &t)) {
-			zfs_log(LOG_ERR, "rank %" PRIu64 ": a shard of step %" PRIu64 " can no longer "
+			zmount_log(LOG_ERR, "rank %" PRIu64 ": a shard of step %" PRIu64 " can no longer "
 				"be read (truncated or an I/O error); this read fails with EIO",
 				f->batch->rank, f->batch->step);
 			n = 0;
@@ -1000,7 +1000,7 @@ static int parse_samples_at(const char *arg, uint64_t *gsn, uint64_t *step)
 
 /* One control command: "checkpoint STEP", "checkpoint samples:G@S" or "rewind STEP".
  * 0, -EINVAL (malformed or refused; logged), -EIO, -ENOSYS. */
-static int control_line(struct zfs *z, const char *line)
+static int control_line(struct zmount *z, const char *line)
 {
 	char cmd[16], arg[64], extra[2];
 	uint64_t step, gsn;
@@ -1008,26 +1008,26 @@ static int control_line(struct zfs *z, const char *line)
 	if (sscanf(line, "%15s %63s %1s", cmd, arg, extra) == 2 && !strcmp(cmd, "checkpoint") &&
 	    !strncmp(arg, "samples:", 8)) {
 		if (parse_samples_at(arg, &gsn, &step)) {
-			zfs_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint samples:G@S\"", line);
+			zmount_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint samples:G@S\"", line);
 			return -EINVAL;
 		}
 		return server_checkpoint_at(z->srv, gsn, step);
 	}
 	if (sscanf(line, "%15s %63s %1s", cmd, arg, extra) != 2 ||
 	    parse_decimal(arg, UINT64_MAX, &step)) {
-		zfs_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint STEP\" or \"rewind STEP\"", line);
+		zmount_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint STEP\" or \"rewind STEP\"", line);
 		return -EINVAL;
 	}
 	if (!strcmp(cmd, "checkpoint"))
 		return server_checkpoint(z->srv, step);
 	if (!strcmp(cmd, "rewind"))
 		return server_rewind(z->srv, step);
-	zfs_log(LOG_WARNING, "control: unknown command \"%s\" (checkpoint STEP | rewind STEP)", cmd);
+	zmount_log(LOG_WARNING, "control: unknown command \"%s\" (checkpoint STEP | rewind STEP)", cmd);
 	return -EINVAL;
 }
 
 /* Apply one write of control (size < CONTROL_MAX) and reply: write, EINVAL, EIO. */
-static void control_write(struct zfs *z, fuse_req_t req, const char *data, size_t size)
+static void control_write(struct zmount *z, fuse_req_t req, const char *data, size_t size)
 {
 	char line[CONTROL_MAX];
 	size_t len = size;
@@ -1040,7 +1040,7 @@ static void control_write(struct zfs *z, fuse_req_t req, const char *data, size_
 	memcpy(line, data, len);
 	line[len] = 0;
 	if (memchr(line, '\n', len) || strlen(line) != len) {
-		zfs_log(LOG_WARNING, "control: one command per write, nothing applied");
+		zmount_log(LOG_WARNING, "control: one command per write, nothing applied");
 		rc = -EINVAL;
 	} else {
 		rc = control_line(z, line);
@@ -1061,10 +1061,10 @@ static void control_write(struct zfs *z, fuse_req_t req, const char *data, size_
  * at all: "checkpoint STEP" or "rewind STEP", a trailing newline optional. A write with
  * several lines is refused before any of them is applied, so a caller that sees an error
  * knows nothing changed. */
-static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
+static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t size,
 		      off_t off, struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 
 	(void)off;
 	(void)fi;
@@ -1081,9 +1081,9 @@ static void zfs_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_t s
 }
 
 /* Replies: err 0. Frees the handle's batch. */
-static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void zmount_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 
 	if (f && inode_type(ino) == NODE_NEXT) {
@@ -1102,10 +1102,11 @@ static void zfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		open_file_put(z, f);
 }
 
-static void run_job(struct offload_job *job, int cancelled)
+static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 {
 	struct request_job *j = (struct request_job *)job;
 
+	(void)ctx;
 	if (cancelled) {
 		if (j->req)
 			fuse_reply_err(j->req, ENOTCONN); /* the mount is going away */
@@ -1132,44 +1133,44 @@ static void run_job(struct offload_job *job, int cancelled)
 }
 
 /* Replies: EROFS. The tree is fixed; only control takes writes. */
-static void zfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+static void zmount_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	(void)parent; (void)name; (void)mode; (void)rdev;
 	fuse_reply_err(req, EROFS);
 }
 
-static void zfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+static void zmount_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	(void)parent; (void)name; (void)mode;
 	fuse_reply_err(req, EROFS);
 }
 
-static void zfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+static void zmount_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	(void)parent; (void)name;
 	fuse_reply_err(req, EROFS);
 }
 
-static void zfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+static void zmount_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		       fuse_ino_t newparent, const char *newname, unsigned int flags)
 {
 	(void)parent; (void)name; (void)newparent; (void)newname; (void)flags;
 	fuse_reply_err(req, EROFS);
 }
 
-static void zfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+static void zmount_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	(void)link; (void)parent; (void)name;
 	fuse_reply_err(req, EROFS);
 }
 
-static void zfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+static void zmount_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	(void)ino; (void)newparent; (void)newname;
 	fuse_reply_err(req, EROFS);
 }
 
-static void zfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+static void zmount_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		       struct fuse_file_info *fi)
 {
 	(void)parent; (void)name; (void)mode; (void)fi;
@@ -1177,9 +1178,9 @@ static void zfs_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 }
 
 /* Replies: statfs: the dataset's stored size in 4 KiB blocks, its samples as files. */
-static void zfs_statfs(fuse_req_t req, fuse_ino_t ino)
+static void zmount_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	struct zfs *z = zfs_of(req);
+	struct zmount *z = zmount_of(req);
 	struct statvfs sv;
 
 	(void)ino;
@@ -1193,10 +1194,12 @@ static void zfs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
-static void zfs_init(void *userdata, struct fuse_conn_info *conn)
+static void zmount_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
-	zfs_ready();
+	struct zmount *z = userdata;
+
+	if (z->ready)
+		z->ready();
 	/* Only samples/ and README use the page cache: read them in requests as large as
 	 * the kernel offers (its readahead, 128 KiB here), not one page at a time. */
 	conn->max_readahead = 1u << 20;
@@ -1204,23 +1207,23 @@ static void zfs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 }
 
-const struct fuse_lowlevel_ops zfs_ops = {
-	.init = zfs_init,
-	.lookup = zfs_lookup,
-	.getattr = zfs_getattr,
-	.setattr = zfs_setattr,
-	.readdir = zfs_readdir,
-	.open = zfs_open,
-	.read = zfs_read,
-	.write = zfs_write,
-	.release = zfs_release,
-	.mknod = zfs_mknod,
-	.mkdir = zfs_mkdir,
-	.unlink = zfs_unlink,
-	.rmdir = zfs_unlink,
-	.rename = zfs_rename,
-	.symlink = zfs_symlink,
-	.link = zfs_link,
-	.create = zfs_create,
-	.statfs = zfs_statfs,
+const struct fuse_lowlevel_ops zmount_ops = {
+	.init = zmount_init,
+	.lookup = zmount_lookup,
+	.getattr = zmount_getattr,
+	.setattr = zmount_setattr,
+	.readdir = zmount_readdir,
+	.open = zmount_open,
+	.read = zmount_read,
+	.write = zmount_write,
+	.release = zmount_release,
+	.mknod = zmount_mknod,
+	.mkdir = zmount_mkdir,
+	.unlink = zmount_unlink,
+	.rmdir = zmount_unlink,
+	.rename = zmount_rename,
+	.symlink = zmount_symlink,
+	.link = zmount_link,
+	.create = zmount_create,
+	.statfs = zmount_statfs,
 };

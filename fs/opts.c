@@ -216,7 +216,7 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	if ((rc = number("epochs", o->epochs, 0, &c->epochs, why, why_len)))
 		return rc;
 	if (o->format) {
-		if (batch_format_parse(o->format, &c->format))
+		if (encode_format_parse(o->format, &c->format))
 			return WHY("format=%s: expected lines, tar, npy or bin", o->format);
 		c->format_given = 1;
 	}
@@ -243,7 +243,7 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	 * shortest tail when the copies of replies do not share the CPUs (4 ranks reading
 	 * 1 MiB batches flat out on 2 CPUs: p99 open->first byte 5-7 ms with 64 threads,
 	 * 1.3-1.6 ms with 2; tests/bench/RESULTS.md, "B4: request threads"). Requests that
-	 * may block (claims, step/ builds) are answered on offload threads (fs/offload.h),
+	 * may block (claims, step/ builds) are answered on offload threads (core/jobq.h),
 	 * so they do not hold up the others. */
 	if ((rc = number("max_threads", o->max_threads,
 			 cpus < 2 ? 2 : cpus > 256 ? 256 : (uint64_t)cpus, &v, why, why_len)))
@@ -283,7 +283,7 @@ static double batch_memory(const struct mount_config *c, const struct dataset_in
 {
 	double per_sample = 24;
 
-	if (!batch_views_possible(info, c->format))
+	if (!encode_views_possible(info, c->format))
 		per_sample += info->samples ? (double)info->raw_bytes / (double)info->samples : 0;
 	if (c->format == FORMAT_TAR)
 		per_sample += 1024;
@@ -299,8 +299,8 @@ int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 	int rc;
 
 	if (!c->format_given)
-		c->format = batch_format_default(info);
-	rc = batch_format_check(info, c->format, why, why_len);
+		c->format = encode_format_default(info);
+	rc = encode_format_check(info, c->format, why, why_len);
 	if (rc)
 		return rc;
 	/* refused here, not by an ENOMEM at every open of next */

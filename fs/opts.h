@@ -36,7 +36,7 @@ struct mount_config {
 	enum order_shuffle shuffle;
 	uint64_t epochs;
 	int format_given;
-	enum batch_format format;     /* resolved against the dataset by mount_config_check_dataset */
+	enum encode_format format;     /* resolved against the dataset by mount_config_check_dataset */
 	char *journal;                /* malloc'd path */
 	struct journal_resume resume;
 	unsigned prefetch, workers;

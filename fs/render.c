@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zfs.h"
+#include "zmount.h"
 #include "zephon_config.h"
 
-int render_readme(struct zfs *z, struct buf *out)
+int render_readme(struct zmount *z, struct buf *out)
 {
-	const struct serve_config *c = server_config(z->srv);
+	const struct server_config *c = server_get_config(z->srv);
 	char ranks[256];
 
 	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
@@ -51,7 +51,7 @@ int render_readme(struct zfs *z, struct buf *out)
 		z->info->fingerprint, c->layout.world_size, c->layout.global_batch,
 		c->layout.micro_batch, ranks, c->layout.start_step, c->layout.start_samples,
 		z->resume_applied, c->order.seed, order_shuffle_name(c->order.shuffle), z->cfg->epochs,
-		z->cfg->epochs ? "" : " (endless)", batch_format_name(c->format), z->cfg->journal,
+		z->cfg->epochs ? "" : " (endless)", encode_format_name(c->format), z->cfg->journal,
 		c->layout.micro_batch);
 }
 
@@ -91,16 +91,16 @@ static json_t *layout_json(const struct journal_layout *jl)
 			 "resume", jl->resume);
 }
 
-int render_status(struct zfs *z, struct buf *out)
+int render_status(struct zmount *z, struct buf *out)
 {
-	const struct serve_config *c = server_config(z->srv);
+	const struct server_config *c = server_get_config(z->srv);
 	json_t *root, *layouts, *cursors, *counters, *last_error, *overlaps = json_object();
-	struct serve_stats st;
+	struct server_stats st;
 	uint64_t consumed = server_consumed(z->srv);
 	char ranks[256];
 
 	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
-	server_stats(z->srv, &st);
+	server_get_stats(z->srv, &st);
 	layouts = json_array();
 	for (size_t i = 0; i < z->nlayouts; i++)
 		json_array_append_new(layouts, layout_json(&z->layouts[i]));
@@ -138,7 +138,7 @@ int render_status(struct zfs *z, struct buf *out)
 	pthread_mutex_unlock(&z->lock);
 	{
 		char msg[1024];
-		time_t t = zfs_last_error(msg, sizeof(msg));
+		time_t t = zmount_last_error(msg, sizeof(msg));
 
 		last_error = t ? json_pack("{s:I, s:s}", "time", (json_int_t)t, "message", msg)
 			       : json_null();
@@ -161,7 +161,7 @@ int render_status(struct zfs *z, struct buf *out)
 			 "seed", json_u64(c->order.seed),
 			 "shuffle", order_shuffle_name(c->order.shuffle),
 			 "epochs", json_u64(z->cfg->epochs),
-			 "format", batch_format_name(c->format),
+			 "format", encode_format_name(c->format),
 			 "journal", z->cfg->journal,
 			 "journal_wait_s", server_journal_wait(z->srv),
 			 "layouts", layouts,
@@ -171,7 +171,7 @@ int render_status(struct zfs *z, struct buf *out)
 			 "last_error", last_error);
 	if (root && z->info->kind == DATASET_TOKENS) {
 		/* what a loader needs to decode batches without the dataset's catalog */
-		json_object_set_new(root, "dtype", json_string(dataset_dtype_name(z->info->dtype)));
+		json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
 		json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
 		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
 		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
@@ -180,7 +180,7 @@ int render_status(struct zfs *z, struct buf *out)
 	return dump_json(root, out);
 }
 
-int render_state(struct zfs *z, uint64_t rank, struct buf *out)
+int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 {
 	uint64_t step, micro;
 	struct claim_info last;
@@ -205,15 +205,15 @@ int render_state(struct zfs *z, uint64_t rank, struct buf *out)
 	return dump_json(root, out);
 }
 
-int render_metrics(struct zfs *z, struct buf *out)
+int render_metrics(struct zmount *z, struct buf *out)
 {
-	struct serve_stats st;
+	struct server_stats st;
 	struct next_overlap *ov = NULL;
 	uint64_t cumulative = 0, bytes_read, overlaps_total;
 	size_t nov;
 	int rc = 0;
 
-	server_stats(z->srv, &st);
+	server_get_stats(z->srv, &st);
 	pthread_mutex_lock(&z->lock);
 	bytes_read = z->bytes_read;
 	overlaps_total = z->overlaps_total;
@@ -256,11 +256,11 @@ int render_metrics(struct zfs *z, struct buf *out)
 	if (!rc)
 		rc = buf_printf(out, "# HELP zephon_claim_latency_seconds Time to claim in open() of next.\n"
 				"# TYPE zephon_claim_latency_seconds histogram\n");
-	for (unsigned k = 0; k < SERVE_LATENCY_BUCKETS && !rc; k++) {
+	for (unsigned k = 0; k < SERVER_LATENCY_BUCKETS && !rc; k++) {
 		cumulative += st.claim_latency[k];
-		if (k < SERVE_LATENCY_BUCKETS - 1)
+		if (k < SERVER_LATENCY_BUCKETS - 1)
 			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-					serve_latency_bounds_us[k] * 1e-6, cumulative);
+					server_latency_bounds_us[k] * 1e-6, cumulative);
 		else
 			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
 					cumulative);

@@ -1,5 +1,5 @@
 /*
- * bench_encode: the daemon-side cost of a batch without FUSE: order_fill + batch_encode
+ * bench_encode: the daemon-side cost of a batch without FUSE: order_fill + encode_batch
  * of micro-batches of m samples in the global shuffled order, as the prefetch workers do.
  * Separates Zephon's own work (read/decode, checksum, encode) from the FUSE transport
  * when a B1/B2 target is missed. A benchmark: prints, never judges.
@@ -24,7 +24,7 @@
 struct worker {
 	pthread_t tid;
 	const struct dataset *ds;
-	enum batch_format f;
+	enum encode_format f;
 	uint64_t m, first_gsn;
 	double seconds;
 	int fresh;
@@ -69,7 +69,7 @@ static void *work(void *arg)
 			break;
 		}
 		out.len = 0;
-		if (batch_encode(r, info, w->f, ids, w->m, &out, &bad)) {
+		if (encode_batch(r, info, w->f, ids, w->m, &out, &bad)) {
 			fprintf(stderr, "bench_encode: batch at gsn %" PRIu64 " failed (sample %"
 				PRIu64 ")\n", gsn, bad);
 			w->err = 1;
@@ -93,13 +93,13 @@ out:
 int main(int argc, char **argv)
 {
 	struct dataset *ds;
-	enum batch_format f;
+	enum encode_format f;
 	char err[512];
 	uint64_t m, batches = 0, bytes = 0;
 	double seconds, t0, secs, cpu = 0;
 	int threads, failed = 0;
 
-	if (argc < 4 || batch_format_parse(argv[2], &f)) {
+	if (argc < 4 || encode_format_parse(argv[2], &f)) {
 		fprintf(stderr, "usage: bench_encode DATASET lines|tar|npy|bin M [SECONDS] "
 			"[THREADS] [fresh]\n");
 		return 2;

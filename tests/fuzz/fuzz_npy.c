@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "npy.h"
 #include "source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -87,15 +87,15 @@ static struct dataset *open_ds(const char *dir)
 static void test_format_names(void)
 {
 	static const char *names[] = { "lines", "tar", "npy", "bin" };
-	enum batch_format f;
+	enum encode_format f;
 
 	for (int i = 0; i < 4; i++) {
-		CHECK(batch_format_parse(names[i], &f) == 0);
-		CHECK(!strcmp(batch_format_name(f), names[i]));
+		CHECK(encode_format_parse(names[i], &f) == 0);
+		CHECK(!strcmp(encode_format_name(f), names[i]));
 	}
-	CHECK(batch_format_parse("LINES", &f) == -EINVAL);
-	CHECK(batch_format_parse("", &f) == -EINVAL);
-	CHECK(batch_format_parse("npz", &f) == -EINVAL);
+	CHECK(encode_format_parse("LINES", &f) == -EINVAL);
+	CHECK(encode_format_parse("", &f) == -EINVAL);
+	CHECK(encode_format_parse("npz", &f) == -EINVAL);
 }
 
 static void test_format_check(void)
@@ -106,20 +106,20 @@ static void test_format_check(void)
 	static const int ok[3][4] = { { 1, 1, 0, 0 }, { 0, 1, 0, 0 }, { 0, 0, 1, 1 } };
 	static const enum dataset_content contents[3] = { CONTENT_TEXT, CONTENT_FILES,
 							   CONTENT_TOKENS };
-	static const enum batch_format defaults[3] = { FORMAT_LINES, FORMAT_TAR, FORMAT_NPY };
+	static const enum encode_format defaults[3] = { FORMAT_LINES, FORMAT_TAR, FORMAT_NPY };
 
 	memset(&info, 0, sizeof(info));
 	for (int c = 0; c < 3; c++) {
 		info.content = contents[c];
-		CHECK(batch_format_default(&info) == defaults[c]);
+		CHECK(encode_format_default(&info) == defaults[c]);
 		for (int f = 0; f < 4; f++) {
 			why[0] = 0;
-			int rc = batch_format_check(&info, (enum batch_format)f, why, sizeof(why));
+			int rc = encode_format_check(&info, (enum encode_format)f, why, sizeof(why));
 
 			CHECK(rc == (ok[c][f] ? 0 : -EINVAL));
 			if (!ok[c][f]) {
 				/* names the format and what to use instead */
-				CHECK(strstr(why, batch_format_name((enum batch_format)f)) != NULL);
+				CHECK(strstr(why, encode_format_name((enum encode_format)f)) != NULL);
 				CHECK(strstr(why, "use format=") != NULL);
 			}
 		}
@@ -140,7 +140,7 @@ static void test_npy_header(void)
 	info.itemsize = 2;
 	info.seq_len = 2048;
 	buf_append(&out, "xy", 2);
-	CHECK(batch_encode(NULL, &info, FORMAT_NPY, NULL, 0, &out, &bad) == 0);
+	CHECK(encode_batch(NULL, &info, FORMAT_NPY, NULL, 0, &out, &bad) == 0);
 	REQUIRE(out.len == 2 + 128);
 	CHECK(!memcmp(out.data + 2, "\x93NUMPY\x01\x00", 8));
 	CHECK(out.data[10] == 118 && out.data[11] == 0); /* header_len, little-endian */
@@ -151,18 +151,18 @@ static void test_npy_header(void)
 	CHECK(bad == 99);
 	/* bin of nothing is nothing */
 	out.len = 0;
-	CHECK(batch_encode(NULL, &info, FORMAT_BIN, NULL, 0, &out, &bad) == 0);
+	CHECK(encode_batch(NULL, &info, FORMAT_BIN, NULL, 0, &out, &bad) == 0);
 	CHECK(out.len == 0);
 	/* sizes that overflow are refused before anything is read or allocated */
 	info.seq_len = UINT64_MAX / 2;
 	uint64_t ids[4] = { 0, 1, 2, 3 };
-	CHECK(batch_encode(NULL, &info, FORMAT_BIN, ids, 4, &out, &bad) == -EOVERFLOW);
-	CHECK(batch_encode(NULL, &info, FORMAT_NPY, ids, 4, &out, &bad) == -EOVERFLOW);
+	CHECK(encode_batch(NULL, &info, FORMAT_BIN, ids, 4, &out, &bad) == -EOVERFLOW);
+	CHECK(encode_batch(NULL, &info, FORMAT_NPY, ids, 4, &out, &bad) == -EOVERFLOW);
 	CHECK(out.len == 0);
 	/* a format the content does not have */
 	info.seq_len = 16;
-	CHECK(batch_encode(NULL, &info, FORMAT_LINES, ids, 0, &out, &bad) == -EINVAL);
-	CHECK(batch_encode(NULL, &info, FORMAT_TAR, ids, 0, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(NULL, &info, FORMAT_LINES, ids, 0, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(NULL, &info, FORMAT_TAR, ids, 0, &out, &bad) == -EINVAL);
 	buf_release(&out);
 }
 
@@ -243,20 +243,20 @@ static void test_text(int compress)
 	REQUIRE(r);
 	CHECK(info->content == CONTENT_TEXT);
 	CHECK(info->samples == NREC);
-	CHECK(batch_format_default(info) == FORMAT_LINES);
+	CHECK(encode_format_default(info) == FORMAT_LINES);
 
 	/* lines: each record and '\n', appended after what out held */
 	buf_append(&out, "prefix", 6);
 	buf_append(&want, "prefix", 6);
 	for (size_t i = 0; i < n; i++)
 		buf_printf(&want, "%s\n", rec[ids[i]]);
-	CHECK(batch_encode(r, info, FORMAT_LINES, ids, n, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_LINES, ids, n, &out, &bad) == 0);
 	CHECK(out.len == want.len && !memcmp(out.data, want.data, want.len));
 	CHECK(bad == 1234);
 
 	/* tar: one member per sample named by the 9-digit id and the record extension */
 	out.len = 0;
-	CHECK(batch_encode(r, info, FORMAT_TAR, ids, n, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_TAR, ids, n, &out, &bad) == 0);
 	CHECK(out.len % 512 == 0);
 	CHECK(read_tar(out.data, out.len, m, 8) == (int)n);
 	for (size_t i = 0; i < n; i++) {
@@ -268,17 +268,17 @@ static void test_text(int compress)
 		CHECK(!memcmp(m[i].data, rec[ids[i]], m[i].size));
 	}
 	/* byte-deterministic */
-	CHECK(batch_encode(r, info, FORMAT_TAR, ids, n, &again, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_TAR, ids, n, &again, &bad) == 0);
 	CHECK(again.len == out.len && !memcmp(again.data, out.data, out.len));
 	/* an empty tar batch is the end-of-archive marker alone */
 	out.len = 0;
-	CHECK(batch_encode(r, info, FORMAT_TAR, ids, 0, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 0, &out, &bad) == 0);
 	CHECK(out.len == 1024 && read_tar(out.data, out.len, m, 8) == 0);
 
 	/* formats text does not have */
 	out.len = 0;
-	CHECK(batch_encode(r, info, FORMAT_NPY, ids, n, &out, &bad) == -EINVAL);
-	CHECK(batch_encode(r, info, FORMAT_BIN, ids, n, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(r, info, FORMAT_NPY, ids, n, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(r, info, FORMAT_BIN, ids, n, &out, &bad) == -EINVAL);
 	CHECK(out.len == 0);
 
 	sample_reader_free(r);
@@ -339,9 +339,9 @@ static void test_files_tar(int compress)
 	REQUIRE(r);
 	CHECK(info->content == CONTENT_FILES);
 	CHECK(info->samples == 3);
-	CHECK(batch_format_default(info) == FORMAT_TAR);
-	CHECK(batch_encode(r, info, FORMAT_LINES, ids, 3, &out, &bad) == -EINVAL);
-	CHECK(batch_encode(r, info, FORMAT_TAR, ids, 3, &out, &bad) == 0);
+	CHECK(encode_format_default(info) == FORMAT_TAR);
+	CHECK(encode_batch(r, info, FORMAT_LINES, ids, 3, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 3, &out, &bad) == 0);
 	REQUIRE(read_tar(out.data, out.len, m, 8) == 6);
 	for (int i = 0; i < 6; i++) {
 		/* sample ids 2, 0, 1: members of d, then a, then c, each in packed order */
@@ -381,7 +381,7 @@ static void test_files_dir(void)
 
 	REQUIRE(r);
 	CHECK(info->samples == 2);
-	CHECK(batch_encode(r, info, FORMAT_TAR, ids, 2, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 2, &out, &bad) == 0);
 	/* sorted by relative path: "nnn...n.bin" (id 0) before "x/one.txt" (id 1); ids 1, 0
 	 * put x/one.txt first (read_tar stops after it: the other is too big for m) */
 	REQUIRE(read_tar(out.data, out.len, m, 1) == 1);
@@ -423,9 +423,9 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 
 	for (size_t i = 0; i < sizeof(raw); i++)
 		raw[i] = (uint8_t)(i * 37 + 11);
-	snprintf(in, sizeof(in), "tok-%s.bin", dataset_dtype_name(dt));
+	snprintf(in, sizeof(in), "tok-%s.bin", dtype_name(dt));
 	write_file(path_in(in), raw, total * itemsize);
-	snprintf(dir, sizeof(dir), "tok-%s-%d", dataset_dtype_name(dt), compress);
+	snprintf(dir, sizeof(dir), "tok-%s-%d", dtype_name(dt), compress);
 	pack(path_in(dir), path_in(in), compress, 1, dt, L);
 
 	struct dataset *ds = open_ds(path_in(dir));
@@ -436,15 +436,15 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 	CHECK(info->content == CONTENT_TOKENS);
 	CHECK(info->samples == 4);
 	CHECK(info->itemsize == itemsize);
-	CHECK(batch_format_default(info) == FORMAT_NPY);
+	CHECK(encode_format_default(info) == FORMAT_NPY);
 	for (size_t i = 0; i < 4; i++)
 		buf_append(&want, raw + ids[i] * L * itemsize, L * itemsize);
 
-	CHECK(batch_encode(r, info, FORMAT_BIN, ids, 4, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_BIN, ids, 4, &out, &bad) == 0);
 	CHECK(out.len == want.len && !memcmp(out.data, want.data, want.len));
 
 	out.len = 0;
-	CHECK(batch_encode(r, info, FORMAT_NPY, ids, 4, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, FORMAT_NPY, ids, 4, &out, &bad) == 0);
 	REQUIRE(out.len == 128 + want.len);
 	snprintf(dict, sizeof(dict), "{'descr': '%s', 'fortran_order': False, 'shape': (4, 5), }",
 		 descr);
@@ -452,8 +452,8 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 	CHECK(out.data[127] == '\n');
 	CHECK(!memcmp(out.data + 128, want.data, want.len));
 
-	CHECK(batch_encode(r, info, FORMAT_LINES, ids, 4, &out, &bad) == -EINVAL);
-	CHECK(batch_encode(r, info, FORMAT_TAR, ids, 4, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(r, info, FORMAT_LINES, ids, 4, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 4, &out, &bad) == -EINVAL);
 	CHECK(out.len == 128 + want.len);
 	sample_reader_free(r);
 	dataset_close(ds);
@@ -497,7 +497,7 @@ static void corrupt_sample(const char *dir, uint64_t id)
 	close(fd);
 }
 
-static void check_eio(const char *dir, enum batch_format f, uint64_t corrupt_id)
+static void check_eio(const char *dir, enum encode_format f, uint64_t corrupt_id)
 {
 	struct dataset *ds = open_ds(dir);
 	const struct dataset_info *info = dataset_info(ds);
@@ -507,12 +507,12 @@ static void check_eio(const char *dir, enum batch_format f, uint64_t corrupt_id)
 
 	REQUIRE(r);
 	buf_append(&out, "keep me", 7);
-	CHECK(batch_encode(r, info, f, ids, 4, &out, &bad) == -EIO);
+	CHECK(encode_batch(r, info, f, ids, 4, &out, &bad) == -EIO);
 	CHECK(bad == corrupt_id);
 	CHECK(out.len == 7 && !memcmp(out.data, "keep me", 7) && out.data[7] == 0);
 	/* the samples around it still encode */
 	bad = UINT64_MAX;
-	CHECK(batch_encode(r, info, f, ids, 2, &out, &bad) == 0);
+	CHECK(encode_batch(r, info, f, ids, 2, &out, &bad) == 0);
 	CHECK(bad == UINT64_MAX);
 	sample_reader_free(r);
 	dataset_close(ds);
@@ -537,7 +537,7 @@ static void test_corrupt(void)
 			struct buf out = BUF_INIT;
 			uint64_t ids[] = { 0, 2, 1 }, bad = 0;
 
-			CHECK(batch_encode(r, dataset_info(ds), FORMAT_TAR, ids, 3, &out, &bad) ==
+			CHECK(encode_batch(r, dataset_info(ds), FORMAT_TAR, ids, 3, &out, &bad) ==
 			      -EIO);
 			CHECK(bad == 2 && out.len == 0);
 			sample_reader_free(r);

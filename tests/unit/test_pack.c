@@ -21,6 +21,7 @@
 #include "filegroup.h"
 #include "pack.h"
 #include "shard_index.h"
+#include "npy.h"
 #include "source.h"
 
 static char tmp[] = "/tmp/zephon-test-pack-XXXXXX";

@@ -1,0 +1,63 @@
+/*
+ * dataset_int.h: what the files of the dataset reader share (dataset.h is the API):
+ * the open dataset, its shards and the sample reader. dataset.c opens a dataset and
+ * reads samples, dataset_warm.c asks the kernel to read a cold batch's pages ahead,
+ * dataset_verify.c checks every sample. Internal to core/dataset*.c. An open dataset is
+ * read-only and shared by every thread; a sample reader has one owner at a time.
+ */
+#ifndef ZEPHON_DATASET_INT_H
+#define ZEPHON_DATASET_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zstd.h>
+
+#include "catalog.h"
+#include "dataset.h"
+#include "shard_index.h"
+
+struct ds_shard {
+	const char *file;        /* points into ds->cat */
+	int fd;
+	const uint8_t *data;     /* the payload file mapped read-only, or NULL (then pread) */
+	const uint8_t *index;    /* mmapped .idx */
+	size_t index_len;
+	uint64_t first_sample;
+	uint64_t count;
+	uint64_t bytes;          /* payload file size */
+};
+
+struct dataset {
+	char *dir;
+	struct dataset_info info;
+	struct catalog cat;
+	ZSTD_DDict *ddict;       /* NULL without a dictionary */
+	struct ds_shard *shards;
+	size_t nshards;
+	uint64_t warm_window;    /* see WARM_WINDOW; 0: the payload's own pages */
+};
+
+struct sample_reader {
+	const struct dataset *ds;
+	ZSTD_DCtx *dctx;
+	struct buf scratch;      /* compressed payload */
+	unsigned warm_hot;       /* sample_reader_warm(): probes in a row that found all in memory */
+	unsigned warm_skip;      /* batches it lets pass before its next probe */
+	char err[320];
+};
+
+/* dataset.c */
+/* The shard holding id (< N): binary search over first_sample. */
+const struct ds_shard *dataset_find_shard(const struct dataset *ds, uint64_t id);
+/* The index entry of sample id (of shard s) in the index mapping. */
+const uint8_t *dataset_entry_at(const struct ds_shard *s, uint64_t id);
+/* Read the index entry of sample id (of shard s) out of the index mapping: 0, or -EIO
+ * when the read faulted (the index file was truncated under us, or its disk failed). */
+int dataset_entry_read(const struct ds_shard *s, uint64_t id, struct shard_index_entry *e);
+
+/* dataset_warm.c: how far around each payload of a cold batch sample_reader_warm()
+ * reads (bytes; 0: the payload's own pages), chosen once at open. */
+uint64_t dataset_warm_window(const struct dataset *ds);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * pack_int.h: what the files of `zephon pack` share (pack.h is the API): the packer's
+ * state and the functions of each step. pack.c runs the steps: pack_plan.c checks the
+ * inputs and options, pack_publish.c makes the temporary directory and moves the
+ * finished dataset into place, pack_batch.c gathers records into batches that every
+ * pool thread validates, checksums and compresses, and pack_dict.c holds the first
+ * samples back to train the zstd dictionary on them. Internal to core/pack*.c; not
+ * thread-safe: one pack per struct packer, the pool threads touching only their share
+ * of a batch.
+ */
+#ifndef ZEPHON_PACK_INT_H
+#define ZEPHON_PACK_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <xxhash.h>
+
+#include "buf.h"
+#include "catalog.h"
+#include "pack.h"
+#include "source.h"
+
+/* Records gathered for one pass of the pool; results per record. */
+struct pack_batch {
+	struct buf data;             /* records back to back */
+	size_t n, cap;
+	size_t *off, *len;
+	uint64_t *line;              /* JSONL line numbers, for messages */
+	int *status;                 /* 0 ok, 1 invalid JSON (why), < 0 -errno */
+	char **why;
+	uint32_t *xxh;               /* shard_index_checksum() of each record */
+	size_t *foff, *flen;         /* frame offset and length in frames[fthr] */
+	unsigned *fthr;
+	struct buf *frames;          /* compressed frames, one buf per thread */
+	size_t *bounds;              /* thread t takes records [bounds[t], bounds[t + 1]) */
+	unsigned nthreads;
+	int validate, compress;
+};
+
+struct packer {
+	const struct pack_opts *o;
+	char *err;
+	size_t errlen;
+	/* the inputs packed, as indexes into o->inputs: each names one source, after the
+	 * other names of a Megatron pair were folded into its first (see resolve_inputs) */
+	size_t *sources;
+	size_t nsources;
+	struct catalog cat;
+	char *tmpdir;
+	int dirfd;
+	struct shard_writer *w;
+	XXH3_state_t *fp;
+	enum dataset_content content;
+	enum dataset_kind kind;
+	int have_dtype;
+	enum token_dtype dtype;
+	const char *dtype_from;      /* input that fixed the dtype */
+	unsigned itemsize;
+	int all_jsonl;
+	/* dictionary training: samples are held here until enough have come */
+	int training;
+	struct buf stash;            /* whole samples, back to back */
+	size_t *stash_sizes;
+	size_t nstash, stash_cap;
+	struct buf train;            /* the first PACK_DICT_SAMPLE_BYTES of each */
+	size_t *train_sizes;
+	size_t train_cap;
+	void *dict;
+	size_t dict_len;
+	/* tokens */
+	struct buf window;
+	uint64_t tokens;             /* all tokens read */
+	uint64_t *source_tokens;
+	/* counters */
+	uint64_t samples, raw_bytes, input_done, input_total;
+	struct pack_progress prog;
+	uint64_t skipped;
+	/* the batch of records being gathered, processed on every thread */
+	struct pool *pool;
+	struct compressor **comp;    /* one per pool thread, after training */
+	struct pack_batch b;
+	struct buf scratch;
+	const char *cur_path;        /* the input the batch's records come from */
+	int validate;                /* the batch holds JSONL lines to check */
+};
+
+/* pack.c: errors into the caller's buffer (returns rc), progress, interruption. */
+int pack_fail(struct packer *p, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void pack_report(struct packer *p, int done);
+int pack_cancelled(const struct packer *p);
+
+/* pack_plan.c: check the inputs and options before any work. */
+int pack_plan(struct packer *p, enum source_format *formats);
+
+/* pack_batch.c: record batches, processed on every pool thread, written in order. */
+int pack_open_writer(struct packer *p);
+void pack_batch_release(struct pack_batch *b);
+int pack_batch_grow(struct pack_batch *b, unsigned nthreads);
+int pack_batch_add(struct packer *p, const void *data, size_t len, uint64_t line);
+void pack_batch_run(struct packer *p, struct pack_batch *b, int validate, int compress);
+int pack_write_record(struct packer *p, struct pack_batch *b, size_t i);
+int pack_batch_flush(struct packer *p);
+int pack_batch_full(const struct packer *p);
+
+/* pack_dict.c: dictionary training on the first samples held back. */
+int pack_dict_finish(struct packer *p);
+int pack_dict_hold(struct packer *p, const void *data, size_t len);
+
+/* pack_publish.c: the temporary directory, and publishing the dataset. */
+int pack_remove_dir(const char *path);
+int pack_make_tmp(struct packer *p);
+int pack_publish(struct packer *p);
+int pack_check_out(struct packer *p);
+
+#endif
