@@ -441,6 +441,11 @@ static void run_job(struct server *s, struct sample_reader *r, const struct job 
 	}
 	pthread_cond_broadcast(&rs->decoded);
 	pthread_mutex_unlock(&rs->lock);
+	if (!rc) {
+		pthread_mutex_lock(&s->qlock);
+		s->stats.prefetch_decoded++;
+		pthread_mutex_unlock(&s->qlock);
+	}
 }
 
 static void *worker_main(void *arg)

@@ -98,6 +98,7 @@ struct claim_info {
 struct serve_stats {
 	uint64_t claims, claim_errors, decode_errors, journal_errors, end_of_stream;
 	uint64_t prefetch_hits, prefetch_misses;
+	uint64_t prefetch_decoded;            /* batches the workers decoded into a ring */
 	uint64_t batch_bytes;                 /* bytes of claimed batches */
 	/* claim latency (open of next), cumulative histogram in microseconds with the bucket
 	 * bounds serve_latency_bounds_us[]; the last bucket is +Inf. */
