@@ -1,4 +1,4 @@
-"""The journal through the mount (issue 5): claims survive kill -9, a full disk fails
+"""The journal through the mount: claims survive kill -9, a full disk fails
 opens with EIO and loses nothing, foreign or corrupt journals are refused, /control."""
 import collections
 import concurrent.futures

@@ -1,4 +1,4 @@
-"""The mount (issue 4): /rank/<r>/next and the rest of the tree, readable by every
+"""The mount: /rank/<r>/next and the rest of the tree, readable by every
 common tool, with the bytes of `zephon batch` for the same claim."""
 import concurrent.futures
 import errno

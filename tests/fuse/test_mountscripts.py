@@ -1,4 +1,4 @@
-"""mountscripts/ on this machine (issue 6): several mounts in separate mountpoints act as the
+"""mountscripts/ on this machine: several mounts in separate mountpoints act as the
 nodes of a job, driven through the real launch scripts with the variables SLURM and
 torchrun set; fstab and `mount -t fuse.zephon` through mount(8) and mount.fuse3; the
 systemd template unit; the installer.

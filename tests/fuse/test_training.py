@@ -1,4 +1,4 @@
-"""The training proof (issue 6): a training run cannot tell an elastic restart from an
+"""The training proof: a training run cannot tell an elastic restart from an
 uninterrupted run.
 
 torchrun (python3 -m torch.distributed.run, gloo, CPU) starts W workers of
