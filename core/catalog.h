@@ -63,7 +63,10 @@ struct catalog {
 int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen);
 
 /* Create PATH (must not exist) with the embedded DDL and every row of c, in one
- * transaction, then fsync it. 0, or -EEXIST, -ENOMEM, -EIO (reason in err). */
+ * transaction, then fsync it. 0, or -EEXIST, -ENOENT (SQLite cannot create it: no such
+ * directory), -EACCES (permission denied, read-only), -ENOMEM, -EIO (any other SQLite
+ * failure), or the errno of reopening it for the fsync; reason in err, and nothing is left
+ * at PATH. */
 int catalog_save(const char *path, const struct catalog *c, char *err, size_t errlen);
 
 /* Value of a meta key, NULL when absent. */

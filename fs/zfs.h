@@ -60,7 +60,7 @@ struct zfs {
 	char *readme;                  /* static text of /README */
 	size_t readme_len;
 
-	pthread_mutex_t lock;          /* guards pids, last_size, counters below */
+	pthread_mutex_t lock;          /* guards pids, pid_next and everything below */
 	struct pid_claim pids[ZFS_PID_SLOTS];
 	unsigned pid_next;
 	uint64_t bytes_read, opens_next, control_writes, control_errors;
@@ -111,7 +111,8 @@ time_t zfs_last_error(char *out, size_t len);
 /* The low-level operations of the mount. */
 extern const struct fuse_lowlevel_ops zfs_ops;
 
-/* Generated files (fs/render.c). Each appends text to out; 0 or -ENOMEM. */
+/* Generated files (fs/render.c). Each appends text to out; 0, -ENOMEM or -EOVERFLOW
+ * (out could not grow). */
 int render_readme(struct zfs *z, struct buf *out);
 int render_status(struct zfs *z, struct buf *out);
 int render_metrics(struct zfs *z, struct buf *out);
