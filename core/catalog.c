@@ -14,37 +14,10 @@
 
 #include "dataset.h"
 #include "parse.h"
+#include "sqlite_errno.h"
 
 /* schema/catalog.sql, embedded by schema/embed.py. */
 extern const char schema_catalog_sql[];
-
-/* The one place SQLite codes become -errno. */
-static int sqlite_errno(int rc)
-{
-	switch (rc & 0xff) {
-	case SQLITE_OK:
-	case SQLITE_DONE:
-	case SQLITE_ROW:
-		return 0;
-	case SQLITE_NOMEM:
-		return -ENOMEM;
-	case SQLITE_CANTOPEN:
-		return -ENOENT;
-	case SQLITE_NOTADB:
-	case SQLITE_CORRUPT:
-	case SQLITE_SCHEMA:
-	case SQLITE_ERROR:
-	case SQLITE_MISMATCH:
-	case SQLITE_CONSTRAINT:
-		return -EBADMSG;
-	case SQLITE_PERM:
-	case SQLITE_AUTH:
-	case SQLITE_READONLY:
-		return -EACCES;
-	default:
-		return -EIO;
-	}
-}
 
 static char *dup_text(sqlite3_stmt *st, int col)
 {

@@ -4,7 +4,8 @@
  * Owns the translation between the SQLite file and struct catalog: catalog_load() reads
  * every table into memory and closes the database at once (a mounted dataset keeps no
  * SQLite handle open); catalog_save() writes a new file in one transaction. SQLite
- * result codes are translated to -errno here and nowhere else.
+ * result codes become -errno here, through the table the journal uses too
+ * (sqlite_errno.h).
  *
  * A struct catalog owns every string and blob it points to; catalog_release() frees
  * them. Not thread-safe while being built; read-only use from many threads is fine.
@@ -58,15 +59,15 @@ struct catalog {
 #define CATALOG_INIT { 0, NULL, 0, NULL, 0, NULL, 0, NULL, 0 }
 
 /* Read PATH into *out (which must be CATALOG_INIT or released). 0, or -ENOENT (no such
- * file), -EBADMSG (not a catalog: not SQLite, missing tables, bad values), -ENOMEM,
- * -EIO; on failure a one-line reason is written into err and *out is left empty. */
+ * file), -EBADMSG (not a catalog: not SQLite, missing tables, bad values), -EBUSY
+ * (another process holds it locked), -EACCES, -ENOMEM, -EIO; on failure a one-line
+ * reason is written into err and *out is left empty. */
 int catalog_load(const char *path, struct catalog *out, char *err, size_t errlen);
 
 /* Create PATH (must not exist) with the embedded DDL and every row of c, in one
- * transaction, then fsync it. 0, or -EEXIST, -ENOENT (SQLite cannot create it: no such
- * directory), -EACCES (permission denied, read-only), -ENOMEM, -EIO (any other SQLite
- * failure), or the errno of reopening it for the fsync; reason in err, and nothing is left
- * at PATH. */
+ * transaction, then fsync it. 0, or -EEXIST, -ENOENT (no such directory), -EACCES,
+ * -EROFS (a read-only file system), -ENOSPC, -EINVAL (a value the schema refuses),
+ * -ENOMEM, -EIO (reason in err). */
 int catalog_save(const char *path, const struct catalog *c, char *err, size_t errlen);
 
 /* Value of a meta key, NULL when absent. */

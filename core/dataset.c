@@ -136,6 +136,15 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 		    (catalog_meta_u64(c, "overlap", &in->overlap) || in->overlap > 1 ||
 		     in->overlap >= in->seq_len))
 			BAD("catalog meta 'overlap' is not 0 or 1 (below seq_len)");
+		if (catalog_meta_get(c, "eod_token")) {
+			if (catalog_meta_u64(c, "eod_token", &u) ||
+			    u > (in->dtype == DTYPE_INT32 ? (uint64_t)INT32_MAX :
+				 (UINT64_C(1) << (8 * in->itemsize)) - 1))
+				BAD("catalog meta 'eod_token' is not a token id of dtype %s",
+				    dataset_dtype_name(in->dtype));
+			in->have_eod_token = 1;
+			in->eod_token = (uint32_t)u;
+		}
 	}
 	v = catalog_meta_get(c, "compress");
 	if (!v || (strcmp(v, "zstd") && strcmp(v, "none")))

@@ -75,6 +75,10 @@ struct dataset_info {
 	                            * next window's first (pack --overlap 1, windows of
 	                            * --seq-len + 1 tokens); 0 otherwise. Catalog meta key
 	                            * 'overlap', absent in older datasets (0) */
+	int have_eod_token;        /* tokens only: 1 when pack appended eod_token after every
+	                            * document (pack --eod-token); catalog meta key
+	                            * 'eod_token', absent in older datasets (0: none) */
+	uint32_t eod_token;        /* the end-of-document token id; fits dtype */
 	int compressed;            /* 1 for compress=zstd */
 	uint64_t raw_bytes, stored_bytes;
 	uint64_t shards;

@@ -6,7 +6,7 @@
  * served rank (its next claim) and its delivered position (every claim below it reached
  * its reader), checkpoint marks and rewinds. The DDL is schema/journal.sql (embedded at
  * build time), versioned with PRAGMA user_version and migrated step by step. SQLite result
- * codes are translated to -errno here and nowhere else.
+ * codes become -errno here, through the table the catalog uses too (sqlite_errno.h).
  *
  * Invariant: journal_claim() returns 0 only after the cursor advance is committed
  * (synchronous=NORMAL: survives a killed process; FULL: survives power loss). A claim
@@ -22,6 +22,11 @@
  * memory, which is also what lets it work on network file systems. The price: `zephon
  * journal show` and journal_open_readonly() of a journal that a live mount holds fail
  * with -EBUSY (read the mount's /status instead).
+ *
+ * Files: journal_open.c (opening, validation, migration), journal_policy.c (the resume
+ * rules as pure logic, journal_policy.h), journal_start.c, journal_claim.c (claims,
+ * deliveries, marks, rewinds), journal_history.c (history queries); journal_int.h is
+ * what they share.
  *
  * Thread-safety: every function taking a struct journal may be called from any thread;
  * a mutex serializes them. One writer process per journal file (one file per node).
@@ -211,13 +216,15 @@ struct journal_point {
  * samples:384"); the point's warning, if any, is appended. Returns 0, or -EINVAL
  * (no ranks, a rank >= W, a layout that fails layout_check, step:S unmappable, G0 or the
  * gsn of S0 at or past 2^62; reason in journal_last_error), -EROFS (read-only handle),
- * -EIO. A second journal_start on the same handle starts a new layout (a remount). */
+ * -EIO, -ENOMEM. A second journal_start on the same handle starts a new layout (a
+ * remount). */
 int journal_start(struct journal *j, const struct journal_resume *rule,
 		  const struct rankset *ranks, struct layout *l,
 		  char *applied, size_t applied_len);
 
 /* The resume point `auto` would use now, without starting anything: *samples = G,
- * *step = S. 0, or -ENOENT (no history: G = S = 0), -EIO, -ENOMEM.
+ * *step = S. 0, or -ENOENT (no history: G = S = 0), -EBADMSG (a recorded row is out of
+ * range or a table is not as written: an edited or damaged journal), -EIO, -ENOMEM.
  * journal_resume_point_ex() fills *info (basis, why, warning, the last layout) and
  * returns 0 for an empty history too (basis JOURNAL_POINT_EMPTY). */
 int journal_resume_point(struct journal *j, uint64_t *samples, uint64_t *step);
@@ -233,6 +240,7 @@ int journal_claim(struct journal *j, uint64_t rank, uint64_t step, uint64_t micr
 
 /* Claim whatever the rank's cursor is: *step, *micro receive the claimed position.
  * Errors as journal_claim(). */
+int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *micro);
 
 /*
  * Deliveries. By default a claim counts as delivered when it commits (a caller that
@@ -257,7 +265,6 @@ int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t 
  * (nothing when none changed). 0, -EROFS, -EIO (nothing written; reason in
  * journal_last_error), -ENOMEM. */
 int journal_flush_delivered(struct journal *j);
-int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *micro);
 
 /* The current cursor of a served rank (the next claim). 0 or -EINVAL (not served, or no
  * journal_start yet). */
@@ -280,9 +287,9 @@ void journal_note_reached(struct journal *j, uint64_t step);
 int journal_checkpoint(struct journal *j, uint64_t step);
 
 /* `rewind STEP`: every served rank's cursor and delivered position go to (STEP, 0), in
- * one transaction that also records the cursors it moved from. Same validity range as journal_checkpoint()
- * (ranks behind STEP move forward: the trainer says its model holds every step below
- * STEP). 0, -EINVAL, -EROFS, -EIO (nothing changed). */
+ * one transaction that also records the cursors it moved from. Same validity range as
+ * journal_checkpoint() (ranks behind STEP move forward: the trainer says its model holds
+ * every step below STEP). 0, -EINVAL, -EROFS, -EIO (nothing changed). */
 int journal_rewind(struct journal *j, uint64_t step);
 
 /* `checkpoint samples:G@S`: a checkpoint mark at gsn G numbered step S, for a loader that
@@ -297,19 +304,20 @@ int journal_checkpoint_at(struct journal *j, uint64_t gsn, uint64_t step);
 uint64_t journal_consumed(struct journal *j);
 
 /* The layout history, oldest first. *out is malloc'd (caller frees; NULL when *count is
- * 0); 0, -ENOMEM, -EIO. */
+ * 0); 0, -ENOMEM, -EBADMSG (a damaged journal, as journal_resume_point), -EIO. */
 int journal_layouts(struct journal *j, struct journal_layout **out, size_t *count);
 
 /* The recorded cursors of one layout (by journal_layout.id), by rank. For the current
  * layout they equal journal_cursor(). *out malloc'd; 0, -ENOENT (no such layout),
- * -ENOMEM, -EIO. */
+ * -ENOMEM, -EBADMSG, -EIO. */
 int journal_cursors(struct journal *j, int64_t layout_id,
 		    struct journal_cursor **out, size_t *count);
 
-/* Checkpoint marks and rewinds, oldest first. *out malloc'd; 0, -ENOMEM, -EIO. */
+/* Checkpoint marks and rewinds, oldest first. *out malloc'd; 0, -ENOMEM, -EBADMSG, -EIO. */
 int journal_marks(struct journal *j, struct journal_event **out, size_t *count);
 int journal_rewinds(struct journal *j, struct journal_event **out, size_t *count);
-/* The cursors a rewind (journal_event.id) moved from. 0, -ENOENT, -ENOMEM, -EIO. */
+/* The cursors a rewind (journal_event.id) moved from. 0, -ENOENT, -ENOMEM, -EBADMSG,
+ * -EIO. */
 int journal_rewind_cursors(struct journal *j, int64_t rewind_id,
 			   struct journal_cursor **out, size_t *count);
 

@@ -173,6 +173,77 @@ void layout_advance(const struct layout *l, uint64_t *step, uint64_t *micro)
 	}
 }
 
+int layout_pos_ci(const struct layout *l, uint64_t step, uint64_t micro, uint64_t *ci)
+{
+	uint64_t a = layout_micros(l), v;
+
+	if (step < l->start_step || micro >= a)
+		return -EINVAL;
+	if (__builtin_mul_overflow(step - l->start_step, a, &v) ||
+	    __builtin_add_overflow(v, micro, &v))
+		return -EOVERFLOW;
+	*ci = v;
+	return 0;
+}
+
+void layout_ci_pos(const struct layout *l, uint64_t ci, uint64_t *step, uint64_t *micro)
+{
+	uint64_t a = layout_micros(l);
+
+	if (__builtin_add_overflow(l->start_step, ci / a, step))
+		*step = UINT64_MAX;
+	*micro = ci % a;
+}
+
+int layout_step_in_stream(const struct layout *l, uint64_t limit, uint64_t step)
+{
+	uint64_t g;
+
+	if (layout_step_gsn(l, step, &g))
+		return 0;
+	return g <= limit && l->global_batch <= limit - g;
+}
+
+int layout_at(const struct layout *l, uint64_t gsn, struct layout *out)
+{
+	if (gsn >= ORDER_MAX_GSN || l->global_batch > ORDER_MAX_GSN - gsn)
+		return -EOVERFLOW;
+	*out = *l;
+	out->start_step = 0;
+	out->start_samples = gsn;
+	return 0;
+}
+
+uint64_t layout_done(const struct layout *l, uint64_t delivered_step)
+{
+	return delivered_step > l->start_step ? delivered_step - l->start_step : 0;
+}
+
+uint64_t layout_consumed(const struct layout *l, uint64_t done, uint64_t *step)
+{
+	uint64_t off, g;
+
+	if (l->start_samples >= ORDER_MAX_GSN) {
+		done = 0;
+		g = l->start_samples;
+	} else if (__builtin_mul_overflow(done, l->global_batch, &off) ||
+		   __builtin_add_overflow(off, l->start_samples, &g) || g > ORDER_MAX_GSN) {
+		/* the last whole step below ORDER_MAX_GSN */
+		done = (ORDER_MAX_GSN - l->start_samples) / l->global_batch;
+		g = l->start_samples + done * l->global_batch;
+	}
+	if (step && __builtin_add_overflow(l->start_step, done, step))
+		*step = UINT64_MAX;
+	return g;
+}
+
+uint64_t layout_resume_step(const struct layout *prev, uint64_t global_batch, uint64_t gsn)
+{
+	if (!prev)
+		return gsn / global_batch;
+	return layout_step_of(prev, gsn);
+}
+
 #define WHY(...) (snprintf(why_buf, why_len, __VA_ARGS__), rc = -EINVAL)
 
 static int cmp_u64(const void *a, const void *b)

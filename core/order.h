@@ -83,6 +83,43 @@ uint64_t layout_step_of(const struct layout *l, uint64_t gsn);
 /* Advance a rank cursor (step, micro) past one claim. */
 void layout_advance(const struct layout *l, uint64_t *step, uint64_t *micro);
 
+/* Claim indices. A rank's claims are numbered ci = 0, 1, 2, ... from (S0, 0) in the order
+ * they are handed out: ci = (step - S0) * A + micro. layout_ci_pos() is the inverse of
+ * layout_pos_ci() for every ci.
+ * layout_pos_ci: 0, or -EINVAL (step < S0, micro >= A), -EOVERFLOW (ci past 2^64). */
+int layout_pos_ci(const struct layout *l, uint64_t step, uint64_t micro, uint64_t *ci);
+/* The (step, micro) of claim index ci; step saturates at UINT64_MAX (never reached:
+ * a step past ORDER_MAX_GSN has no gsn). */
+void layout_ci_pos(const struct layout *l, uint64_t ci, uint64_t *step, uint64_t *micro);
+
+/* Is step `step` still in a stream that ends at gsn `limit` (order_limit())? 1 when
+ * step >= S0 and all B samples of it lie below limit, else 0 (a step past the end, a
+ * step before S0, or one whose gsn is past ORDER_MAX_GSN). The stream stops after the
+ * last full step: a step that would cross limit is not in it. */
+int layout_step_in_stream(const struct layout *l, uint64_t limit, uint64_t step);
+
+/* The layout a gsn-addressed read uses: l's W, B and m, with step 0 starting at gsn
+ * (S0 = 0, G0 = gsn), whatever l's own steps are. 0, or -EOVERFLOW (gsn + B past
+ * ORDER_MAX_GSN); *out is set only on success. */
+int layout_at(const struct layout *l, uint64_t gsn, struct layout *out);
+
+/* Steps of layout l that a rank has completed when it delivered every claim before
+ * (delivered_step, 0): delivered_step - S0, or 0 when delivered_step < S0. */
+uint64_t layout_done(const struct layout *l, uint64_t delivered_step);
+
+/* consumed_samples after `done` whole steps of l: G0 + done * B, the gsn below which
+ * every sample of those steps lies; *step (may be NULL) receives S0 + done, the step
+ * that starts there. Saturates at ORDER_MAX_GSN (and *step at the step that reaches
+ * it) rather than wrapping. A job's consumed_samples is this of the minimum of
+ * layout_done() over its ranks. */
+uint64_t layout_consumed(const struct layout *l, uint64_t done, uint64_t *step);
+
+/* S0 for a layout that starts at gsn (`resume=samples:G`), numbered by the history:
+ * with prev (the latest earlier layout whose G0 <= gsn) prev's step that contains gsn,
+ * S0' + (gsn - G0') / B' (rounded down when gsn is inside a step of prev); without one
+ * (prev NULL) gsn / global_batch. global_batch >= 1; prev->start_samples <= gsn. */
+uint64_t layout_resume_step(const struct layout *prev, uint64_t global_batch, uint64_t gsn);
+
 /* A set of ranks, sorted, unique, each < W. */
 struct rankset {
 	uint64_t *ranks;

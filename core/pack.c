@@ -720,6 +720,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set(c, "dtype", dataset_dtype_name(p->dtype));
 		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
+		if (p->o->have_eod_token)
+			rc |= catalog_meta_set_u64(c, "eod_token", p->o->eod_token);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
 	}
 	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
@@ -880,6 +882,9 @@ static int plan(struct packer *p, enum source_format *formats)
 			    o->inputs[0], dataset_content_name(p->content));
 	if (o->overlap > 1)
 		return fail(p, -EINVAL, "--overlap %" PRIu64 ": give 0 or 1", o->overlap);
+	if (p->kind != DATASET_TOKENS && o->have_eod_token)
+		return fail(p, -EINVAL, "--eod-token applies to token inputs only (%s holds %s)",
+			    o->inputs[0], dataset_content_name(p->content));
 	if (p->kind == DATASET_TOKENS && o->seq_len > SAMPLE_MAX_BYTES / 4)
 		return fail(p, -EINVAL, "--seq-len %" PRIu64 " is too large", o->seq_len);
 	if (o->compress && (o->level < ZSTD_minCLevel() || o->level > ZSTD_maxCLevel()))
@@ -1154,6 +1159,8 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 	so.defer_checks = 1;
 	so.have_dtype = p.have_dtype;
 	so.dtype = p.dtype;
+	so.have_eod_token = o->have_eod_token;
+	so.eod_token = o->eod_token;
 	so.notice = o->notice;
 	so.ctx = o->ctx;
 	p.prog.inputs = p.nsources;

@@ -68,6 +68,9 @@ struct pack_opts {
 	uint64_t seq_len;            /* --seq-len (tokens) */
 	uint64_t overlap;            /* --overlap: 0, or 1 for windows of seq_len + 1 tokens
 	                              * whose last token starts the next window */
+	int have_eod_token;          /* --eod-token given */
+	uint64_t eod_token;          /* --eod-token: appended after every document (see
+	                              * source_opts); must fit the tokens' dtype */
 	int compress;                /* 1 zstd, 0 none */
 	int level;
 	int no_dict;

@@ -312,24 +312,26 @@ static void reader_put(struct server *s, struct sample_reader *r)
 	pthread_mutex_unlock(&s->readers.lock);
 }
 
-static void ci_to_cursor(const struct server *s, uint64_t ci, uint64_t *step, uint64_t *micro)
-{
-	uint64_t a = layout_micros(&s->cfg.layout);
-
-	*step = s->cfg.layout.start_step + ci / a;
-	*micro = ci % a;
-}
-
-/* Does claim index ci lie past the end of the stream? The stream stops after the last
- * full step within epochs * N samples. */
+/* Does claim index ci lie past the end of the stream (epochs=E)? */
 static int past_end(const struct server *s, uint64_t ci)
 {
-	uint64_t step, micro, g;
+	uint64_t step, micro;
 
-	ci_to_cursor(s, ci, &step, &micro);
-	if (layout_step_gsn(&s->cfg.layout, step, &g))
-		return 1;
-	return g > s->limit || s->cfg.layout.global_batch > s->limit - g;
+	layout_ci_pos(&s->cfg.layout, ci, &step, &micro);
+	return !layout_step_in_stream(&s->cfg.layout, s->limit, step);
+}
+
+/* The claim index of the rank's cursor as the journal, which owns it (serve.h), has it;
+ * rs->ci when there is no journal. Takes the journal's lock: never call it with
+ * view_lock held (view_lock's readers must not wait for a commit). */
+static uint64_t journal_ci(struct server *s, const struct rank_state *rs)
+{
+	uint64_t step, micro, ci;
+
+	if (s->journal && journal_cursor(s->journal, rs->rank, &step, &micro) == 0 &&
+	    layout_pos_ci(&s->cfg.layout, step, micro, &ci) == 0)
+		return ci;
+	return rs->ci;
 }
 
 static struct buf pool_take(struct server *s)
@@ -364,7 +366,7 @@ static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, ui
 
 	if (!r)
 		return -ENOMEM;
-	ci_to_cursor(s, ci, &step, &micro);
+	layout_ci_pos(&s->cfg.layout, ci, &step, &micro);
 	if (batch_views_possible(s->info, s->cfg.format)) {
 		rc = build_batch(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
 				 rank, step, micro, 1, 1, (struct buf)BUF_INIT, out, bad_id);
@@ -553,13 +555,7 @@ int server_new(const struct dataset *ds, const struct serve_config *cfg,
 				goto err_free;
 		}
 		s->nranks++;
-		if (j) { /* the journal knows where each rank stands (normally at S0) */
-			uint64_t step, micro;
-
-			if (journal_cursor(j, rs->rank, &step, &micro) == 0 &&
-			    step >= cfg->layout.start_step)
-				rs->ci = (step - cfg->layout.start_step) * layout_micros(&cfg->layout) + micro;
-		}
+		rs->ci = journal_ci(s, rs); /* normally S0: where journal_start put it */
 		delivery_init(&rs->dv, rs->ci);
 	}
 	if (j) /* the mount reports deliveries (server_delivered) */
@@ -776,12 +772,11 @@ static void count_claim(struct server *s, int rc, double t0, double journal_s,
 int server_delivered(struct server *s, const struct batch *b)
 {
 	struct rank_state *rs = find_rank(s, b->rank);
-	uint64_t a = layout_micros(&s->cfg.layout), ci, before = 0, after = 0;
+	uint64_t ci, before = 0, after = 0;
 	int rc = 0;
 
-	if (!rs || b->step < s->cfg.layout.start_step || b->micros != 1)
+	if (!rs || b->micros != 1 || layout_pos_ci(&s->cfg.layout, b->step, b->micro, &ci))
 		return -EINVAL;
-	ci = (b->step - s->cfg.layout.start_step) * a + b->micro;
 	pthread_mutex_lock(&rs->view_lock);
 	if (b->generation == rs->generation && ci < rs->ci) {
 		before = rs->dv.prefix;
@@ -790,7 +785,7 @@ int server_delivered(struct server *s, const struct batch *b)
 		if (after != before && s->journal) {
 			uint64_t step, micro;
 
-			ci_to_cursor(s, after, &step, &micro);
+			layout_ci_pos(&s->cfg.layout, after, &step, &micro);
 			journal_delivered(s->journal, rs->rank, step, micro);
 		}
 	}
@@ -992,7 +987,7 @@ int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **o
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len)
 {
 	const struct layout *l = &s->cfg.layout;
-	uint64_t gsn, count = l->global_batch / l->world_size, total = 0, part, n;
+	uint64_t gsn, count = layout_share(l), total = 0, part, n;
 	uint64_t ids[1024];
 	struct sample_reader *r;
 	int rc = step_servable(s, rank, step);
@@ -1072,7 +1067,7 @@ int server_rank_state(struct server *s, uint64_t rank, uint64_t *cursor_step,
 	if (!rs)
 		return -ENOENT;
 	pthread_mutex_lock(&rs->view_lock);
-	ci_to_cursor(s, rs->ci, cursor_step, cursor_micro);
+	layout_ci_pos(&s->cfg.layout, rs->ci, cursor_step, cursor_micro);
 	*last = rs->last;
 	last->ids = NULL;
 	if (rs->last.valid && rs->last.count) {
@@ -1110,7 +1105,6 @@ int server_checkpoint(struct server *s, uint64_t step)
 
 int server_rewind(struct server *s, uint64_t step)
 {
-	uint64_t a = layout_micros(&s->cfg.layout);
 	double t0 = now_s();
 	char why[256];
 	int rc;
@@ -1129,9 +1123,10 @@ int server_rewind(struct server *s, uint64_t step)
 	if (!rc) {
 		for (size_t i = 0; i < s->nranks; i++) {
 			struct rank_state *rs = &s->rs[i];
+			uint64_t ci = journal_ci(s, rs); /* (step, 0) */
 
 			pthread_mutex_lock(&rs->view_lock);
-			rs->ci = (step - s->cfg.layout.start_step) * a;
+			rs->ci = ci;
 			rs->generation++;
 			delivery_reset(&rs->dv, rs->ci);
 			pthread_mutex_unlock(&rs->view_lock);
@@ -1156,15 +1151,17 @@ int server_rewind(struct server *s, uint64_t step)
 
 uint64_t server_consumed(struct server *s)
 {
-	uint64_t a = layout_micros(&s->cfg.layout), min_steps = UINT64_MAX;
+	uint64_t prefix = UINT64_MAX, step, micro;
 
 	for (size_t i = 0; i < s->nranks; i++) {
 		pthread_mutex_lock(&s->rs[i].view_lock);
-		if (s->rs[i].dv.prefix / a < min_steps)
-			min_steps = s->rs[i].dv.prefix / a;
+		if (s->rs[i].dv.prefix < prefix)
+			prefix = s->rs[i].dv.prefix;
 		pthread_mutex_unlock(&s->rs[i].view_lock);
 	}
-	return s->cfg.layout.start_samples + min_steps * s->cfg.layout.global_batch;
+	/* the slowest rank's delivered prefix: its whole steps are the job's */
+	layout_ci_pos(&s->cfg.layout, prefix, &step, &micro);
+	return layout_consumed(&s->cfg.layout, layout_done(&s->cfg.layout, step), NULL);
 }
 
 double server_journal_wait(struct server *s)
@@ -1197,12 +1194,7 @@ static int at_layout(struct server *s, uint64_t rank, uint64_t gsn, struct layou
 {
 	if (!find_rank(s, rank))
 		return -ENOENT;
-	*l = s->cfg.layout;
-	l->start_step = 0;
-	l->start_samples = gsn;
-	if (gsn >= ORDER_MAX_GSN || l->global_batch > ORDER_MAX_GSN - gsn)
-		return -EOVERFLOW;
-	return 0;
+	return layout_at(&s->cfg.layout, gsn, l);
 }
 
 int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
@@ -1239,7 +1231,7 @@ int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)
 	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
 		return -ENOTSUP;
 	return batch_encoded_len(NULL, s->info, s->cfg.format, NULL,
-				 l.global_batch / l.world_size, len);
+				 layout_share(&l), len);
 }
 
 int server_checkpoint_at(struct server *s, uint64_t gsn, uint64_t step)

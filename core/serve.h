@@ -14,6 +14,13 @@
  *    (server_consumed, the journal's resume point) only when every claim of it was
  *    delivered.
  *
+ * The cursor's owner is the journal: journal_claim() is the compare-and-advance that
+ * decides which claim is next, and journal_rewind() moves it. The server keeps a copy
+ * (a claim index, layout_pos_ci()) that it reads from the journal at server_new() and
+ * after each rewind, and advances with each committed claim, so that /status and the
+ * prefetch ring never wait for the journal's lock (held during commits). Without a
+ * journal (tests) the copy is the only cursor.
+ *
  * Invariants: a rank's cursor advances only after the journal committed the claim; two
  * concurrent claims of one rank get consecutive, distinct micro-batches (a per-rank
  * mutex orders them); a batch that failed to decode or to be journaled is never handed

@@ -203,9 +203,30 @@ int source_id_same(const struct source_id *a, const struct source_id *b)
 	       a->bin_ino == b->bin_ino;
 }
 
+/* s->eod: opts->eod_token as one little-endian token of s->dtype, or -EINVAL when the
+ * id does not fit that dtype. */
+static int eod_encode(struct source *s)
+{
+	static const uint64_t max[] = { UINT8_MAX, UINT16_MAX, UINT32_MAX, INT32_MAX };
+	static const unsigned size[] = { 1, 2, 4, 4 };
+	uint64_t id = s->opts->eod_token;
+
+	if (id > max[s->dtype])
+		return source_error(s, -EINVAL, "%s: --eod-token %ju does not fit its %s tokens "
+				    "(ids 0 to %ju); pass the tokenizer's end-of-document id",
+				    s->path, (uintmax_t)id, dataset_dtype_name(s->dtype),
+				    (uintmax_t)max[s->dtype]);
+	for (unsigned i = 0; i < size[s->dtype]; i++)
+		s->eod[i] = (uint8_t)(id >> (8 * i));
+	s->eod_len = size[s->dtype];
+	return 0;
+}
+
 int source_open(struct source *s, const struct source_ops *ops, const char *path,
 		const struct source_opts *o)
 {
+	int rc;
+
 	memset(s, 0, sizeof(*s));
 	s->ops = ops;
 	s->opts = o;
@@ -216,7 +237,17 @@ int source_open(struct source *s, const struct source_ops *ops, const char *path
 		return -ENOMEM;
 	}
 	XXH3_128bits_reset(s->hash);
-	return ops->open(s);
+	rc = ops->open(s);
+	if (!rc && s->content == CONTENT_TOKENS && o->have_eod_token)
+		rc = eod_encode(s);
+	return rc;
+}
+
+int source_put_eod(struct source *s, struct buf *out)
+{
+	if (!s->eod_len)
+		return 0;
+	return buf_append(out, s->eod, s->eod_len) ? -ENOMEM : 1;
 }
 
 int source_next(struct source *s, struct buf *out)

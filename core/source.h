@@ -60,6 +60,12 @@ struct source_opts {
 	                          * path:record_line in its messages */
 	int have_dtype;          /* dtype of raw .bin input given */
 	enum token_dtype dtype;
+	/* Token inputs: append eod_token after every document, as Megatron's
+	 * preprocess_data.py --append-eod does. A Megatron input's documents are those of
+	 * its .idx document index; a .bin or .npy input is one document. source_open()
+	 * refuses (-EINVAL) an id that does not fit the input's dtype. */
+	int have_eod_token;
+	uint64_t eod_token;
 	/* Called with one line for each skipped record or file; may be NULL. */
 	void (*notice)(void *ctx, const char *msg);
 	void *ctx;
@@ -90,6 +96,8 @@ struct source {
 	XXH3_state_t *hash;      /* checksum of every input byte read (made by source_open) */
 	char err[768];
 	void *priv;
+	uint8_t eod[4];          /* the end-of-document token as stored (little-endian) */
+	unsigned eod_len;        /* its bytes; 0 without opts->have_eod_token */
 };
 
 extern const struct source_ops source_jsonl_ops;
@@ -180,6 +188,10 @@ int source_next(struct source *s, struct buf *out);
 void source_checksum(struct source *s, char hex[33]);
 void source_close(struct source *s);
 
+/* Append the end-of-document token to out when the source has one (a token source
+ * calls it where a document ends). 1 appended, 0 none to append, -ENOMEM. */
+int source_put_eod(struct source *s, struct buf *out);
+
 /* Put a formatted message into s->err; returns rc (for `return source_error(...)`). */
 int source_error(struct source *s, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -214,6 +226,9 @@ struct megatron_idx {
 	uint64_t documents;
 	const uint8_t *sizes;    /* sequences x int32 token counts, into the caller's bytes */
 	const uint8_t *pointers; /* sequences x int64 byte offsets into .bin */
+	const uint8_t *doc_index; /* documents x int64: the sequence where each document
+	                          * starts, then the sequence count (untrusted: not checked
+	                          * here) */
 	uint64_t tokens;         /* sum of sizes */
 };
 /* Parse a Megatron-LM .idx (megatron/core/datasets/indexed_dataset.py, _INDEX_HEADER

@@ -14,6 +14,7 @@
 struct bin_src {
 	int fd;
 	unsigned itemsize;
+	int ended;               /* the end of the file, one document, was reached */
 };
 
 static const unsigned itemsizes[] = { 1, 2, 4, 4 };
@@ -72,8 +73,12 @@ static int bin_next(struct source *s, struct buf *out)
 	size_t want = left < BIN_CHUNK ? (size_t)left : BIN_CHUNK;
 	int rc;
 
-	if (want == 0)
-		return 0;
+	if (want == 0) {
+		if (b->ended)
+			return 0;
+		b->ended = 1;
+		return source_put_eod(s, out);
+	}
 	rc = buf_reserve(out, want);
 	if (!rc)
 		rc = source_read_chunk(s, b->fd, s->path, s->bytes_read, want, out);

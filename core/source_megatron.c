@@ -86,6 +86,7 @@ int megatron_idx_parse(const uint8_t *p, size_t len, uint64_t bin_size,
 	}
 	m.sizes = p + MEG_HEADER_LEN;
 	m.pointers = m.sizes + m.sequences * 4;
+	m.doc_index = m.pointers + m.sequences * 8;
 	for (uint64_t i = 0; i < m.sequences; i++) {
 		uint32_t n = rd32(m.sizes + i * 4);
 		uint64_t ptr = rd64(m.pointers + i * 8);
@@ -110,6 +111,8 @@ struct meg_src {
 	struct megatron_idx m;
 	uint64_t seq;            /* current sequence */
 	uint64_t done;           /* bytes of it emitted */
+	uint64_t doc;            /* next document index entry to look at (--eod-token) */
+	uint64_t doc_start;      /* the last entry looked at */
 };
 
 static void meg_close(struct source *s)
@@ -275,6 +278,36 @@ out:
 	return rc;
 }
 
+/* 1 when a document ends where sequence k starts (k is in the document index, or is the
+ * sequence count), 0 when not, -EBADMSG or -EIO (s->err set). Called with k rising; an
+ * entry repeated (an empty document) ends one document only. */
+static int meg_doc_ends_at(struct source *s, struct meg_src *g, uint64_t k)
+{
+	uint8_t b[8];
+	int ends = k == g->m.sequences;
+
+	for (; g->doc < g->m.documents; g->doc++) {
+		uint64_t v;
+
+		if (guard_copy(b, g->m.doc_index + g->doc * 8, 8))
+			return source_error(s, -EIO, "%s: the .idx beside it can no longer be read "
+					    "(truncated while it was packed, or its disk "
+					    "failed); pack it again", g->bin_path);
+		v = rd64(b);
+		if (v < g->doc_start || v > g->m.sequences)
+			return source_error(s, -EBADMSG, "%s: document %ju of the .idx starts at "
+					    "sequence %ju, outside %ju..%ju: the document index is "
+					    "corrupt (pack without --eod-token to ignore it)",
+					    g->bin_path, (uintmax_t)g->doc, (uintmax_t)v,
+					    (uintmax_t)g->doc_start, (uintmax_t)g->m.sequences);
+		g->doc_start = v;
+		if (v > k)
+			break;
+		ends |= v == k;
+	}
+	return ends;
+}
+
 static int meg_next(struct source *s, struct buf *out)
 {
 	struct meg_src *g = s->priv;
@@ -292,6 +325,11 @@ static int meg_next(struct source *s, struct buf *out)
 			break;
 		g->seq++;
 		g->done = 0;
+		if (s->eod_len) {  /* --eod-token: after each document's last sequence */
+			rc = meg_doc_ends_at(s, g, g->seq);
+			if (rc)
+				return rc < 0 ? rc : source_put_eod(s, out);
+		}
 	}
 	if (guard_copy(p, g->m.pointers + g->seq * 8, 8))
 		goto cut;

@@ -248,6 +248,7 @@ struct npy_src {
 	uint64_t data_offset;
 	uint64_t data_end;
 	uint64_t pos;
+	int ended;               /* the end of the file, one document, was reached */
 };
 
 static void npy_close(struct source *s)
@@ -327,8 +328,12 @@ static int npy_next(struct source *s, struct buf *out)
 	uint8_t *dst;
 	int rc;
 
-	if (want == 0)
-		return 0;
+	if (want == 0) {
+		if (n->ended)
+			return 0;
+		n->ended = 1;
+		return source_put_eod(s, out);
+	}
 	rc = buf_reserve(out, want);
 	if (rc)
 		return rc;

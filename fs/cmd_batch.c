@@ -49,7 +49,15 @@ static int parse_u64_arg(const char *name, const char *s, uint64_t *out)
 	return 0;
 }
 
-int cmd_batch(int argc, char **argv)
+/* What the command line asks for, beside the mount options. */
+struct batch_args {
+	uint64_t rank, step, micro, start_step;
+	int have_rank, have_step, have_micro, have_start;
+};
+
+/* Parse argv into args (the mount options, for mount_options_parse) and *a. 0 to go on,
+ * 1 when --help was printed, -1 after a message (a bad option). */
+static int parse_args(int argc, char **argv, struct fuse_args *args, struct batch_args *a)
 {
 	static const struct option longopts[] = {
 		{ "rank", required_argument, NULL, 'r' },
@@ -59,135 +67,136 @@ int cmd_batch(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct mount_options o = { .batch_mode = 1 };
-	struct mount_config cfg;
-	struct dataset *ds = NULL;
-	struct sample_reader *r = NULL;
-	struct batch *b = NULL;
-	struct order ord;
-	uint64_t rank = 0, step = 0, micro = 0, start_step = 0, bad = 0;
-	int have_rank = 0, have_step = 0, have_micro = 0, have_start = 0, c, status = 2, rc;
-	char why[512];
+	int c;
 
-	fuse_opt_add_arg(&args, "zephon-batch");
+	fuse_opt_add_arg(args, "zephon-batch");
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o':
-			fuse_opt_add_arg(&args, "-o");
-			fuse_opt_add_arg(&args, optarg);
+			fuse_opt_add_arg(args, "-o");
+			fuse_opt_add_arg(args, optarg);
 			break;
 		case 'r':
-			if (parse_u64_arg("--rank", optarg, &rank))
-				goto out;
-			have_rank = 1;
+			if (parse_u64_arg("--rank", optarg, &a->rank))
+				return -1;
+			a->have_rank = 1;
 			break;
 		case 't':
-			if (parse_u64_arg("--step", optarg, &step))
-				goto out;
-			have_step = 1;
+			if (parse_u64_arg("--step", optarg, &a->step))
+				return -1;
+			a->have_step = 1;
 			break;
 		case 'k':
-			if (parse_u64_arg("--micro", optarg, &micro))
-				goto out;
-			have_micro = 1;
+			if (parse_u64_arg("--micro", optarg, &a->micro))
+				return -1;
+			a->have_micro = 1;
 			break;
 		case 'S':
-			if (parse_u64_arg("--start-step", optarg, &start_step))
-				goto out;
-			have_start = 1;
+			if (parse_u64_arg("--start-step", optarg, &a->start_step))
+				return -1;
+			a->have_start = 1;
 			break;
 		case 'h':
 			batch_usage(stdout);
-			status = 0;
-			goto out;
+			return 1;
 		default:
 			die_msg("batch: unknown or incomplete option '%s'; see zephon batch --help",
 				argv[optind - 1]);
-			goto out;
+			return -1;
 		}
 	}
 	for (; optind < argc; optind++)
-		fuse_opt_add_arg(&args, argv[optind]);
-	if (mount_options_parse(&args, &o)) {
-		if (o.bad_option)
-			die_msg("batch: unknown option '%s'; see zephon batch --help", o.bad_option);
-		goto out;
-	}
-	if (!o.dataset || o.extra_nonopt || !have_rank || !have_step) {
-		die_msg("batch: give DATASET, --rank and --step; see zephon batch --help");
-		goto out;
-	}
-	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
-		die_msg("batch: invalid options: %s", why);
-		goto out;
-	}
-	if (cfg.resume.rule == RESUME_STEP || (o.resume && cfg.resume.rule == RESUME_AUTO)) {
+		fuse_opt_add_arg(args, argv[optind]);
+	return 0;
+}
+
+/* S0 and G0 of cfg->layout from the resume rule (no journal: only samples:G[@S] and
+ * fresh can be resolved), checked, and the claim of *a inside it. 0, or -1 after a
+ * message (invalid options). */
+static int resolve_layout(const struct mount_options *o, struct mount_config *cfg,
+			  const struct batch_args *a)
+{
+	char why[512];
+
+	if (cfg->resume.rule == RESUME_STEP || (o->resume && cfg->resume.rule == RESUME_AUTO)) {
 		/* Where these start depends on a journal's history: computing without it would
 		 * print another layout's bytes. */
 		die_msg("batch: resume=%s needs the journal's history, and zephon batch reads no "
 			"journal: pass resume=samples:G@S (what zephon journal resume-point prints, "
-			"or start_samples@start_step from the mount's /status)", o.resume);
-		goto out_cfg;
+			"or start_samples@start_step from the mount's /status)", o->resume);
+		return -1;
 	}
-	if (cfg.resume.rule == RESUME_SAMPLES) {
-		cfg.layout.start_samples = cfg.resume.value;
-		if (cfg.resume.has_step && have_start && cfg.resume.step != start_step) {
+	if (cfg->resume.rule == RESUME_SAMPLES) {
+		cfg->layout.start_samples = cfg->resume.value;
+		if (cfg->resume.has_step && a->have_start && cfg->resume.step != a->start_step) {
 			die_msg("batch: resume=samples:G@S and --start-step disagree on the step number");
-			goto out_cfg;
+			return -1;
 		}
-		cfg.layout.start_step = cfg.resume.has_step ? cfg.resume.step :
-					have_start ? start_step :
-					cfg.resume.value / cfg.layout.global_batch;
-	} else if (have_start) {
+		cfg->layout.start_step = cfg->resume.has_step ? cfg->resume.step :
+					 a->have_start ? a->start_step :
+					 layout_resume_step(NULL, cfg->layout.global_batch,
+							    cfg->resume.value);
+	} else if (a->have_start) {
 		die_msg("batch: --start-step goes with -o resume=samples:G");
-		goto out_cfg;
+		return -1;
 	}
-	if (layout_check(&cfg.layout, why, sizeof(why))) {
+	if (layout_check(&cfg->layout, why, sizeof(why))) {
 		die_msg("batch: invalid options: %s", why);
-		goto out_cfg;
+		return -1;
 	}
-	if (rank >= cfg.layout.world_size || step < cfg.layout.start_step ||
-	    (have_micro && micro >= layout_micros(&cfg.layout))) {
+	if (a->rank >= cfg->layout.world_size || a->step < cfg->layout.start_step ||
+	    (a->have_micro && a->micro >= layout_micros(&cfg->layout))) {
 		die_msg("batch: rank %" PRIu64 " step %" PRIu64 " micro %" PRIu64 " is outside the "
 			"layout (world_size %" PRIu64 ", start step %" PRIu64 ", %" PRIu64
-			" micro-batch%s per step)", rank, step, micro, cfg.layout.world_size,
-			cfg.layout.start_step, layout_micros(&cfg.layout),
-			layout_micros(&cfg.layout) == 1 ? "" : "es");
-		goto out_cfg;
+			" micro-batch%s per step)", a->rank, a->step, a->micro, cfg->layout.world_size,
+			cfg->layout.start_step, layout_micros(&cfg->layout),
+			layout_micros(&cfg->layout) == 1 ? "" : "es");
+		return -1;
 	}
-	status = 1;
-	if (dataset_open(o.dataset, &ds, why, sizeof(why))) {
-		die_msg("batch: cannot open dataset %s: %s", o.dataset, why);
-		goto out_cfg;
+	return 0;
+}
+
+/* Open the dataset, build the claim of *a and write its bytes to stdout. The exit
+ * status: 0, 1 (the dataset, the build or stdout failed), 2 (the options do not fit
+ * the dataset). */
+static int write_batch(const struct mount_options *o, struct mount_config *cfg,
+		       const struct batch_args *a)
+{
+	struct dataset *ds = NULL;
+	struct sample_reader *r = NULL;
+	struct batch *b = NULL;
+	struct order ord;
+	uint64_t bad = 0, a_micros = layout_micros(&cfg->layout);
+	char why[512];
+	int status = 1, rc;
+
+	if (dataset_open(o->dataset, &ds, why, sizeof(why))) {
+		die_msg("batch: cannot open dataset %s: %s", o->dataset, why);
+		return 1;
 	}
-	if (mount_config_check_dataset(&cfg, ds, why, sizeof(why))) {
+	if (mount_config_check_dataset(cfg, ds, why, sizeof(why))) {
 		die_msg("batch: invalid options: %s", why);
 		status = 2;
 		goto out_ds;
 	}
-	order_init(&ord, dataset_info(ds)->samples, cfg.seed, cfg.shuffle);
-	if (cfg.epochs) {
-		uint64_t g, limit = order_limit(&ord, cfg.epochs);
-
-		if (layout_step_gsn(&cfg.layout, step, &g) || g > limit ||
-		    cfg.layout.global_batch > limit - g) {
-			die_msg("batch: step %" PRIu64 " lies past the end of the stream (epochs=%" PRIu64
-				"); the mount answers ENODATA", step, cfg.epochs);
-			goto out_ds;
-		}
+	order_init(&ord, dataset_info(ds)->samples, cfg->seed, cfg->shuffle);
+	if (cfg->epochs &&
+	    !layout_step_in_stream(&cfg->layout, order_limit(&ord, cfg->epochs), a->step)) {
+		die_msg("batch: step %" PRIu64 " lies past the end of the stream (epochs=%" PRIu64
+			"); the mount answers ENODATA", a->step, cfg->epochs);
+		goto out_ds;
 	}
 	r = sample_reader_new(ds);
 	if (!r) {
 		die_msg("batch: out of memory");
 		goto out_ds;
 	}
-	rc = serve_build(r, dataset_info(ds), &ord, &cfg.layout, cfg.format, rank, step,
-			 have_micro ? micro : 0, have_micro ? 1 : layout_micros(&cfg.layout), &b, &bad);
+	rc = serve_build(r, dataset_info(ds), &ord, &cfg->layout, cfg->format, a->rank, a->step,
+			 a->have_micro ? a->micro : 0, a->have_micro ? 1 : a_micros, &b, &bad);
 	if (rc == -EIO) {
 		die_msg("batch: sample %" PRIu64 " in %s failed its checksum; run zephon verify %s",
-			bad, dataset_shard_name(ds, bad) ? dataset_shard_name(ds, bad) : "?", o.dataset);
+			bad, dataset_shard_name(ds, bad) ? dataset_shard_name(ds, bad) : "?", o->dataset);
 	} else if (rc) {
 		die_msg("batch: cannot build the batch: %s", strerror(-rc));
 	} else if (fwrite(b->data.data, 1, b->data.len, stdout) != b->data.len || fflush(stdout)) {
@@ -199,7 +208,38 @@ int cmd_batch(int argc, char **argv)
 	sample_reader_free(r);
 out_ds:
 	dataset_close(ds);
-out_cfg:
+	return status;
+}
+
+int cmd_batch(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct mount_options o = { .batch_mode = 1 };
+	struct mount_config cfg;
+	struct batch_args a = { 0 };
+	char why[512];
+	int status = 2, rc;
+
+	rc = parse_args(argc, argv, &args, &a);
+	if (rc) {
+		status = rc > 0 ? 0 : 2;
+		goto out;
+	}
+	if (mount_options_parse(&args, &o)) {
+		if (o.bad_option)
+			die_msg("batch: unknown option '%s'; see zephon batch --help", o.bad_option);
+		goto out;
+	}
+	if (!o.dataset || o.extra_nonopt || !a.have_rank || !a.have_step) {
+		die_msg("batch: give DATASET, --rank and --step; see zephon batch --help");
+		goto out;
+	}
+	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
+		die_msg("batch: invalid options: %s", why);
+		goto out;
+	}
+	if (!resolve_layout(&o, &cfg, &a))
+		status = write_batch(&o, &cfg, &a);
 	mount_config_release(&cfg);
 out:
 	mount_options_release(&o);

@@ -62,6 +62,8 @@ static int print_json(const struct dataset *ds)
 			    json_null());
 	json_object_set_new(o, "overlap", tokens ? json_integer((json_int_t)in->overlap) :
 			    json_null());
+	json_object_set_new(o, "eod_token", tokens && in->have_eod_token ?
+			    json_integer((json_int_t)in->eod_token) : json_null());
 	json_object_set_new(o, "remainder_tokens", tokens ?
 			    json_integer((json_int_t)meta_u64(c, "remainder_tokens")) : json_null());
 	json_object_set_new(o, "record_ext", in->content == CONTENT_TEXT ?
@@ -109,6 +111,10 @@ static void print_table(const struct dataset *ds)
 		if (in->overlap)
 			printf("overlap       1 token: windows of --seq-len %" PRIu64 " + 1, the last "
 			       "token of each the first of the next\n", in->seq_len - 1);
+		if (in->have_eod_token)
+			printf("eod_token     %" PRIu32 ", after every document\n", in->eod_token);
+		else
+			printf("eod_token     none (no end-of-document token appended)\n");
 		printf("remainder     %" PRIu64 " tokens dropped at the end\n",
 		       meta_u64(c, "remainder_tokens"));
 	}

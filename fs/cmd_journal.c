@@ -90,18 +90,18 @@ static json_t *jint(uint64_t v)
 	return json_integer((json_int_t)v); /* steps and gsns stay below 2^62 */
 }
 
-/* consumed_samples of a layout from its recorded cursors: G0 + min delivered steps * B. */
+/* consumed_samples of a layout from its recorded cursors: the slowest rank's delivered
+ * steps (G0 with no cursor). */
 static uint64_t consumed_of(const struct layout *l, const struct journal_cursor *cs, size_t n)
 {
 	uint64_t minc = UINT64_MAX;
 
 	for (size_t i = 0; i < n; i++) {
-		uint64_t c = cs[i].delivered_step > l->start_step ?
-			     cs[i].delivered_step - l->start_step : 0;
+		uint64_t c = layout_done(l, cs[i].delivered_step);
 
 		minc = c < minc ? c : minc;
 	}
-	return n ? l->start_samples + minc * l->global_batch : l->start_samples;
+	return layout_consumed(l, n ? minc : 0, NULL);
 }
 
 /* A cursor's position, or its delivered position. */

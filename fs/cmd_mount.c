@@ -176,12 +176,15 @@ static int check_mountpoint(const char *mp)
 {
 	struct statfs sfs;
 	struct stat st;
+	int e;
 
 	if (is_mounted(mp) && statfs(mp, &sfs) == 0) {
 		die_msg("%s is already mounted; unmount it first (fusermount3 -u %s)", mp, mp);
 		return -1;
 	}
-	if (stat(mp, &st) == 0 && !is_mounted(mp)) {
+	/* stat's errno, kept before is_mounted() reads /proc (which may change errno) */
+	e = stat(mp, &st) == 0 ? 0 : errno;
+	if (!e && !is_mounted(mp)) {
 		if (!S_ISDIR(st.st_mode)) {
 			die_msg("mountpoint %s is not a directory", mp);
 			return -1;
@@ -189,7 +192,8 @@ static int check_mountpoint(const char *mp)
 		return 0;
 	}
 	if (!is_mounted(mp)) {
-		die_msg("cannot use mountpoint %s: %s", mp, strerror(errno));
+		die_msg("cannot use mountpoint %s: %s", mp, e ? strerror(e) :
+			"it was unmounted while being checked; try again");
 		return -1;
 	}
 	/* A FUSE mount whose daemon is gone: detach it, as `fusermount3 -uz` would. */
@@ -238,6 +242,24 @@ static int start_journal(struct zfs *z, const struct journal_ident *ident)
 		zfs_log(LOG_WARNING, "status will list no layouts: %s", *err ? err : strerror(-rc));
 	}
 	return 0;
+}
+
+/* A finite stream (epochs=E) that is already over at the layout's start: say so before
+ * serving. */
+static void warn_if_stream_over(const struct mount_config *cfg, const struct dataset_info *info)
+{
+	struct order ord;
+	uint64_t limit;
+
+	if (!cfg->epochs)
+		return;
+	order_init(&ord, info->samples, cfg->seed, cfg->shuffle);
+	limit = order_limit(&ord, cfg->epochs);
+	if (!layout_step_in_stream(&cfg->layout, limit, cfg->layout.start_step))
+		zfs_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
+			", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
+			": no full step is left, every open of next will fail with ENODATA",
+			cfg->epochs, limit, cfg->layout.start_samples, cfg->layout.global_batch);
 }
 
 /*
@@ -564,6 +586,55 @@ static int serve(struct zfs *z, struct fuse_session *se, const struct mount_opti
 	return rc < 0 ? 1 : 0;
 }
 
+/* The command line into *o: 0 to mount, 1 when --help or --version was answered, -1
+ * after a message (exit status 2). */
+static int parse_command_line(struct fuse_args *args, struct mount_options *o)
+{
+	if (mount_options_parse(args, o)) {
+		if (o->bad_option && strpbrk(o->bad_option, " \t\n\r\v\f"))
+			die_msg("unknown mount option '%s': it holds a space; write NAME=VALUE "
+				"options separated by commas alone", o->bad_option);
+		else if (o->bad_option)
+			die_msg("unknown mount option '%s'; see zephon mount --help", o->bad_option);
+		return -1;
+	}
+	if (o->show_help) {
+		mount_usage(stdout);
+		return 1;
+	}
+	if (o->show_version) {
+		printf("zephon %s (libfuse %s)\n", ZEPHON_VERSION, fuse_pkgversion());
+		return 1;
+	}
+	if (!o->dataset || !o->mountpoint || o->extra_nonopt) {
+		die_msg(o->extra_nonopt ? "mount takes two arguments, DATASET and MOUNTPOINT, and "
+			"-o OPTIONS; see zephon mount --help" : "mount needs DATASET and MOUNTPOINT; "
+			"see zephon mount --help");
+		return -1;
+	}
+	return 0;
+}
+
+/* The mount's state before the journal: what it serves and its locks. */
+static void zfs_setup(struct zfs *z, struct dataset *ds, struct mount_config *cfg,
+		      const char *dataset)
+{
+	pthread_condattr_t ca;
+
+	z->ds = ds;
+	z->info = dataset_info(ds);
+	z->cfg = cfg;
+	z->dataset_path = dataset;
+	z->uid = getuid();
+	z->gid = getgid();
+	clock_gettime(CLOCK_REALTIME, &z->mounted_at);
+	pthread_mutex_init(&z->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&z->claims_done, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -574,30 +645,11 @@ int cmd_mount(int argc, char **argv)
 	struct fuse_session *se;
 	struct zfs z = { 0 };
 	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
-	int status = 2, live = 0;
+	int status = 2, live = 0, rc;
 
-	if (mount_options_parse(&args, &o)) {
-		if (o.bad_option && strpbrk(o.bad_option, " \t\n\r\v\f"))
-			die_msg("unknown mount option '%s': it holds a space; write NAME=VALUE "
-				"options separated by commas alone", o.bad_option);
-		else if (o.bad_option)
-			die_msg("unknown mount option '%s'; see zephon mount --help", o.bad_option);
-		goto out_opts;
-	}
-	if (o.show_help) {
-		mount_usage(stdout);
-		status = 0;
-		goto out_opts;
-	}
-	if (o.show_version) {
-		printf("zephon %s (libfuse %s)\n", ZEPHON_VERSION, fuse_pkgversion());
-		status = 0;
-		goto out_opts;
-	}
-	if (!o.dataset || !o.mountpoint || o.extra_nonopt) {
-		die_msg(o.extra_nonopt ? "mount takes two arguments, DATASET and MOUNTPOINT, and "
-			"-o OPTIONS; see zephon mount --help" : "mount needs DATASET and MOUNTPOINT; "
-			"see zephon mount --help");
+	rc = parse_command_line(&args, &o);
+	if (rc) {
+		status = rc > 0 ? 0 : 2;
 		goto out_opts;
 	}
 	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
@@ -613,10 +665,15 @@ int cmd_mount(int argc, char **argv)
 		die_msg("cannot open dataset %s: %s", o.dataset, strerror(errno));
 		goto out_cfg;
 	}
-	if (!o.check_only && !realpath(o.mountpoint, mp) &&
-	    !(errno == ENOTCONN && strlen(o.mountpoint) < PATH_MAX && strcpy(mp, o.mountpoint))) {
-		die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(errno));
-		goto out_cfg;
+	if (!o.check_only && !realpath(o.mountpoint, mp)) {
+		int e = errno;
+
+		/* ENOTCONN: a stale FUSE mount, which check_mountpoint() clears */
+		if (e != ENOTCONN || strlen(o.mountpoint) >= PATH_MAX) {
+			die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(e));
+			goto out_cfg;
+		}
+		strcpy(mp, o.mountpoint);
 	}
 	if (dataset_open(dataset, &ds, why, sizeof(why))) {
 		die_msg("cannot open dataset %s: %s", dataset, why);
@@ -631,22 +688,7 @@ int cmd_mount(int argc, char **argv)
 		status = 0;
 		goto out_ds;
 	}
-	z.ds = ds;
-	z.info = dataset_info(ds);
-	z.cfg = &cfg;
-	z.dataset_path = dataset;
-	z.uid = getuid();
-	z.gid = getgid();
-	clock_gettime(CLOCK_REALTIME, &z.mounted_at);
-	pthread_mutex_init(&z.lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&z.claims_done, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	zfs_setup(&z, ds, &cfg, dataset);
 	memcpy(ident.fingerprint, z.info->fingerprint, sizeof(ident.fingerprint));
 	ident.seed = cfg.seed;
 	ident.shuffle = cfg.shuffle;
@@ -656,18 +698,7 @@ int cmd_mount(int argc, char **argv)
 	status = start_journal(&z, &ident);
 	if (status)
 		goto out_ds;
-	if (cfg.epochs) { /* a finite stream that is already over: say so before serving */
-		struct order ord;
-		uint64_t limit, g0 = cfg.layout.start_samples, b = cfg.layout.global_batch;
-
-		order_init(&ord, z.info->samples, cfg.seed, cfg.shuffle);
-		limit = order_limit(&ord, cfg.epochs);
-		if (g0 > limit || b > limit - g0)
-			zfs_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
-				", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
-				": no full step is left, every open of next will fail with ENODATA",
-				cfg.epochs, limit, g0, b);
-	}
+	warn_if_stream_over(&cfg, z.info);
 	status = 1;
 	if (add_fuse_defaults(&args, &o, dataset))
 		goto out_journal;

@@ -115,6 +115,12 @@ static void usage(FILE *f)
 		"  --overlap 0|1         1: windows of L + 1 tokens, each overlapping the next by\n"
 		"                        one token (Megatron's convention: inputs and labels of L\n"
 		"                        tokens each, no token lost as a label); default 0\n"
+		"  --eod-token ID        append token ID after every document, as Megatron's\n"
+		"                        preprocess_data.py --append-eod does: after each document\n"
+		"                        of a Megatron .idx (its document index), after each .bin\n"
+		"                        or .npy input (one document per file). Recorded in the\n"
+		"                        dataset: loaders restart positions after it. Refused\n"
+		"                        when ID does not fit the tokens' dtype\n"
 		"  --dtype D             dtype of raw .bin tokens: uint8, uint16, uint32, int32\n"
 		"  --compress zstd|none  per-sample zstd frames (default) or raw samples\n"
 		"  --level N             zstd level (default %d)\n"
@@ -164,7 +170,8 @@ static int parse_size(const char *s, uint64_t *out)
 }
 
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
-       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP };
+       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP,
+       OPT_EOD_TOKEN };
 
 int cmd_pack(int argc, char **argv)
 {
@@ -174,6 +181,7 @@ int cmd_pack(int argc, char **argv)
 		{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
 		{ "dtype", required_argument, NULL, OPT_DTYPE },
 		{ "overlap", required_argument, NULL, OPT_OVERLAP },
+		{ "eod-token", required_argument, NULL, OPT_EOD_TOKEN },
 		{ "compress", required_argument, NULL, OPT_COMPRESS },
 		{ "level", required_argument, NULL, OPT_LEVEL },
 		{ "no-dict", no_argument, NULL, OPT_NO_DICT },
@@ -223,6 +231,20 @@ int cmd_pack(int argc, char **argv)
 			}
 			o.overlap = optarg[0] == '1';
 			break;
+		case OPT_EOD_TOKEN: {
+			char *end;
+
+			errno = 0;
+			o.eod_token = strtoull(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' || *end || errno ||
+			    o.eod_token > UINT32_MAX) {
+				die_msg("pack: --eod-token '%s' is not a token id (0 to %u)", optarg,
+					UINT32_MAX);
+				return 2;
+			}
+			o.have_eod_token = 1;
+			break;
+		}
 		case OPT_DTYPE:
 			if (dataset_dtype_parse(optarg, &o.dtype)) {
 				die_msg("pack: unknown --dtype '%s'; use uint8, uint16, uint32 or int32",

@@ -280,22 +280,20 @@ static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
 /* Does the stream still have step t? (epochs=E ends it.) */
 static int step_exists(struct zfs *z, uint64_t step)
 {
-	const struct mount_config *c = z->cfg;
-	const struct layout *l = &server_config(z->srv)->layout;
-	uint64_t g, limit = order_limit(&server_config(z->srv)->order, c->epochs);
+	const struct serve_config *sc = server_config(z->srv);
 
-	if (step < l->start_step || step > INODE_MAX_STEP || layout_step_gsn(l, step, &g))
-		return 0;
-	return g <= limit && l->global_batch <= limit - g;
+	return step <= INODE_MAX_STEP &&
+	       layout_step_in_stream(&sc->layout, order_limit(&sc->order, z->cfg->epochs), step);
 }
 
 /* Does the stream still have the B samples from gsn g? (epochs=E ends it.) */
 static int at_exists(struct zfs *z, uint64_t g)
 {
 	const struct serve_config *sc = server_config(z->srv);
-	uint64_t limit = order_limit(&sc->order, z->cfg->epochs);
+	struct layout at;
 
-	return g <= INODE_MAX_STEP && g <= limit && sc->layout.global_batch <= limit - g;
+	return g <= INODE_MAX_STEP && layout_at(&sc->layout, g, &at) == 0 &&
+	       layout_step_in_stream(&at, order_limit(&sc->order, z->cfg->epochs), 0);
 }
 
 static size_t pid_claim_size(struct zfs *z, uint32_t pid, uint64_t rank, int *found)

@@ -175,6 +175,8 @@ int render_status(struct zfs *z, struct buf *out)
 		json_object_set_new(root, "dtype", json_string(dataset_dtype_name(z->info->dtype)));
 		json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
 		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
+		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
+				    json_u64(z->info->eod_token) : json_null());
 	}
 	return dump_json(root, out);
 }

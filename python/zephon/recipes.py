@@ -27,8 +27,9 @@ def use_zephon(config: Trainer.Config, *, mount: str | None = None,
     """``config`` with its data from a Zephon mount (changed in place and returned).
 
     ``mount`` defaults to ``$ZEPHON_MOUNT`` (read again when the loader is built, if still
-    empty); ``eod_token`` to ``$ZEPHON_EOD_TOKEN`` when set; ``vocab_size`` is only what the
-    placeholder tokenizer reports."""
+    empty); ``eod_token`` to ``$ZEPHON_EOD_TOKEN`` when set, else None: the dataset's own
+    (``zephon pack --eod-token``); ``vocab_size`` is only what the placeholder tokenizer
+    reports."""
     if mount is None:
         mount = os.environ.get("ZEPHON_MOUNT", "")
     if eod_token is None and os.environ.get("ZEPHON_EOD_TOKEN"):

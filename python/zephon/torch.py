@@ -83,7 +83,9 @@ class ZephonLoader:
     Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
     (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
     one token), ``micro_batch``, ``global_batch``, ``dp_rank``, ``dp_world_size``,
-    ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored).
+    ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored),
+    ``eod_token`` (the end-of-document token id that ``zephon pack --eod-token`` put after
+    every document, or ``None``: datasets packed without it, or before it existed).
 
     Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
     fit the trainer's configuration or the dataset is not a token dataset, and ``OSError``
@@ -115,6 +117,8 @@ class ZephonLoader:
         self.window: int = int(st["seq_len"])          # tokens per sample as stored
         self.seq_len: int = self.window - self.overlap  # the pack's --seq-len
         self.dtype = np.dtype(_DTYPES[st["dtype"]])
+        eod = st.get("eod_token")
+        self.eod_token: int | None = None if eod is None else int(eod)
         self.format: str = st["format"]
         self.global_batch: int = int(st["global_batch"])
         self.dp_rank = int(dp_rank)

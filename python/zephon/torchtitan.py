@@ -26,11 +26,15 @@ label. With plain windows of ``seq_len`` tokens the last token of a window has n
 in the same sample (the next window in the stream is another, shuffled sample), so its label
 is TorchTitan's ``IGNORE_INDEX`` (-100) and the loss skips it.
 
-``positions`` count from 0 at the start of each window, and, when ``eod_token`` is set, from 0
-again after every end-of-document token (the Megatron ``reset_position_ids`` rule: the
-token after an EOD starts a document; the EOD belongs to the document it ends), as
-TorchTitan's own packing restarts them at every document. Block-causal attention masks
-(FlexAttention, varlen) are built from these positions by the trainer.
+``positions`` count from 0 at the start of each window, and from 0 again after every
+end-of-document token (the Megatron ``reset_position_ids`` rule: the token after an EOD
+starts a document; the EOD belongs to the document it ends), as TorchTitan's own packing
+restarts them at every document. The EOD token is the dataset's own: ``zephon pack
+--eod-token ID`` puts ID after every document (of a Megatron ``.idx``; a ``.bin`` or
+``.npy`` input is one document) and records it, and the mount's ``/status`` tells the
+loader. ``Config.eod_token`` names one for a dataset that recorded none (its tokens carry
+EOD ids already); one that differs from the dataset's is refused. Block-causal attention
+masks (FlexAttention, varlen) are built from these positions by the trainer.
 
 Processes that share a DP rank (tensor, pipeline and context parallel peers) read the same
 pure files and get identical bytes. The state (``state_dict()``) is the loader's
@@ -115,7 +119,8 @@ class ZephonDataLoader(BaseDataLoader):
     trainer: no mount configured, not a token dataset, ``world_size`` other than the DP
     degree, a rank the mount does not serve, windows that do not make inputs of the
     trainer's sequence length, a micro-batch that does not divide the rank's share of a
-    step, or ``num_tokens_per_batch`` that is not a whole number of samples.
+    step, ``num_tokens_per_batch`` that is not a whole number of samples, or an
+    ``eod_token`` other than the dataset's.
     """
 
     @dataclass(kw_only=True, slots=True)
@@ -125,8 +130,10 @@ class ZephonDataLoader(BaseDataLoader):
         world_size=DP,global_batch=B``); empty: the ``ZEPHON_MOUNT`` environment variable."""
 
         eod_token: int | None = None
-        """End-of-document token id: positions restart after each one. None: positions
-        count per window."""
+        """End-of-document token id: positions restart after each one. None (default):
+        the dataset's own (``zephon pack --eod-token``), or, for a dataset without one,
+        positions count per window. A value other than the dataset's is refused
+        (``ValueError``): positions would not restart where its documents start."""
 
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
                  tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
@@ -137,7 +144,6 @@ class ZephonDataLoader(BaseDataLoader):
             raise ValueError("no zephon mount to read: set the data loader config's mount "
                              "(--dataloader.mount PATH) or ZEPHON_MOUNT")
         self.config = config
-        self.eod_token = config.eod_token
         self.dp_rank, self.dp_world_size = int(dp_rank), int(dp_world_size)
         if local_batch_size is not None or num_tokens_per_batch is None:
             if seq_len is None or local_batch_size is None:
@@ -178,8 +184,22 @@ class ZephonDataLoader(BaseDataLoader):
             raise ValueError(f"the mount's windows overlap by one token ({w} tokens), so they "
                              f"make inputs of {w - 1} tokens, not seq_len {self.seq_len}; set "
                              f"training.seq_len to {w - 1}")
+        self.eod_token = self._eod_token(config.eod_token, self._loader.eod_token)
         self.micro_batch = self._loader.micro_batch
         self._warned_offset = False
+
+    @staticmethod
+    def _eod_token(configured: int | None, dataset: int | None) -> int | None:
+        """The EOD token positions restart after: the dataset's, else the config's."""
+        if configured is None:
+            return dataset
+        if dataset is not None and int(configured) != dataset:
+            raise ValueError(f"the data loader's eod_token {configured} is not the dataset's "
+                             f"end-of-document token {dataset} (zephon pack --eod-token), so "
+                             "positions would not restart where its documents start; drop "
+                             f"--dataloader.eod_token (and ZEPHON_EOD_TOKEN) or set it to "
+                             f"{dataset}")
+        return int(configured)
 
     @property
     def loader(self) -> ZephonLoader:

@@ -39,9 +39,29 @@ def dataset(tmp_path_factory):
     d = tmp_path_factory.mktemp('elastic')
     write_jsonl(d / 'in.jsonl', N)
     ds = pack(d / 'ds', [d / 'in.jsonl'])
-    ref = run('batch', ds, '-o', 'world_size=1,global_batch=%d,seed=5' % REF_LEN,
-              '--rank', 0, '--step', 0).stdout
-    return ds, [ids_of(l) for l in ref.splitlines()]
+    return ds, Reference(ds)
+
+
+class Reference:
+    """The uninterrupted single-rank stream, sample ids by gsn, as `zephon batch` gives
+    it; made longer whenever a history reads past it (how far a reader thread gets
+    before a kill depends on the machine's speed)."""
+
+    def __init__(self, ds):
+        self.ds, self.ids = ds, []
+        self.extend(REF_LEN)
+
+    def extend(self, n):
+        if n > len(self.ids):
+            n = max(n, 2 * len(self.ids))
+            out = run('batch', self.ds, '-o', 'world_size=1,global_batch=%d,seed=5' % n,
+                      '--rank', 0, '--step', 0).stdout
+            self.ids = [ids_of(l) for l in out.splitlines()]
+
+    def __getitem__(self, key):
+        end = (key.stop if isinstance(key, slice) else key + 1)
+        self.extend(end)
+        return self.ids[key]
 
 
 def ids_of(line):

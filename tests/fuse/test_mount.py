@@ -263,7 +263,7 @@ def test_tree_and_modes(records, mount):
     m = mount(ds, 'world_size=4,global_batch=8,ranks=1-2')
     assert sorted(os.listdir(m.mp)) == ['README', 'control', 'metrics', 'rank', 'samples', 'status']
     assert sorted(os.listdir(m.path('rank'))) == ['1', '2']
-    assert sorted(os.listdir(m.path('rank', 1))) == ['next', 'peek', 'state', 'step']
+    assert sorted(os.listdir(m.path('rank', 1))) == ['at', 'next', 'peek', 'state', 'step']
     assert stat.S_IMODE(os.stat(m.path('control')).st_mode) == 0o200
     assert stat.S_IMODE(os.stat(m.path('rank', 1, 'next')).st_mode) == 0o400
     assert stat.S_IMODE(os.stat(m.path('rank', 1, 'peek')).st_mode) == 0o400
@@ -282,9 +282,9 @@ def test_tree_and_modes(records, mount):
     metrics = read_all(m.path('metrics')).decode()
     assert '# TYPE zephon_claims_total counter' in metrics
     assert 'zephon_claim_latency_seconds_bucket{le="+Inf"}' in metrics
-    # find / du / ls -R stay instant: step/ and samples/ list nothing
+    # find / du / ls -R stay instant: step/, at/ and samples/ list nothing
     out = subprocess.run(['find', str(m.mp)], check=True, stdout=subprocess.PIPE, timeout=10).stdout
-    assert len(out.splitlines()) == 1 + 6 + 2 + 2 * 4
+    assert len(out.splitlines()) == 1 + 6 + 2 + 2 * 5
 
 
 def metric(m, name):

@@ -41,6 +41,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (tokens != m.tokens)
 			__builtin_trap();
+		/* the document index, read by pack --eod-token, lies inside the .idx */
+		if (m.doc_index < data || (size_t)(m.doc_index - data) > size ||
+		    m.documents > (size - (size_t)(m.doc_index - data)) / 8)
+			__builtin_trap();
+		for (uint64_t k = 0; k < m.documents; k++)
+			tokens ^= rd64(m.doc_index + 8 * k);
 	}
 	return 0;
 }

@@ -1,6 +1,7 @@
 /*
- * test_journal: unit tests of core/journal.c, one function at a time, and every refusal:
- * identity mismatch, foreign/corrupt/truncated files (left byte-identical), a newer
+ * test_journal: unit tests of the journal (core/journal*.c), one function at a time,
+ * and every refusal: identity mismatch, foreign/corrupt/truncated files (left
+ * byte-identical), a newer
  * schema, unwritable paths (ENOTDIR, EISDIR, ENOENT, a read-only tmpfs), a journal held
  * by a live mount. The resume rules of journal.h over one and several journals.
  */

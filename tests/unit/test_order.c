@@ -194,6 +194,166 @@ static void test_advance(void)
 	CHECK_EQ_U64(layout_step_of(&l, 16), 5);
 }
 
+/* Every valid small layout (W, B, m) with S0 and G0 from a few values: f(l) for each. */
+static void each_small_layout(void (*f)(const struct layout *l))
+{
+	static const uint64_t starts[][2] = { { 0, 0 }, { 3, 0 }, { 0, 7 }, { 5, 1000 } };
+
+	for (uint64_t b = 1; b <= 12; b++)
+		for (uint64_t w = 1; w <= b; w++)
+			for (uint64_t m = 1; w <= b && m <= b / w; m++)
+				for (size_t k = 0; k < sizeof(starts) / sizeof(starts[0]); k++) {
+					struct layout l = { w, b, m, starts[k][0], starts[k][1] };
+
+					if (b % w || (b / w) % m)
+						continue;
+					f(&l);
+				}
+}
+
+/* Claim indices: ci counts the claims of layout_advance() from (S0, 0); the two
+ * conversions are inverses; positions outside the layout are refused. */
+static void ci_props(const struct layout *l)
+{
+	uint64_t step = l->start_step, micro = 0, a = layout_micros(l), ci, s, mi;
+
+	for (uint64_t k = 0; k < 5 * a + 3; k++) {
+		REQUIRE(layout_pos_ci(l, step, micro, &ci) == 0);
+		CHECK_EQ_U64(ci, k);
+		layout_ci_pos(l, k, &s, &mi);
+		CHECK(s == step && mi == micro);
+		layout_advance(l, &step, &micro);
+	}
+	CHECK(layout_pos_ci(l, l->start_step, a, &ci) == -EINVAL);
+	if (l->start_step)
+		CHECK(layout_pos_ci(l, l->start_step - 1, 0, &ci) == -EINVAL);
+	CHECK(layout_pos_ci(l, UINT64_MAX, 0, &ci) == (a > 1 ? -EOVERFLOW : 0));
+}
+
+static void test_claim_index(void)
+{
+	struct layout big = { 1, 4, 1, 0, 0 };   /* A = 4 */
+	uint64_t step, micro;
+
+	each_small_layout(ci_props);
+	layout_ci_pos(&big, UINT64_MAX, &step, &micro);
+	CHECK_EQ_U64(step, UINT64_MAX / 4);
+	CHECK_EQ_U64(micro, 3);
+	big.start_step = UINT64_MAX - 1;         /* the step saturates */
+	layout_ci_pos(&big, UINT64_MAX, &step, &micro);
+	CHECK_EQ_U64(step, UINT64_MAX);
+}
+
+/* A step is in a stream ending at `limit` iff it is at or past S0 and each of its B
+ * gsns lies below limit: against that definition, gsn by gsn. */
+static void stream_props(const struct layout *l)
+{
+	for (uint64_t limit = 0; limit <= l->start_samples + 4 * l->global_batch + 2; limit++)
+		for (uint64_t t = 0; t < l->start_step + 6; t++) {
+			int want = t >= l->start_step;
+
+			for (uint64_t i = 0; want && i < l->global_batch; i++)
+				want = l->start_samples + (t - l->start_step) * l->global_batch + i < limit;
+			CHECK(layout_step_in_stream(l, limit, t) == want);
+		}
+}
+
+static void test_step_in_stream(void)
+{
+	struct layout l = { 1, 8, 8, 0, ORDER_MAX_GSN - 16 };
+
+	each_small_layout(stream_props);
+	CHECK(layout_step_in_stream(&l, ORDER_MAX_GSN, 1) == 1);
+	CHECK(layout_step_in_stream(&l, ORDER_MAX_GSN, 2) == 0);       /* no gsn */
+	CHECK(layout_step_in_stream(&l, ORDER_MAX_GSN, UINT64_MAX) == 0);
+}
+
+/* at/<G>: step 0 of layout_at() starts at G, its ranks and micro-batches as l's. */
+static void at_props(const struct layout *l)
+{
+	for (uint64_t g = 0; g < 3 * l->global_batch + 2; g++) {
+		struct layout at;
+		uint64_t x;
+
+		REQUIRE(layout_at(l, g, &at) == 0);
+		CHECK(at.world_size == l->world_size && at.global_batch == l->global_batch &&
+		      at.micro_batch == l->micro_batch && at.start_step == 0 && at.start_samples == g);
+		for (uint64_t r = 0; r < l->world_size; r++)
+			for (uint64_t mi = 0; mi < layout_micros(l); mi++) {
+				REQUIRE(layout_micro_gsn(&at, r, 0, mi, &x) == 0);
+				CHECK_EQ_U64(x, g + r * layout_share(l) + mi * l->micro_batch);
+			}
+	}
+}
+
+static void test_at(void)
+{
+	struct layout l = { 2, 8, 4, 9, 9 }, at = { 0 };
+
+	each_small_layout(at_props);
+	CHECK(layout_at(&l, ORDER_MAX_GSN - 8, &at) == 0);
+	CHECK(layout_at(&l, ORDER_MAX_GSN - 7, &at) == -EOVERFLOW);
+	CHECK(layout_at(&l, ORDER_MAX_GSN, &at) == -EOVERFLOW);
+	CHECK(layout_at(&l, UINT64_MAX, &at) == -EOVERFLOW);
+	CHECK_EQ_U64(at.start_samples, ORDER_MAX_GSN - 8); /* untouched on failure */
+}
+
+/* consumed_samples: the slowest rank's whole delivered steps; the gsn returned is where
+ * step S0 + done starts (layout_step_gsn), and a delivered step at or before S0 counts
+ * nothing. */
+static void consumed_props(const struct layout *l)
+{
+	for (uint64_t d = 0; d < l->start_step + 6; d++) {
+		uint64_t done = layout_done(l, d), step, g;
+
+		CHECK_EQ_U64(done, d > l->start_step ? d - l->start_step : 0);
+		CHECK_EQ_U64(layout_consumed(l, done, &step),
+			     l->start_samples + done * l->global_batch);
+		CHECK_EQ_U64(step, l->start_step + done);
+		REQUIRE(layout_step_gsn(l, step, &g) == 0);
+		CHECK_EQ_U64(layout_consumed(l, done, NULL), g);
+	}
+}
+
+static void test_consumed(void)
+{
+	struct layout l = { 1, 10, 10, 4, ORDER_MAX_GSN - 25 };
+	uint64_t step;
+
+	each_small_layout(consumed_props);
+	/* saturation: the last whole step below 2^62 rather than a wrapped gsn */
+	CHECK_EQ_U64(layout_consumed(&l, 2, &step), ORDER_MAX_GSN - 5);
+	CHECK_EQ_U64(step, 6);
+	CHECK_EQ_U64(layout_consumed(&l, 3, &step), ORDER_MAX_GSN - 5);
+	CHECK_EQ_U64(step, 6);
+	CHECK_EQ_U64(layout_consumed(&l, UINT64_MAX, &step), ORDER_MAX_GSN - 5);
+	CHECK_EQ_U64(step, 6);
+}
+
+/* S0 from G: the step of the history's layout that holds G (G on its boundary or
+ * inside it); with no history, G / B. */
+static void resume_props(const struct layout *prev)
+{
+	for (uint64_t g = prev->start_samples; g < prev->start_samples + 5 * prev->global_batch; g++) {
+		uint64_t s = layout_resume_step(prev, 99, g), lo, hi;
+
+		REQUIRE(layout_step_gsn(prev, s, &lo) == 0 && layout_step_gsn(prev, s + 1, &hi) == 0);
+		CHECK(lo <= g && g < hi);
+		CHECK_EQ_U64(layout_resume_step(NULL, prev->global_batch, g), g / prev->global_batch);
+	}
+}
+
+static void test_resume_step(void)
+{
+	struct layout prev = { 2, 8, 4, 40, 13 };
+
+	each_small_layout(resume_props);
+	CHECK_EQ_U64(layout_resume_step(&prev, 6, 13), 40);
+	CHECK_EQ_U64(layout_resume_step(&prev, 6, 20), 40);
+	CHECK_EQ_U64(layout_resume_step(&prev, 6, 21), 41);
+	CHECK_EQ_U64(layout_resume_step(NULL, 6, 20), 3);
+}
+
 static void test_rankset(void)
 {
 	struct rankset s;
@@ -267,6 +427,11 @@ int main(void)
 	test_validation();
 	test_overflow();
 	test_advance();
+	test_claim_index();
+	test_step_in_stream();
+	test_at();
+	test_consumed();
+	test_resume_step();
 	test_rankset();
 	return check_status();
 }

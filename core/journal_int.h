@@ -1,0 +1,129 @@
+/*
+ * journal_int.h: what the files of the journal share (core/journal*.c only): struct
+ * journal, and the helpers around its SQLite connection. journal.h is the contract;
+ * this header is its implementation's.
+ *
+ *   journal_open.c     opening, validation, migration, closing; the helpers below
+ *   journal_policy.c   the resume rules as pure logic (journal_policy.h)
+ *   journal_start.c    journal_start(): resolving a rule and recording a layout
+ *   journal_claim.c    claims, deliveries, checkpoint marks, rewinds
+ *   journal_history.c  loading histories, the resume point, history queries
+ *
+ * Locking: every entry point takes j->mu; the helpers expect it held where they touch j.
+ */
+#ifndef ZEPHON_JOURNAL_INT_H
+#define ZEPHON_JOURNAL_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <sqlite3.h>
+
+#include "journal.h"
+#include "journal_policy.h"
+
+/* A (step, micro) position of one rank. */
+struct rank_pos {
+	uint64_t step;
+	uint64_t micro;
+};
+
+/* journal->created: whether journal_abandon() has something to undo. */
+enum { JOURNAL_NEW_NONE, JOURNAL_NEW_FILE, JOURNAL_NEW_FILLED_EMPTY };
+struct journal {
+	pthread_mutex_t mu;
+	sqlite3 *db;
+	char *path;
+	char *wal_cleanup;          /* readers: a -wal this open created, removed at close */
+	int readonly;
+	int version;                /* user_version: 1 has no delivered positions */
+	int created;                /* JOURNAL_NEW_*: what journal_open() found at path */
+	unsigned sides_existed;     /* bit k: side_names[k] existed before journal_open() */
+	struct journal_ident ident;
+	int64_t next_seq;           /* seq of the next history row */
+	sqlite3_stmt *st_claim;     /* UPDATE cursor ... (the hot path) */
+	/* The current layout (journal_start on this handle); cur.id == 0: none. */
+	struct journal_layout cur;
+	size_t nranks;
+	uint64_t *ranks;            /* sorted */
+	struct rank_pos *pos;       /* committed cursor of ranks[i] */
+	struct rank_pos *dpos;      /* committed delivered position of ranks[i] */
+	/* journal_track_delivery(): deliveries are reported by journal_delivered() and
+	 * written with the rank's next claim or journal_flush_delivered(); else a claim
+	 * counts as delivered when it commits. dmu guards dlv and claimed, and is never held
+	 * during a commit: a delivery never waits for the journal's file system. Lock
+	 * order: mu, then dmu. */
+	int track;
+	pthread_mutex_t dmu;
+	struct rank_pos *dlv;       /* delivered position reported, not yet written */
+	struct rank_pos *claimed;   /* = pos, for journal_delivered's check */
+	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1;
+				     * atomic, not under mu: a step/ read must not wait for a
+				     * commit (the journal's file system may stall) */
+	int64_t moved_checked;      /* CLOCK_MONOTONIC_COARSE ns of check_unmoved's last stat */
+	int moved;                  /* it found the path naming another file, or none */
+	int file_known;             /* file_dev, file_ino: the database file at open */
+	dev_t file_dev;
+	ino_t file_ino;
+	int moved_known;            /* moved_point was computed from the history */
+	struct journal_point moved_point; /* resume=auto's point when moved was found */
+	char err[512];              /* room for a path and the remedy after it */
+};
+
+/* ---- helpers (journal_open.c) ---- */
+
+/* Unix microseconds for history rows, strictly increasing within the process, so the
+ * rows of several journals written by one process keep their order across journals. */
+int64_t jnl_now_us(void);
+
+/* snprintf that truncates on purpose (len may be 0); copy_str copies src ("" for NULL). */
+__attribute__((format(printf, 3, 4)))
+void jnl_fmt(char *dst, size_t len, const char *f, ...);
+void jnl_copy_str(char *dst, size_t len, const char *src);
+
+/* Write a reason into err (when err and errlen) and return rc. */
+__attribute__((format(printf, 4, 5)))
+int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...);
+
+/* Record the reason of a failing call in j->err (caller holds j->mu) and return rc. */
+__attribute__((format(printf, 3, 4)))
+int jfail(struct journal *j, int rc, const char *fmt, ...);
+
+/* A failed SQLite call on j's connection: keep its message, undo an open transaction,
+ * return sqlite_errno(rc) (-EIO when that is 0). */
+int jfail_sql(struct journal *j, int rc, const char *what);
+
+/* sqlite3_exec without callbacks; SQLite's rc. */
+int jnl_exec(sqlite3 *db, const char *sql);
+
+/* One integer from a one-row query; SQLite's rc (SQLITE_EMPTY: no row). */
+int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
+
+/* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
+int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
+
+/* "fingerprint F, seed S, shuffle X" for messages; whether two identities are the same
+ * (samples is not compared). */
+void jnl_ident_text(const struct journal_ident *id, char *out, size_t len);
+int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b);
+
+/* ---- history rows (journal_history.c) ---- */
+
+/* Rows (rank, step, micro[, delivered_step, delivered_micro]) of `sql` with ?1 = key,
+ * into a malloc'd array; without the delivered columns the delivered position is the
+ * cursor. 0 or -errno (impossible values read as corruption: -EBADMSG). */
+int jnl_load_cursor_rows(sqlite3 *db, const char *sql, int64_t key,
+			 struct journal_cursor **out, size_t *count);
+/* The cursors of one layout (schema version `version`), by rank. As above. */
+int jnl_load_cursors(sqlite3 *db, int version, int64_t layout_id,
+		     struct journal_cursor **out, size_t *count);
+
+/* Every layout, mark and rewind of db in seq order, with the cursors of the last
+ * layout; src is stored in each event. 0 or -errno (h is then empty). */
+int hist_load(sqlite3 *db, int version, size_t src, struct hist *h);
+/* Why hist_load() failed, for messages. */
+const char *hist_errmsg(sqlite3 *db);
+
+#endif

@@ -1,0 +1,906 @@
+/*
+ * journal_open.c: opening a journal (see journal.h): checks of the path and the file
+ * before SQLite sees it, creation, validation and migration of the schema, closing and
+ * abandoning; and the small helpers around the connection that every journal file uses
+ * (journal_int.h).
+ */
+#include "journal_int.h"
+#include "parse.h"
+#include "sqlite_errno.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zephon_config.h"
+
+/* schema/journal.sql, embedded by schema/embed.py. */
+extern const char schema_journal_sql[];
+
+/*
+ * Migration steps: journal_migrations[k] takes a database at user_version k to k + 1.
+ * A new journal runs every step from 0. To change the schema: append a step (ALTER ...,
+ * data conversion), bump JOURNAL_SCHEMA_VERSION; never edit a released step.
+ */
+static const char *const journal_migrations[] = {
+	schema_journal_sql, /* 0 -> 1: the first schema */
+	/* 1 -> 2: each cursor row also holds its rank's delivered position: every claim
+	 * below it reached its reader (read to its end, or closed). A version-1 journal
+	 * recorded claims only, and counted each as consumed once claimed: its rows keep
+	 * that meaning. */
+	"ALTER TABLE cursor ADD COLUMN delivered_step INTEGER NOT NULL DEFAULT 0 "
+	"CHECK (delivered_step >= 0);"
+	"ALTER TABLE cursor ADD COLUMN delivered_micro INTEGER NOT NULL DEFAULT 0 "
+	"CHECK (delivered_micro >= 0);"
+	"UPDATE cursor SET delivered_step = step, delivered_micro = micro;",
+};
+_Static_assert(sizeof(journal_migrations) / sizeof(journal_migrations[0]) ==
+	       JOURNAL_SCHEMA_VERSION, "one migration step per schema version");
+
+/* busy_timeout: a live mount holds the lock for its whole life, so waiting longer only
+ * delays the refusal; a little absorbs a `journal show` that is just finishing. */
+#define JOURNAL_BUSY_MS 100
+/* WAL size after a checkpoint is truncated back to this (the file size a long run keeps). */
+#define JOURNAL_WAL_LIMIT (1 << 20)
+
+/* ---- small helpers ---- */
+
+/* Unix microseconds for history rows, strictly increasing within the process, so the
+ * rows of several journals written by one process keep their order across journals. */
+int64_t jnl_now_us(void)
+{
+	static int64_t last;
+	struct timespec ts;
+	int64_t t, prev;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	t = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	do {
+		if (t <= prev)
+			t = prev + 1;
+	} while (!__atomic_compare_exchange_n(&last, &prev, t, 0, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
+	return t;
+}
+
+/* snprintf through a wrapper: the texts built here are truncated on purpose when long. */
+void jnl_fmt(char *dst, size_t len, const char *f, ...)
+{
+	va_list ap;
+
+	if (!len)
+		return;
+	va_start(ap, f);
+	vsnprintf(dst, len, f, ap);
+	va_end(ap);
+}
+
+void jnl_copy_str(char *dst, size_t len, const char *src)
+{
+	jnl_fmt(dst, len, "%s", src ? src : "");
+}
+
+int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+int jfail(struct journal *j, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(j->err, sizeof(j->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* A failed SQLite call on j's connection: keep its message, undo an open transaction,
+ * return the translated errno. */
+int jfail_sql(struct journal *j, int rc, const char *what)
+{
+	int e = sqlite_errno(rc);
+
+	snprintf(j->err, sizeof(j->err), "journal %s: %s: %s", j->path, what,
+		 sqlite3_errmsg(j->db));
+	if (!sqlite3_get_autocommit(j->db))
+		sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+	return e ? e : -EIO;
+}
+
+int jnl_exec(sqlite3 *db, const char *sql)
+{
+	return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* One integer from a one-row query; rc of SQLite. */
+int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_ROW) {
+		*out = sqlite3_column_int64(st, 0);
+		rc = SQLITE_OK;
+	} else if (rc == SQLITE_DONE) {
+		rc = SQLITE_EMPTY;
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
+
+int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out)
+{
+	int64_t v = sqlite3_column_int64(st, col);
+
+	if (v < 0)
+		return -EBADMSG;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* ---- opening ---- */
+
+/* What the first 100 bytes say (https://www.sqlite.org/fileformat2.html#database_header):
+ * magic at 0, user_version at 60, application_id at 68, both big-endian. Reading them
+ * ourselves lets a foreign file be refused before SQLite touches it (SQLite would roll
+ * back a hot journal or checkpoint a WAL into someone else's database). */
+static int check_header(const char *path, char *err, size_t errlen)
+{
+	static const char magic[16] = "SQLite format 3";
+	unsigned char h[100];
+	uint32_t app;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return jnl_fail(err, errlen, -errno, "cannot read journal %s: %s", path, strerror(errno));
+	n = pread(fd, h, sizeof(h), 0);
+	close(fd);
+	if (n < 0)
+		return jnl_fail(err, errlen, -EIO, "cannot read journal %s: %s", path, strerror(errno));
+	if (n < (ssize_t)sizeof(h) || memcmp(h, magic, sizeof(magic)))
+		return jnl_fail(err, errlen, -EBADMSG,
+			    "%s is not a Zephon journal (not a SQLite database, or truncated); "
+			    "nothing was written to it: pass another journal=PATH", path);
+	app = (uint32_t)h[68] << 24 | (uint32_t)h[69] << 16 | (uint32_t)h[70] << 8 | h[71];
+	if (app != JOURNAL_APPLICATION_ID)
+		return jnl_fail(err, errlen, -EBADMSG,
+			    "%s is a SQLite database but not a Zephon journal (application_id "
+			    "0x%08" PRIx32 "); nothing was written to it: pass another journal=PATH",
+			    path, app);
+	return 0;
+}
+
+static char *side_path(const char *path, const char *suffix)
+{
+	size_t n = strlen(path), s = strlen(suffix);
+	char *p = malloc(n + s + 1);
+
+	if (p) {
+		memcpy(p, path, n);
+		memcpy(p + n, suffix, s + 1);
+	}
+	return p;
+}
+
+static int file_exists(const char *path)
+{
+	struct stat st;
+
+	return path && !stat(path, &st);
+}
+
+/* The files SQLite may create beside a journal (WAL, its shared memory, the rollback
+ * journal of the creating transaction). */
+static const char *const side_names[] = { "-wal", "-shm", "-journal" };
+#define NSIDES (sizeof(side_names) / sizeof(side_names[0]))
+
+/* Which side files of path exist: bit k for side_names[k]. */
+static unsigned sides_present(const char *path)
+{
+	unsigned bits = 0;
+
+	for (unsigned k = 0; k < NSIDES; k++) {
+		char *p = side_path(path, side_names[k]);
+
+		if (file_exists(p))
+			bits |= 1u << k;
+		free(p);
+	}
+	return bits;
+}
+
+/* Remove a side file (-wal, -journal) that this open created and left empty. */
+static void drop_empty_side(const char *path, int existed)
+{
+	struct stat st;
+
+	if (path && !existed && !stat(path, &st) && st.st_size == 0)
+		unlink(path);
+}
+
+static int dir_writable(const char *path, char *err, size_t errlen)
+{
+	char *dir = strdup(path), *slash;
+	int rc = 0;
+
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		dir[1] = 0;
+	else
+		*slash = 0;
+	if (access(dir, W_OK))
+		rc = jnl_fail(err, errlen, -errno,
+			  "cannot write journal %s: its directory %s is not writable (%s); "
+			  "pass journal=PATH in a writable directory", path, dir, strerror(errno));
+	free(dir);
+	return rc;
+}
+
+/* An existing file SQLite cannot read as a journal: busy, out of memory, or bad. */
+static int bad_file(sqlite3 *db, int src, const char *path, char *err, size_t errlen)
+{
+	int e = sqlite_errno(src);
+
+	if (e == -EBUSY)
+		return jnl_fail(err, errlen, -EBUSY, "journal %s is in use by another process (a "
+			    "running mount holds it): read that mount's /status, or unmount it "
+			    "first; two mounts need two journal=PATHs", path);
+	if (e == -ENOMEM)
+		return jnl_fail(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
+	return jnl_fail(err, errlen, -EBADMSG, "journal %s cannot be read (%s): it is corrupt or "
+		    "not a Zephon journal; nothing was written to it: keep it for inspection and "
+		    "pass a new journal=PATH (resume=samples:G keeps the position)", path,
+		    sqlite3_errmsg(db));
+}
+
+static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
+		     char *err, size_t errlen)
+{
+	sqlite3_stmt *st;
+	int rc, have = 0;
+
+	memset(id, 0, sizeof(*id));
+	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return bad_file(db, rc, path, err, errlen);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *k = (const char *)sqlite3_column_text(st, 0);
+		const char *v = (const char *)sqlite3_column_text(st, 1);
+
+		if (!k || !v)
+			continue;
+		if (!strcmp(k, "fingerprint") && strlen(v) < sizeof(id->fingerprint)) {
+			jnl_copy_str(id->fingerprint, sizeof(id->fingerprint), v);
+			have |= 1;
+		} else if (!strcmp(k, "seed") && !parse_u64(v, &id->seed)) {
+			have |= 2;
+		} else if (!strcmp(k, "shuffle") && !order_shuffle_parse(v, &id->shuffle)) {
+			have |= 4;
+		} else if (!strcmp(k, "samples") && !journal_parse_u62(v, &id->samples)) {
+			have |= 8;
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		rc = bad_file(db, rc, path, err, errlen);
+		sqlite3_finalize(st);
+		return rc;
+	}
+	sqlite3_finalize(st);
+	if (have != 15)
+		return jnl_fail(err, errlen, -EBADMSG,
+			    "%s is not a Zephon journal (its meta table lacks the "
+			    "fingerprint, seed, shuffle or samples); nothing was written to it", path);
+	return 0;
+}
+
+void jnl_ident_text(const struct journal_ident *id, char *out, size_t len)
+{
+	snprintf(out, len, "fingerprint %s, seed %" PRIu64 ", shuffle %s", id->fingerprint,
+		 id->seed, order_shuffle_name(id->shuffle));
+}
+
+int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b)
+{
+	return !strcmp(a->fingerprint, b->fingerprint) && a->seed == b->seed &&
+	       a->shuffle == b->shuffle;
+}
+
+/* Steps from user_version `from` to JOURNAL_SCHEMA_VERSION, inside the caller's
+ * transaction. */
+static int migrate(sqlite3 *db, int from)
+{
+	char sql[64];
+	int rc;
+
+	for (int v = from; v < JOURNAL_SCHEMA_VERSION; v++) {
+		rc = jnl_exec(db, journal_migrations[v]);
+		if (rc != SQLITE_OK)
+			return rc;
+		snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", v + 1);
+		rc = jnl_exec(db, sql);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	return SQLITE_OK;
+}
+
+static int insert_meta(sqlite3 *db, const char *key, const char *value)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1,
+				    &st, NULL);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+	rc = sqlite3_step(st);
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* A new journal: application_id, every migration step and the identity, in one
+ * transaction of the rollback journal (so page 1 with the application_id is in the main
+ * file before WAL is switched on, and a crash leaves either nothing or a whole journal). */
+static int create_schema(sqlite3 *db, const struct journal_ident *id)
+{
+	char num[32], app[64];
+	int64_t tables = -1;
+	int rc;
+
+	snprintf(app, sizeof(app), "PRAGMA application_id = %d", (int)JOURNAL_APPLICATION_ID);
+	rc = jnl_exec(db, "BEGIN IMMEDIATE");
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = jnl_query_i64(db, "SELECT count(*) FROM sqlite_master", &tables);
+	if (rc == SQLITE_OK && tables != 0)
+		rc = SQLITE_NOTADB; /* someone else wrote to the empty file meanwhile */
+	if (rc == SQLITE_OK)
+		rc = jnl_exec(db, app);
+	if (rc == SQLITE_OK)
+		rc = migrate(db, 0);
+	if (rc == SQLITE_OK)
+		rc = insert_meta(db, "fingerprint", id->fingerprint);
+	snprintf(num, sizeof(num), "%" PRIu64, id->seed);
+	if (rc == SQLITE_OK)
+		rc = insert_meta(db, "seed", num);
+	if (rc == SQLITE_OK)
+		rc = insert_meta(db, "shuffle", order_shuffle_name(id->shuffle));
+	snprintf(num, sizeof(num), "%" PRIu64, id->samples);
+	if (rc == SQLITE_OK)
+		rc = insert_meta(db, "samples", num);
+	snprintf(num, sizeof(num), "%" PRId64, jnl_now_us() / 1000000);
+	if (rc == SQLITE_OK)
+		rc = insert_meta(db, "created", num);
+	if (rc == SQLITE_OK)
+		rc = insert_meta(db, "zephon_version", ZEPHON_VERSION);
+	if (rc == SQLITE_OK)
+		rc = jnl_exec(db, "COMMIT");
+	if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
+		jnl_exec(db, "ROLLBACK");
+	return rc;
+}
+
+/* Validate an existing journal inside a transaction the caller opened: application_id,
+ * schema version, quick_check, identity. *version receives user_version. */
+static int validate(sqlite3 *db, const char *path, struct journal_ident *id, int *version,
+		    char *err, size_t errlen)
+{
+	int64_t app = 0, ver = 0;
+	sqlite3_stmt *st;
+	const char *res;
+	int rc;
+
+	rc = jnl_query_i64(db, "PRAGMA application_id", &app);
+	if (rc == SQLITE_OK)
+		rc = jnl_query_i64(db, "PRAGMA user_version", &ver);
+	if (rc != SQLITE_OK)
+		return bad_file(db, rc, path, err, errlen);
+	if (app != JOURNAL_APPLICATION_ID)
+		return jnl_fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (application_id "
+			    "0x%08" PRIx64 "); nothing was written to it", path, (uint64_t)app);
+	if (ver > JOURNAL_SCHEMA_VERSION)
+		return jnl_fail(err, errlen, -EBADMSG,
+			    "journal %s has schema version %" PRId64 " but this zephon reads "
+			    "versions up to %d; use a newer zephon (nothing was written to it)",
+			    path, ver, JOURNAL_SCHEMA_VERSION);
+	if (ver < 1)
+		return jnl_fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (schema "
+			    "version %" PRId64 "); nothing was written to it", path, ver);
+	rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(st);
+		res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+		if (rc == SQLITE_ROW && res && strcmp(res, "ok")) {
+			jnl_fail(err, errlen, -EBADMSG, "journal %s is corrupt (quick_check: %s); "
+			     "nothing was written to it: keep it for inspection and pass a new "
+			     "journal=PATH with resume=samples:G", path, res);
+			sqlite3_finalize(st);
+			return -EBADMSG;
+		}
+		rc = rc == SQLITE_ROW ? SQLITE_OK : rc;
+		sqlite3_finalize(st);
+	}
+	if (rc != SQLITE_OK)
+		return bad_file(db, rc, path, err, errlen);
+	*version = (int)ver;
+	return read_meta(db, path, id, err, errlen);
+}
+
+static int prepare_claim(struct journal *j)
+{
+	return sqlite3_prepare_v3(j->db,
+		"UPDATE cursor SET step = ?1, micro = ?2, delivered_step = ?5, delivered_micro = ?6 "
+		"WHERE layout = ?3 AND rank = ?4",
+		-1, SQLITE_PREPARE_PERSISTENT, &j->st_claim, NULL);
+}
+
+static int load_next_seq(struct journal *j)
+{
+	int64_t seq = 0;
+	int rc = jnl_query_i64(j->db,
+		"SELECT max(coalesce((SELECT max(seq) FROM layout), 0), "
+		"coalesce((SELECT max(seq) FROM mark), 0), "
+		"coalesce((SELECT max(seq) FROM rewind), 0))", &seq);
+
+	j->next_seq = seq + 1;
+	return rc;
+}
+
+/* How a journal is opened. */
+enum open_mode {
+	OPEN_WRITE,         /* journal_open(): read-write, creates, migrates */
+	OPEN_READ,          /* journal_open_readonly() on a writable file: a read-write
+	                     * connection that only reads and never checkpoints, so SQLite can
+	                     * recover a WAL left by a killed mount without -shm */
+	OPEN_READ_IMMUTABLE /* journal_open_readonly() of a file we cannot write and that has
+	                     * no WAL: SQLite's immutable mode (nothing can be pending) */
+};
+
+/* "file:" URI for sqlite3_open_v2 (https://www.sqlite.org/uri.html): '%', '?', '#' of
+ * the path are escaped. */
+static char *file_uri(const char *path, const char *query)
+{
+	size_t n = strlen(path), q = strlen(query);
+	char *u = malloc(5 + 3 * n + 1 + q + 1), *o = u;
+
+	if (!u)
+		return NULL;
+	o += sprintf(o, "file:");
+	for (const char *c = path; *c; c++) {
+		if (*c == '%' || *c == '?' || *c == '#')
+			o += sprintf(o, "%%%02X", (unsigned char)*c);
+		else
+			*o++ = *c;
+	}
+	*o++ = '?';
+	memcpy(o, query, q + 1);
+	return u;
+}
+
+static int can_write(const char *path)
+{
+	char *dir = strdup(path), *slash;
+	int ok;
+
+	if (!dir)
+		return 0;
+	slash = strrchr(dir, '/');
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		dir[1] = 0;
+	else
+		*slash = 0;
+	ok = !access(path, W_OK) && !access(dir, W_OK);
+	free(dir);
+	return ok;
+}
+
+/* Check what is at path before SQLite sees it. *create: nothing there (or 0 bytes). */
+static int precheck(const char *path, enum open_mode mode, int *create, int *existed,
+		    char *err, size_t errlen)
+{
+	struct stat st;
+
+	*create = 0;
+	*existed = 1;
+	if (stat(path, &st)) {
+		int e = errno;
+
+		if (e != ENOENT || mode != OPEN_WRITE)
+			return jnl_fail(err, errlen, -e, "cannot open journal %s: %s%s", path,
+				    strerror(e), mode != OPEN_WRITE ? "" :
+				    "; pass journal=PATH where a file can be created");
+		*create = 1;
+		*existed = 0;
+		return 0;
+	}
+	if (S_ISDIR(st.st_mode))
+		return jnl_fail(err, errlen, -EISDIR, "journal %s is a directory; pass journal=PATH "
+			    "naming a file", path);
+	if (!S_ISREG(st.st_mode))
+		return jnl_fail(err, errlen, -EINVAL, "journal %s is not a regular file; pass "
+			    "journal=PATH naming a file", path);
+	if (st.st_size == 0) {
+		if (mode != OPEN_WRITE)
+			return jnl_fail(err, errlen, -EBADMSG, "journal %s is empty: no mount has "
+				    "recorded anything in it", path);
+		*create = 1;
+		return 0;
+	}
+	return check_header(path, err, errlen);
+}
+
+/* One journal_open*() in progress: what its steps have set up, for the next step and
+ * for open_unwind(). */
+struct opening {
+	const char *path;
+	enum open_mode mode;
+	int create;                 /* nothing at path (or 0 bytes): create the schema */
+	int existed;                /* path existed before this open */
+	int wal_existed;
+	unsigned sides;             /* sides_present() before this open */
+	char *wal, *uri;
+	sqlite3 *db;
+	struct journal_ident have;
+	int version;
+};
+
+/* What is at the path, and for a writer, that it can be created and written (our own
+ * open() first: it reports the precise errno, ENOTDIR, EROFS, ..., where SQLite would
+ * only say "unable to open"). 0 or -errno with err. */
+static int open_file(struct opening *o, char *err, size_t errlen)
+{
+	int fd, rc = precheck(o->path, o->mode, &o->create, &o->existed, err, errlen);
+
+	if (rc)
+		return rc;
+	o->sides = sides_present(o->path);
+	if (o->mode != OPEN_WRITE)
+		return 0;
+	fd = open(o->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0 && errno == ENOENT) /* open(O_CREAT) says so only of a directory */
+		return jnl_fail(err, errlen, -ENOENT, "cannot create journal %s: its directory "
+				"does not exist; create it, or pass another journal=PATH", o->path);
+	if (fd < 0) {
+		int e = errno;
+
+		return jnl_fail(err, errlen, -e, "cannot %s journal %s: %s; pass journal=PATH on "
+				"a writable file system", o->create ? "create" : "write", o->path,
+				strerror(e));
+	}
+	close(fd);
+	return 0;
+}
+
+/* The SQLite connection in EXCLUSIVE locking mode (a reader of a file it cannot write
+ * and without a WAL to replay uses immutable mode). 0 or -errno with err. */
+static int open_db(struct opening *o, char *err, size_t errlen)
+{
+	int src, flags;
+
+	o->wal = side_path(o->path, "-wal");
+	if (!o->wal)
+		return -ENOMEM;
+	o->wal_existed = file_exists(o->wal);
+	if (o->mode == OPEN_READ && !can_write(o->path)) {
+		struct stat st;
+
+		if (o->wal_existed && !stat(o->wal, &st) && st.st_size > 0)
+			return jnl_fail(err, errlen, -EROFS, "cannot read journal %s: its write-ahead "
+					"log %s holds records that only a writable open can replay; run "
+					"this where the journal's directory is writable", o->path, o->wal);
+		o->mode = OPEN_READ_IMMUTABLE;
+	}
+	o->uri = file_uri(o->path, o->mode == OPEN_READ_IMMUTABLE ? "immutable=1" : "");
+	if (!o->uri)
+		return -ENOMEM;
+	flags = SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX |
+		(o->mode == OPEN_READ_IMMUTABLE ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
+	src = sqlite3_open_v2(o->uri, &o->db, flags, NULL);
+	if (src != SQLITE_OK)
+		return jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+				"cannot open journal %s: %s", o->path,
+				o->db ? sqlite3_errmsg(o->db) : "out of memory");
+	sqlite3_extended_result_codes(o->db, 1);
+	sqlite3_busy_timeout(o->db, JOURNAL_BUSY_MS);
+	/* Until the file is known to be ours (and always for readers), closing must not
+	 * checkpoint a WAL into it. */
+	sqlite3_db_config(o->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+	src = jnl_exec(o->db, "PRAGMA locking_mode = EXCLUSIVE");
+	if (src == SQLITE_OK && o->mode != OPEN_READ_IMMUTABLE &&
+	    sqlite3_db_readonly(o->db, "main") == 1)
+		return jnl_fail(err, errlen, -EROFS, "cannot write journal %s: it is read-only; "
+				"pass journal=PATH on a writable file system", o->path);
+	if (src != SQLITE_OK)
+		return jnl_fail(err, errlen, -EIO, "cannot open journal %s: %s", o->path,
+				sqlite3_errmsg(o->db));
+	return 0;
+}
+
+/* A new journal: the schema and the identity want. 0 or -errno with err. */
+static int open_create(struct opening *o, const struct journal_ident *want, char *err,
+		       size_t errlen)
+{
+	/* 1 KiB pages: a claim rewrites one page, so every claim appends one page frame to
+	 * the WAL; small frames halve the claim cost on disk */
+	int src = jnl_exec(o->db, "PRAGMA page_size = 1024");
+
+	if (src == SQLITE_OK)
+		src = create_schema(o->db, want);
+	if (src != SQLITE_OK) {
+		int rc = sqlite_errno(src);
+
+		return jnl_fail(err, errlen, rc == -EBUSY || rc == -ENOMEM || rc == -ENOSPC ? rc :
+				-EIO, "cannot create journal %s: %s", o->path, sqlite3_errmsg(o->db));
+	}
+	o->have = *want;
+	o->version = JOURNAL_SCHEMA_VERSION;
+	return 0;
+}
+
+/* An existing journal: validated, of identity want (when given), migrated for a
+ * writer, in one transaction. 0 or -errno with err (the transaction rolled back). */
+static int open_existing(struct opening *o, const struct journal_ident *want, char *err,
+			 size_t errlen)
+{
+	char a[128], b[128];
+	int src, rc;
+
+	/* BEGIN IMMEDIATE takes the write lock now: in EXCLUSIVE mode it stays ours until
+	 * close, and a live mount elsewhere makes this fail with BUSY. Readers take the read
+	 * lock (BEGIN + the first read) and keep it too. */
+	src = jnl_exec(o->db, o->mode == OPEN_WRITE ? "BEGIN IMMEDIATE" : "BEGIN");
+	if (src != SQLITE_OK)
+		return bad_file(o->db, src, o->path, err, errlen);
+	rc = validate(o->db, o->path, &o->have, &o->version, err, errlen);
+	if (!rc && want && !jnl_ident_same(&o->have, want)) {
+		jnl_ident_text(&o->have, a, sizeof(a));
+		jnl_ident_text(want, b, sizeof(b));
+		rc = jnl_fail(err, errlen, -ESTALE,
+			      "journal %s belongs to another dataset or order (%s) than this "
+			      "mount (%s), and no resume= rule can use it; pass journal=PATH naming "
+			      "a file that does not exist yet (add resume=samples:G@S to keep the "
+			      "position), or delete %s (and %s-wal) to start over at step 0",
+			      o->path, a, b, o->path, o->path);
+	}
+	if (!rc && o->mode == OPEN_WRITE && o->version < JOURNAL_SCHEMA_VERSION) {
+		src = migrate(o->db, o->version);
+		if (src != SQLITE_OK)
+			rc = jnl_fail(err, errlen, -EIO, "cannot migrate journal %s from schema "
+				      "version %d: %s", o->path, o->version, sqlite3_errmsg(o->db));
+		else
+			o->version = JOURNAL_SCHEMA_VERSION;
+	}
+	if (!rc && (src = jnl_exec(o->db, "COMMIT")) != SQLITE_OK)
+		rc = jnl_fail(err, errlen, -EIO, "cannot open journal %s: %s", o->path,
+			      sqlite3_errmsg(o->db));
+	if (rc)
+		jnl_exec(o->db, "ROLLBACK");
+	return rc;
+}
+
+/* A writer's WAL and durability settings; a reader's query_only. 0 or -errno with err. */
+static int open_settings(struct opening *o, enum journal_sync sync, char *err, size_t errlen)
+{
+	char pragmas[256];
+	int src;
+
+	if (o->mode != OPEN_WRITE) {
+		jnl_exec(o->db, "PRAGMA query_only = 1");
+		return 0;
+	}
+	snprintf(pragmas, sizeof(pragmas),
+		 "PRAGMA journal_mode = WAL; PRAGMA synchronous = %s; "
+		 "PRAGMA journal_size_limit = %d;",
+		 sync == JOURNAL_SYNC_FULL ? "FULL" : "NORMAL", JOURNAL_WAL_LIMIT);
+	src = jnl_exec(o->db, pragmas);
+	if (src != SQLITE_OK)
+		return jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+				"cannot open journal %s: %s", o->path, sqlite3_errmsg(o->db));
+	return 0;
+}
+
+/* The handle: it takes o's connection and, for a reader, the WAL to clean up (o->db and
+ * o->wal are then NULL). 0 or -errno with err. */
+static int open_handle(struct opening *o, struct journal **out, char *err, size_t errlen)
+{
+	struct journal *j = calloc(1, sizeof(*j));
+	int src;
+
+	if (!j)
+		return -ENOMEM;
+	j->db = o->db;
+	j->ident = o->have;
+	j->readonly = o->mode != OPEN_WRITE;
+	j->version = o->version;
+	j->created = o->mode != OPEN_WRITE || !o->create ? JOURNAL_NEW_NONE :
+		     o->existed ? JOURNAL_NEW_FILLED_EMPTY : JOURNAL_NEW_FILE;
+	j->sides_existed = o->sides;
+	j->path = strdup(o->path);
+	if (!j->path || pthread_mutex_init(&j->mu, NULL)) {
+		free(j->path);
+		free(j);
+		return -ENOMEM;
+	}
+	if (pthread_mutex_init(&j->dmu, NULL)) {
+		pthread_mutex_destroy(&j->mu);
+		free(j->path);
+		free(j);
+		return -ENOMEM;
+	}
+	src = load_next_seq(j);
+	if (src == SQLITE_OK && o->mode == OPEN_WRITE)
+		src = prepare_claim(j);
+	if (src != SQLITE_OK) {
+		int rc = jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EBADMSG,
+				  "cannot open journal %s: %s", o->path, sqlite3_errmsg(o->db));
+
+		sqlite3_finalize(j->st_claim);
+		pthread_mutex_destroy(&j->mu);
+		pthread_mutex_destroy(&j->dmu);
+		free(j->path);
+		free(j);
+		return rc;
+	}
+	if (o->mode == OPEN_WRITE) {
+		const char *real = sqlite3_db_filename(o->db, "main");
+		struct stat sb;
+
+		/* ours: a clean close merges the WAL into the database and removes it */
+		sqlite3_db_config(o->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
+		/* the file this handle writes, for check_unmoved() */
+		if (real && *real && stat(real, &sb) == 0) {
+			j->file_dev = sb.st_dev;
+			j->file_ino = sb.st_ino;
+			j->file_known = 1;
+		}
+	} else if (!o->wal_existed) {
+		j->wal_cleanup = o->wal; /* remove at close if this reader left it empty */
+		o->wal = NULL;
+	}
+	o->db = NULL;
+	*out = j;
+	return 0;
+}
+
+/* Undo what a failed open set up: the connection, an empty WAL it created, the file
+ * when this open created it. */
+static void open_unwind(struct opening *o)
+{
+	sqlite3_close_v2(o->db);
+	drop_empty_side(o->wal, o->wal_existed);
+	if (o->mode == OPEN_WRITE && !o->existed)
+		unlink(o->path);
+}
+
+static int open_common(const char *path, const struct journal_ident *want,
+		       enum open_mode mode, enum journal_sync sync, struct journal **out,
+		       char *err, size_t errlen)
+{
+	struct opening o = { .path = path, .mode = mode, .existed = 1, .wal_existed = 1 };
+	int rc;
+
+	if (!path || !*path)
+		return jnl_fail(err, errlen, -EINVAL, "journal path is empty");
+	rc = open_file(&o, err, errlen);
+	if (rc)
+		return rc;
+	if (mode == OPEN_WRITE)
+		rc = dir_writable(path, err, errlen);
+	if (!rc)
+		rc = open_db(&o, err, errlen);
+	if (!rc)
+		rc = o.create ? open_create(&o, want, err, errlen) :
+			       open_existing(&o, want, err, errlen);
+	if (!rc)
+		rc = open_settings(&o, sync, err, errlen);
+	if (!rc)
+		rc = open_handle(&o, out, err, errlen);
+	if (rc)
+		open_unwind(&o);
+	else if (err && errlen)
+		err[0] = 0;
+	free(o.uri);
+	free(o.wal);
+	return rc;
+}
+
+int journal_open(const char *path, const struct journal_ident *ident,
+		 enum journal_sync sync, struct journal **out, char *err, size_t errlen)
+{
+	if (!ident || !out)
+		return jnl_fail(err, errlen, -EINVAL, "journal_open: no identity given");
+	return open_common(path, ident, OPEN_WRITE, sync, out, err, errlen);
+}
+
+int journal_open_readonly(const char *path, struct journal **out, char *err, size_t errlen)
+{
+	if (!out)
+		return jnl_fail(err, errlen, -EINVAL, "journal_open_readonly: no result pointer");
+	return open_common(path, NULL, OPEN_READ, JOURNAL_SYNC_NORMAL, out, err, errlen);
+}
+
+void journal_close(struct journal *j)
+{
+	if (!j)
+		return;
+	sqlite3_finalize(j->st_claim);
+	sqlite3_close_v2(j->db);
+	drop_empty_side(j->wal_cleanup, 0);
+	pthread_mutex_destroy(&j->mu);
+	pthread_mutex_destroy(&j->dmu);
+	free(j->wal_cleanup);
+	free(j->ranks);
+	free(j->pos);
+	free(j->dpos);
+	free(j->dlv);
+	free(j->claimed);
+	free(j->path);
+	free(j);
+}
+
+void journal_abandon(struct journal *j)
+{
+	if (!j)
+		return;
+	if (j->created != JOURNAL_NEW_NONE) {
+		/* Undone while this handle still holds the file's lock, so no other mount can
+		 * have opened it meanwhile; closing then must not write into the file: no
+		 * checkpoint of the WAL (which is removed with the other side files). */
+		sqlite3_db_config(j->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+		if (j->created == JOURNAL_NEW_FILE) {
+			unlink(j->path);
+		} else if (truncate(j->path, 0) != 0) {
+			/* left as a valid journal without a layout: the next mount uses it */
+		}
+		for (unsigned k = 0; k < NSIDES; k++) {
+			char *p = side_path(j->path, side_names[k]);
+
+			if (p && !(j->sides_existed & (1u << k)))
+				unlink(p);
+			free(p);
+		}
+	}
+	journal_close(j);
+}
+
+void journal_identity(struct journal *j, struct journal_ident *out)
+{
+	pthread_mutex_lock(&j->mu);
+	*out = j->ident;
+	pthread_mutex_unlock(&j->mu);
+}
+
+void journal_last_error(struct journal *j, char *out, size_t len)
+{
+	pthread_mutex_lock(&j->mu);
+	jnl_copy_str(out, len, j->err);
+	pthread_mutex_unlock(&j->mu);
+}
+
