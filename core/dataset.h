@@ -1,5 +1,5 @@
 /*
- * dataset.h: read access to a packed dataset directory (DESIGN.md section 3).
+ * dataset.h: read access to a packed dataset directory (docs/design.md §4).
  *
  * On-disk layout (format version 1; COMPATIBILITY: any change below is a format break,
  * bump CATALOG_FORMAT_VERSION and the catalog's user_version together):

@@ -1,5 +1,5 @@
 /*
- * journal.h: the cursor journal (DESIGN.md section 5), one SQLite database in WAL mode.
+ * journal.h: the cursor journal (docs/design.md §6), one SQLite database in WAL mode.
  *
  * Owns: the identity it belongs to (dataset fingerprint + seed + shuffle), the layout
  * history (one row per mount: W, B, m, ranks, S0, G0, time, host), the cursor of every
@@ -155,14 +155,14 @@ void journal_last_error(struct journal *j, char *out, size_t len);
 
 /*
  * The resume point (what `resume=auto` and `zephon journal resume-point` use), over one
- * journal or over several (one per node). DESIGN.md section 5, made precise:
+ * journal or over several (one per node); docs/design.md §6 says it for people. Precisely:
  *
  *  1. History before the latest `fresh` start is ignored (fresh = an empty journal).
  *  2. If there is a checkpoint mark (in any of the journals): the trainer tells where the
  *     model is, and the resume point is the latest *position statement*: a checkpoint
  *     mark, a rewind, or a layout started by an explicit `samples:G`, `step:S` or `fresh`.
- *     The point is that statement's (step, gsn). DESIGN says "the latest mark"; rewinds
- *     and explicit starts count too because they also say where the model is: a launcher
+ *     The point is that statement's (step, gsn). Not only marks: rewinds and explicit
+ *     starts count too because they also say where the model is: a launcher
  *     that falls back to an older checkpoint (samples:G below the latest mark) must not
  *     resume past it after a second crash. Starts by `auto` restate an earlier point and
  *     are not statements.

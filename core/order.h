@@ -1,5 +1,5 @@
 /*
- * order.h: the global order of samples and the layout arithmetic of DESIGN.md section 1.
+ * order.h: the global order of samples and the layout arithmetic of docs/design.md §2-3.
  *
  * Owns the pure functions that every other module and every test relies on:
  *   gsn -> (epoch e = g / N, position p = g % N, sample id = perm(seed, e)(p));

@@ -1,6 +1,6 @@
 /*
  * pack.h: `zephon pack`: inputs in the order given become consecutive sample ids of a new,
- * immutable dataset directory (DESIGN.md section 3; layout in dataset.h).
+ * immutable dataset directory (docs/design.md §4; layout in dataset.h).
  *
  * The dataset is written into a temporary directory beside the output
  * (".NAME.zephon-tmp-XXXXXX") and renamed into place only when every shard, index and

@@ -1,5 +1,5 @@
 /*
- * serve.h: turning claims into batches (DESIGN.md sections 1, 4 and 7). No FUSE here:
+ * serve.h: turning claims into batches (docs/design.md §3, §5 and §9). No FUSE here:
  * the mount (fs/) and `zephon batch` both come through this module, so the bytes of a
  * claim are the same whichever way they are asked for.
  *

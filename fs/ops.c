@@ -1,7 +1,7 @@
 /*
  * ops.c: the FUSE low-level handlers of the mount, one per operation (libfuse's
  * hello_ll.c shape): decode the inode, call core (serve.h) or a renderer, reply.
- * The tree is DESIGN.md section 4; inode numbers are fs/inode.h.
+ * The tree is docs/design.md §5 (every file: README.md); inode numbers are fs/inode.h.
  */
 #include <errno.h>
 #include <inttypes.h>

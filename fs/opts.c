@@ -274,7 +274,7 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 }
 
 /* Bytes a mount may hold in batches: each served rank keeps up to prefetch decoded
- * micro-batches, one being read and one being decoded (DESIGN.md section 7: memory is
+ * micro-batches, one being read and one being decoded (docs/design.md §9: memory is
  * O(served ranks x prefetch x batch bytes)). A micro-batch is estimated from the mean
  * sample (raw_bytes / samples) plus its id and view (24 bytes), and a tar member's
  * header and padding (1 KiB); a batch served as views holds no sample bytes at all. */

@@ -16,7 +16,7 @@
 #define ZFS_PID_SLOTS 256
 
 /* Size of a process's latest claim of one rank's next: what a GETATTR without a file
- * handle answers (DESIGN.md section 4: numpy.fromfile sizes its array from fstat). */
+ * handle answers (numpy.fromfile sizes its array from fstat). */
 struct pid_claim {
 	uint32_t pid;
 	uint64_t rank;

@@ -1,4 +1,4 @@
--- Zephon cursor journal, schema version 1 (see core/journal.h and DESIGN.md section 5).
+-- Zephon cursor journal, schema version 1 (see core/journal.h and docs/design.md §6).
 --
 -- This file is migration step 0 -> 1: journal_open() runs it on an empty database in one
 -- transaction, after `PRAGMA application_id` (JOURNAL_APPLICATION_ID) and before switching

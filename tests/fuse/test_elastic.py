@@ -1,4 +1,4 @@
-"""The elastic property (DESIGN.md sections 1 and 5), through real mounts.
+"""The elastic property (docs/design.md §3 and §6), through real mounts.
 
 Random histories of remounts: global_batch B sometimes changed, world_size W drawn from
 the divisors of B, micro_batch m from the divisors of B/W, one mount or several "nodes"
@@ -98,7 +98,7 @@ class History:
 
     def resume_point(self, journals=None):
         """(S, G) where the next round starts when resuming from `journals` (default all):
-        DESIGN.md section 5 as journal.h makes it precise. With a checkpoint mark in
+        docs/design.md §6, as journal.h states it. With a checkpoint mark in
         those journals, the latest position statement in them; else the slowest rank's
         completed steps in the last layout."""
         if self.layout is None:

@@ -1,7 +1,7 @@
 """`zephon journal show` and `zephon journal resume-point`.
 
 The journals here are written with Python's sqlite3 from schema/journal.sql, the
-documented on-disk format (core/journal.h, DESIGN.md section 5), so the CLI is checked
+documented on-disk format (core/journal.h, docs/design.md §6), so the CLI is checked
 against the format rather than against the C code that writes it. The resume rules
 themselves are covered in depth by the C tests (tests/unit/test_journal*.c).
 """

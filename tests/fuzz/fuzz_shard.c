@@ -1,7 +1,7 @@
 /* fuzz_shard.c: corrupt a packed shard and read every sample back: each read either
- * returns exactly the packed bytes or fails with EIO (DESIGN.md section 4: "never returns
- * wrong bytes"). The input is a list of edits (u16 little-endian offset, u8 xor mask)
- * applied to the shard file of a small dataset packed once per process. */
+ * returns exactly the packed bytes or fails with EIO (docs/design.md §8: "wrong bytes
+ * are never served"). The input is a list of edits (u16 little-endian offset, u8 xor
+ * mask) applied to the shard file of a small dataset packed once per process. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
  * `auto` or an explicit rule for one journal, `samples:G@S` from
  * journal_resume_point_files() over every node journal (what a launcher does).
  *
- * The parent keeps a model (DESIGN.md section 1 and the rules of journal.h) and asserts:
+ * The parent keeps a model (docs/design.md §3 and the rules of journal.h) and asserts:
  *  - every resume point the journal computes equals the model's;
  *  - step numbers continue across remounts (S0 of a mount is the model's step);
  *  - nothing handed out is forgotten: after each mount, even after SIGKILL, every rank's
@@ -676,7 +676,7 @@ static void run_history(uint64_t seed, struct stats *st)
 				uint64_t g, t, off;
 
 				st->claims++;
-				/* the layout formula of DESIGN.md, by hand */
+				/* the layout formula of docs/design.md §3, by hand */
 				g = ln->start_samples + (rp.step - ln->start_step) * ln->global_batch +
 				    rp.rank * (ln->global_batch / ln->world_size) + rp.micro * ln->micro_batch;
 				HCHECK(rp.gsn == g);
