@@ -27,7 +27,8 @@ int buf_reserve(struct buf *b, size_t extra);
 /* Append n bytes. 0, -ENOMEM or -EOVERFLOW (buf unchanged). */
 int buf_append(struct buf *b, const void *src, size_t n);
 
-/* Append printf-formatted text (no NUL counted in len, but data stays NUL-terminated). */
+/* Append printf-formatted text (no NUL counted in len, but data stays NUL-terminated).
+ * 0, -ENOMEM or -EOVERFLOW (buf unchanged), -EINVAL (vsnprintf refused the format). */
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Growable arrays (git's ALLOC_GROW): make room for at least `need` elements of `size`

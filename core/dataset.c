@@ -156,7 +156,7 @@ static int open_payload(const struct dataset *ds, int dirfd, const struct catalo
 	/* Samples are copied straight out of a mapping of the shard (raw samples into
 	 * the batch, zstd frames into the reader's scratch buffer, which zstd then
 	 * decodes: zstd itself never reads the mapping, a fault could not be caught
-	 * there): one pread syscall per sample was the largest cost of serving
+	 * there): one pread syscall per sample would be the largest cost of serving
 	 * batches. Uncompressed token batches are even served from it without a copy
 	 * (sample_reader_views). Faults (truncation, I/O errors) become EIO through
 	 * guard_copy() and guard_run(). */
@@ -518,8 +518,8 @@ static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **
 #define VIEW_CHUNK 64
 /* Cache lines of the next sample prefetched while one is hashed: enough to start its TLB
  * walk and its first DRAM fetches, after which the hardware prefetcher follows the
- * sequential reads of the hash. Measured on random 4 KiB samples of a mapped shard:
- * 9 GB/s hashed without, 17 GB/s with (1 to 4 samples ahead, 8 to 64 lines: alike). */
+ * sequential reads of the hash (1 to 4 samples ahead, 8 to 64 lines do alike; figures
+ * in tests/bench/RESULTS.md). */
 #define VIEW_PREFETCH_LINES 8
 
 /* Prefetch the first VIEW_PREFETCH_LINES cache lines of the len bytes at p. */

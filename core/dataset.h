@@ -147,7 +147,7 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
  * of 128 KiB around it when the dataset fits in half the memory, alone otherwise (see
  * warm_window() in dataset.c). Without it each
  * sample of a dataset that is not in the page cache waits for two reads of its own, one
- * after the other: ~1 ms each here, a third of a second for a batch of 256. Once a probe
+ * after the other, and a batch for all of them in turn. Once a probe
  * finds the pages in memory, the reader's next 7 batches are not probed. Hints only: no
  * error; ids out of range are left to the read. */
 void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count);

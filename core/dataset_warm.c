@@ -14,9 +14,8 @@
 /* What sample_reader_warm() reads around each payload of a batch that is not in memory.
  * A dataset that fits in half the machine's memory gets WARM_WINDOW: each of its bytes
  * is read within the epoch and stays cached until then, so larger reads fill the cache
- * sooner (a cold 256 MiB shard of 4 KiB samples: first batch 33 ms, then 20-28 ms each
- * until it is all in, about a second; with only the payloads' pages every batch is 256
- * random reads, 8 ms, for a whole epoch). A larger one gets only the payloads' pages:
+ * sooner (with only the payloads' pages every batch is random reads for a whole epoch;
+ * figures in tests/bench/RESULTS.md). A larger one gets only the payloads' pages:
  * around them the window would read 32 times the bytes of 4 KiB samples, evicted before
  * they are used. */
 uint64_t dataset_warm_window(const struct dataset *ds)
@@ -29,17 +28,17 @@ uint64_t dataset_warm_window(const struct dataset *ds)
 }
 
 /* Samples whose pages mincore() checks per batch before sample_reader_warm() decides:
- * two index pages and two payload pages, ~4 us of system calls, against 170-450 us to
- * build a batch of 256 samples from memory. One mostly on disk is found cold at once;
+ * two index pages and two payload pages, a few system calls, small against building a
+ * batch from memory. One mostly on disk is found cold at once;
  * one partly cached (hit ratio h) gets its read-ahead for all but about h^4 of its
  * batches. */
 #define WARM_PROBES 2
 
 /* Batches that pass unprobed after two probes in a row found everything in memory: the
- * probes then cost ~0.5 us per batch instead of ~4 us (4% of a batch of 256 JSONL
- * records copied from memory, measured with bench_encode), and a dataset that leaves the
- * page cache is noticed within 8 batches. (Two, because a batch built twice, a peek then
- * its claim, is found in memory the second time just because the first read it.) */
+ * probes then cost next to nothing (figures in tests/bench/RESULTS.md), and a dataset
+ * that leaves the page cache is noticed within 8 batches. (Two, because a batch built
+ * twice, a peek then its claim, is found in memory the second time just because the
+ * first read it.) */
 #define WARM_SKIP 7
 
 /* Whether the page holding p is in memory (mincore(2); an error counts as resident: the

@@ -21,8 +21,8 @@
 /* Start a group at the end of b: reserves the count. *start receives its offset.
  * 0 or -ENOMEM. */
 int filegroup_begin(struct buf *b, size_t *start);
-/* Append one file to the group that starts at `start`. 0, -ENOMEM, or -EINVAL (empty
- * or too long a name). */
+/* Append one file to the group that starts at `start`. 0, -ENOMEM, -EOVERFLOW, or
+ * -EINVAL (empty or too long a name, or the group already holds UINT32_MAX files). */
 int filegroup_add(struct buf *b, size_t start, const char *name, size_t name_len,
 		  const void *data, uint64_t size);
 /* Start a file of `size` bytes whose data the caller then appends itself (exactly size

@@ -68,8 +68,7 @@ int guard_run(void (*fn)(void *ctx), void *ctx)
 		guard_prepare_thread();
 	/* The mask is not saved: the handler runs with SA_NODEFER and an empty sa_mask, so
 	 * jumping out of it leaves the thread's mask as it was. Saving it would cost a
-	 * rt_sigprocmask system call per guarded call, and there is one per sample served
-	 * (a fifth of the daemon's time at 1 MiB batches of 4 KiB samples). */
+	 * rt_sigprocmask system call per guarded call, and there is one per sample served. */
 	if (sigsetjmp(jump, 0)) {
 		guard_jump = NULL;
 		return -EIO;

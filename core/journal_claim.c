@@ -102,8 +102,8 @@ static int journal_moved(struct journal *j)
 /* Caller holds j->mu. 0, or -EIO when the journal's path no longer names the file this
  * handle writes (deleted by a /tmp cleaner, replaced by a copy): SQLite would go on
  * committing into the orphaned inode, and every later claim would be lost at unmount.
- * The check is a stat(2) of the path, 2.3 us here against 5.5 us for a whole claim
- * (bench_journal), so a claim makes it only when MOVED_CHECK_NS have passed since the
+ * The check is a stat(2) of the path, a large part of a claim's cost (bench_journal), so
+ * a claim makes it only when MOVED_CHECK_NS have passed since the
  * last one (always: every_time): the claims of the last 10 ms before a deletion can still
  * be lost. Once found, every later call fails (a file put back at the path is not this
  * one). */

@@ -2,7 +2,8 @@
  * json_check.h: is this buffer one JSON text (RFC 8259)? The fast path of validating
  * JSONL records at pack time, through simdjson's validating DOM parser (Langdale &
  * Lemire, "Parsing Gigabytes of JSON per Second", VLDB Journal 28, 2019). It builds no
- * tree of values, unlike jansson's json_loadb(), which was most of a pack's CPU.
+ * tree of values, unlike jansson's json_loadb(): validation is a pack's hottest loop
+ * (RESULTS.md, "B6: JSON validation").
  * Errors are not described here: jsonl_check_line() asks jansson why a record failed.
  *
  * Thread-safe: one parser per thread.

@@ -51,8 +51,8 @@ uint64_t prp_apply(const struct prp *p, uint64_t x);
  * The same values, computed PRP_LANES indexes side by side: one index is a chain of
  * dependent multiplies, and independent chains overlap in the CPU (a lane whose index
  * has left its cycle walk takes the next index). prp_apply() in a loop stalls on the
- * unpredictable length of each walk: at N = 68,159 (4 steps per index on average) this
- * is 2.6-3.5x faster, at N = 10^9 (1.07 steps) the same (tests/bench/bench_prp). */
+ * unpredictable length of each walk, so the lanes gain most where walks are long and
+ * cost nothing where they are not (tests/bench/bench_prp; figures in RESULTS.md). */
 void prp_apply_run(const struct prp *p, uint64_t first, size_t count, uint64_t *out);
 
 /* SplitMix64's output function: a bijective 64-bit mixer with full avalanche. */

@@ -22,8 +22,8 @@ const double server_latency_bounds_us[SERVER_LATENCY_BUCKETS - 1] = {
 #define PACED_GAP_S 0.002
 /* A mount serving more ranks than this fills a rank's prefetch ring at its first claim,
  * not at the start: one node that forgot `ranks=` at world_size=4096 otherwise decodes
- * 2 x 4096 micro-batches at once (micro_batch=8 JSONL: 1 s of CPU and 179 MB; 256
- * records per micro-batch would be 3 GB), for ranks other nodes serve. */
+ * 2 x 4096 micro-batches at once, seconds of CPU and gigabytes for large micro-batches,
+ * for ranks other nodes serve. */
 #define PRIME_AT_START_MAX 64
 
 void batch_free(struct batch *b)
@@ -206,8 +206,7 @@ struct server {
 
 	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
 	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
-	 * munmap of a multi-threaded process is a TLB shootdown on every CPU; on this
-	 * project's VMs that alone cut `next` throughput threefold). */
+	 * munmap of a multi-threaded process is a TLB shootdown on every CPU). */
 	pthread_mutex_t log_lock;  /* guards the log_ fields: slog()'s rate limit */
 	double log_tokens, log_t;
 	uint64_t log_dropped;
@@ -227,8 +226,8 @@ static double now_s(void)
 
 /* Messages slog() passes in a burst, then one a second (a token bucket): a reader that
  * retries a failing open in a loop (a full disk, a corrupt sample) would otherwise log a
- * line per attempt, 3,000 identical lines in a minute of a trial. How many were held back
- * is logged with the next one that passes, and at server_free(). */
+ * line per attempt. How many were held back is logged with the next one that passes, and
+ * at server_free(). */
 #define LOG_BURST 20
 #define LOG_REFILL_S 1.0
 
@@ -446,6 +445,11 @@ static void decode_into_slot(struct server *s, struct sample_reader *r,
 	}
 	pthread_cond_broadcast(&rs->decoded);
 	pthread_mutex_unlock(&rs->lock);
+	if (!rc) {
+		pthread_mutex_lock(&s->qlock);
+		s->stats.prefetch_decoded++;
+		pthread_mutex_unlock(&s->qlock);
+	}
 }
 
 /* A decode job (jobq.h): run on a decoder with its sample reader, or dropped at stop. */

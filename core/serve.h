@@ -105,6 +105,7 @@ struct claim_info {
 struct server_stats {
 	uint64_t claims, claim_errors, decode_errors, journal_errors, end_of_stream;
 	uint64_t prefetch_hits, prefetch_misses;
+	uint64_t prefetch_decoded;            /* batches the workers decoded into a ring */
 	uint64_t batch_bytes;                 /* bytes of claimed batches */
 	/* claim latency (open of next), cumulative histogram in microseconds with the bucket
 	 * bounds server_latency_bounds_us[]; the last bucket is +Inf. */
@@ -166,8 +167,9 @@ int server_release(struct server *s, uint64_t rank, int wait);
 /* What the next claim of rank would get, claiming nothing (a copy). Errors as above. */
 int server_peek(struct server *s, uint64_t rank, struct batch **out);
 
-/* The step share of rank at step (all A micro-batches in one encoding); pure. -EINVAL
- * for a step before S0 of the layout; other errors as batch_build. */
+/* The step share of rank at step (all A micro-batches in one encoding); pure. -ENOENT
+ * (rank not served), -EINVAL (a step before S0 of the layout); other errors as
+ * batch_build. */
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
 /* The length server_step() would give, from the order and the index without decoding
  * (encode_batch_len): what a lookup or stat of step/<t> needs. 0, -ENOTSUP (tar: call
@@ -178,7 +180,8 @@ int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
  * job has reached step, so checkpoint and rewind accept step + 1 (journal_note_reached). */
 void server_step_opened(struct server *s, uint64_t step);
 
-/* One sample in the mount's encoding (a batch of one); pure. -ERANGE (id >= N). */
+/* One sample in the mount's encoding (a batch of one); pure. 0, -ERANGE (id >= N),
+ * -EIO (it failed its checksum or could not be read: logged), -ENOMEM. */
 int server_sample(struct server *s, uint64_t id, struct batch **out);
 
 /* Cursor and last claim of a rank: copies into *cursor_step/micro and *last (last->ids

@@ -851,9 +851,9 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		/* The same bytes for the life of the mount, and small: through the page cache,
 		 * so they can be mapped (np.load(mmap_mode='r'), np.memmap) and a second read
 		 * is free. step/ is pure too, but its batches are large and read once: through
-		 * the page cache (128 KiB readahead requests, a copy into the cache and another
-		 * out) a Python loop read 1 MiB token steps at 0.12-0.14 GB/s against 0.42-0.45
-		 * with direct I/O. */
+		 * the page cache they would go in 128 KiB readahead requests, copied into the
+		 * cache and out again; direct I/O copies them once (RESULTS.md, "step/
+		 * files"). */
 		fi->keep_cache = 1;
 	} else {
 		fi->direct_io = 1;  /* every open may differ, or is read once: no page cache */
@@ -866,12 +866,11 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 	}
 }
 
-/* May a claim run on this request thread? The hop to an offload thread costs a claim
- * 80-120 us at p50 and 0.4 ms at p99 when 4 ranks read flat out on 2 CPUs (tests/bench/
- * RESULTS.md, "Offload threads"), so a claim stays here while at most half the request
- * threads (none of one) are in a claim: a stalled journal commit then holds up no more
- * than those, and the other half keep serving reads. 1: go ahead, then call
- * claim_inline_end(); 0: offload it. */
+/* May a claim run on this request thread? The hop to an offload thread adds to every
+ * claim's latency (tests/bench/RESULTS.md, "Offload threads"), so a claim stays here
+ * while at most half the request threads (none of one) are in a claim: a stalled journal
+ * commit then holds up no more than those, and the other half keep serving reads.
+ * 1: go ahead, then call claim_inline_end(); 0: offload it. */
 static int claim_inline_begin(struct zmount *z)
 {
 	unsigned n = __atomic_load_n(&z->inline_claims, __ATOMIC_RELAXED);

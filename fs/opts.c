@@ -240,9 +240,8 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		return WHY("workers=%" PRIu64 " must be between 1 and 64", v);
 	c->workers = (unsigned)v;
 	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
-	 * shortest tail when the copies of replies do not share the CPUs (4 ranks reading
-	 * 1 MiB batches flat out on 2 CPUs: p99 open->first byte 5-7 ms with 64 threads,
-	 * 1.3-1.6 ms with 2; tests/bench/RESULTS.md, "B4: request threads"). Requests that
+	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
+	 * RESULTS.md, "B4: request threads"; README.md gives the figures). Requests that
 	 * may block (claims, step/ builds) are answered on offload threads (core/jobq.h),
 	 * so they do not hold up the others. */
 	if ((rc = number("max_threads", o->max_threads,

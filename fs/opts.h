@@ -49,10 +49,11 @@ struct mount_config {
 int mount_options_parse(struct fuse_args *args, struct mount_options *o);
 void mount_options_release(struct mount_options *o);
 
-/* Validate o into c. 0, or -EINVAL with one line in why (which rule failed). */
+/* Validate o into c. 0, or -EINVAL with one line in why (which rule failed), -ENOMEM. */
 int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		      char *why, size_t why_len);
-/* Check what depends on the dataset (format, journal default path). 0 or -EINVAL. */
+/* Check what depends on the dataset (format, journal default path). 0, -EINVAL (reason
+ * in why), -ENOMEM. */
 int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 			       char *why, size_t why_len);
 void mount_config_release(struct mount_config *c);

@@ -124,7 +124,7 @@ int render_status(struct zmount *z, struct buf *out)
 		snprintf(key, sizeof(key), "%" PRIu64, z->overlaps[i].rank);
 		json_object_set_new(overlaps, key, json_u64(z->overlaps[i].opens));
 	}
-	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 			     "claims", json_u64(st.claims),
 			     "claim_errors", json_u64(st.claim_errors),
 			     "decode_errors", json_u64(st.decode_errors),
@@ -132,6 +132,7 @@ int render_status(struct zmount *z, struct buf *out)
 			     "end_of_stream", json_u64(st.end_of_stream),
 			     "prefetch_hits", json_u64(st.prefetch_hits),
 			     "prefetch_misses", json_u64(st.prefetch_misses),
+			     "prefetch_decoded", json_u64(st.prefetch_decoded),
 			     "bytes_read", json_u64(z->bytes_read),
 			     "control_errors", json_u64(z->control_errors),
 			     "overlapping_opens", json_u64(z->overlaps_total));
@@ -233,6 +234,8 @@ int render_metrics(struct zmount *z, struct buf *out)
 	METRIC("end_of_stream_total", "counter", "Opens of next after the stream ended.", st.end_of_stream);
 	METRIC("prefetch_hits_total", "counter", "Claims served from the prefetch ring.", st.prefetch_hits);
 	METRIC("prefetch_misses_total", "counter", "Claims decoded on demand.", st.prefetch_misses);
+	METRIC("prefetch_decoded_total", "counter", "Batches decoded ahead into the prefetch rings.",
+	       st.prefetch_decoded);
 	METRIC("batch_bytes_total", "counter", "Bytes of claimed batches.", st.batch_bytes);
 	METRIC("read_bytes_total", "counter", "Bytes returned by read().", bytes_read);
 	METRIC("consumed_samples", "gauge", "Every gsn below this was handed out.", server_consumed(z->srv));

@@ -58,7 +58,7 @@ struct zmount {
 	char *readme;                  /* static text of /README */
 	size_t readme_len;
 
-	pthread_mutex_t lock;          /* guards pids, last_size, counters below */
+	pthread_mutex_t lock;          /* guards pids, pid_next and everything below */
 	struct pid_claim pids[ZMOUNT_PID_SLOTS];
 	unsigned pid_next;
 	uint64_t bytes_read, opens_next, control_writes, control_errors;
@@ -92,7 +92,8 @@ void zmount_free_open_files(struct zmount *z);
 /* The low-level operations of the mount. */
 extern const struct fuse_lowlevel_ops zmount_ops;
 
-/* Generated files (fs/render.c). Each appends text to out; 0 or -ENOMEM. */
+/* Generated files (fs/render.c). Each appends text to out; 0, -ENOMEM or -EOVERFLOW
+ * (out could not grow). */
 int render_readme(struct zmount *z, struct buf *out);
 int render_status(struct zmount *z, struct buf *out);
 int render_metrics(struct zmount *z, struct buf *out);

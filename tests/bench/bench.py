@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Zephon's benchmarks B1-B6 (issue 7), each against its baseline in the same run.
+"""Zephon's benchmarks B1-B6, each against its baseline in the same run.
 
 Run through tests/bench/run, which builds build-bench/ (release) first. Scratch data
 (generated inputs, packed datasets, mount points) lives in $ZEPHON_BENCH_DIR
@@ -504,7 +504,7 @@ class Bench:
     def cold(self):
         """The first batches of a mount whose dataset is not in the page cache (a node that
         did not pack it, or after a reboot), against the same batches with it cached. Not
-        one of issue 7's targets: what a training job waits for at its start."""
+        one of the targets: what a training job waits for at its start."""
         n = 16
         cases = (('B1', 'tokens-raw', 'format=bin', '1 MiB token batches'),
                  ('B2', 'jsonl-compressed', 'format=lines', 'lines batches of 256 records '
@@ -614,7 +614,7 @@ class Bench:
 
 
 def main():
-    ap = argparse.ArgumentParser(description='Zephon benchmarks B1-B6 (issue 7)')
+    ap = argparse.ArgumentParser(description='Zephon benchmarks B1-B6')
     ap.add_argument('--build', default=str(ROOT / 'build-bench'))
     ap.add_argument('--work', default=os.environ.get('ZEPHON_BENCH_DIR', '/tmp/zephon-bench'))
     ap.add_argument('--seconds', type=float, default=3.0, help='per throughput measurement')

@@ -1,4 +1,4 @@
-"""The elastic property (issues 5 and 6, docs/design.md §3 and §6), through real mounts.
+"""The elastic property (docs/design.md §3 and §6), through real mounts.
 
 Random histories of remounts: global_batch B sometimes changed, world_size W drawn from
 the divisors of B, micro_batch m from the divisors of B/W, one mount or several "nodes"

@@ -1,4 +1,4 @@
-"""The training proof (issue 6): a training run cannot tell an elastic restart from an
+"""The training proof: a training run cannot tell an elastic restart from an
 uninterrupted run.
 
 torchrun (python3 -m torch.distributed.run, gloo, CPU) starts W workers of
@@ -24,8 +24,10 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import time
+import uuid
 
 import numpy as np
 import pytest
@@ -41,8 +43,16 @@ STEPS = 30
 SEED = 11
 # Debian 12's torch 1.13 on Python 3.11: torchrun needs --redirects/--tee of 1 or 2
 # (see mountscripts/torchrun-zephon.sh); workers' stderr is copied to the console.
-TORCHRUN = [PY, '-m', 'torch.distributed.run', '--standalone', '--redirects=2', '--tee=2',
-            '--monitor_interval=0.2']
+# One node with a rendezvous on a free port: torch 1.13's --standalone always takes port
+# 29400, which any other torchrun on the machine may hold.
+TORCHRUN = [PY, '-m', 'torch.distributed.run', '--nnodes=1', '--rdzv_backend=c10d',
+            '--redirects=2', '--tee=2', '--monitor_interval=0.2']
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 
 def test_torch_is_importable():
@@ -76,7 +86,9 @@ def torchrun(w, mnt, args, log, detach=False):
     for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
         env.pop(k, None)
     out = open(log / 'torchrun.out', 'ab')
-    p = subprocess.Popen(TORCHRUN + ['--nproc_per_node=%d' % w, '--log_dir=%s' % (log / 'tel'),
+    p = subprocess.Popen(TORCHRUN + ['--rdzv_endpoint=127.0.0.1:%d' % free_port(),
+                                     '--rdzv_id=%s' % uuid.uuid4(),
+                                     '--nproc_per_node=%d' % w, '--log_dir=%s' % (log / 'tel'),
                                      str(TRAIN), '--log', str(log)] + [str(a) for a in args],
                          env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     out.close()

@@ -6,6 +6,7 @@ Environment: ZEPHON, the zephon executable under test; ZEPHON_DATA, ../shared/da
 import os
 import pathlib
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,21 +14,43 @@ import pytest
 import zephon
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / 'tests'))
+import sanitizers  # noqa: E402  (tests/sanitizers.py)
+
+# Every process a test starts (mounts, torchrun workers' zephon calls) writes its sanitizer
+# reports where the harness reads them: a test after which one appeared fails.
+sanitizers.capture()
+
 ZEPHON = os.environ.get('ZEPHON') or str(ROOT / 'build' / 'fs' / 'zephon')
 os.environ['ZEPHON'] = ZEPHON        # what the package finds
 DATA = pathlib.Path(os.environ.get('ZEPHON_DATA') or ROOT.parent / 'shared' / 'data')
 IDX = DATA / 'megatron' / 'meg-gpt2-openwebtext_text_document.idx'
 SEQ = 16                             # --seq-len of the token datasets
 SEED = 5
-SANITIZER_MARKS = ('AddressSanitizer', 'LeakSanitizer', 'runtime error:')
 
 
 def zrun(*args):
     """zephon ARGS; stdout as bytes. Fails the test with zephon's stderr."""
     p = subprocess.run([ZEPHON, *map(str, args)], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=600)
+    sanitizers.scan(p.stderr.decode(errors='replace'), 'zephon %s' % (args,))
     assert p.returncode == 0, ('zephon', args, p.stderr.decode(errors='replace'))
     return p.stdout
+
+
+@pytest.fixture(autouse=True)
+def no_sanitizer_reports():
+    yield
+    reports = sanitizers.take()
+    assert not reports, 'sanitizer reports during this test:\n' + reports
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reports = sanitizers.take()     # from fixtures torn down after the last test
+    sanitizers.release()
+    if reports:
+        print('\nsanitizer reports after the last test:\n' + reports, file=sys.stderr)
+        session.exitstatus = 1
 
 
 def reference(ds, n, window, seed=SEED):
@@ -66,8 +89,7 @@ class Mounts:
     def close(self):
         for m in self.all:
             m.stop()
-            log = m.log()
-            assert not any(s in log for s in SANITIZER_MARKS), log
+            sanitizers.scan(m.log(), 'zephon mount')
 
 
 @pytest.fixture

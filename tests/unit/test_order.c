@@ -1,5 +1,5 @@
 /*
- * Layout arithmetic (issue 2, docs/design.md §3): rank shares tile every step for every
+ * Layout arithmetic (docs/design.md §3): rank shares tile every step for every
  * W dividing B and every m; the rank-order concatenation of a step is the same for every
  * (W, m); epochs cover every sample once; validation gives one message per rule; 64-bit
  * overflow is caught.

@@ -1,5 +1,5 @@
 /*
- * Properties of the permutation (issue 2): bijection (exhaustive for every N in 1..4096
+ * Properties of the permutation: bijection (exhaustive for every N in 1..4096
  * and for awkward N), epochs differ, positions are uniform over keys, adjacent pairs show
  * no bias.
  */

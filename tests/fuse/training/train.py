@@ -113,8 +113,12 @@ def main():
         if a.hang_after is not None and t == a.hang_after:
             with open(os.path.join(a.log, 'hung-%d' % rank), 'w'):
                 pass
-            while True:                               # the test kills the job with -9
-                time.sleep(1)
+            # The test kills the job with -9. A worker in a session of its own (torchrun 2.x)
+            # outlives that: it exits once its torchrun is gone, not never.
+            parent = os.getppid()
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
     log.close()
     dist.destroy_process_group()
 

@@ -1,0 +1,74 @@
+"""Sanitizer reports of every process a test suite starts (both pytest suites use it).
+
+In the ASan/UBSan build (tests/run's build-asan) a report may come from a process whose
+stderr no test reads: a daemonized mount (stderr is /dev/null once it detaches), a
+mount started by a script with its stderr discarded, a command whose non-zero exit the
+test expects anyway. capture() sets, in os.environ (every child inherits it):
+  - ASAN_OPTIONS log_path=<a directory of this session>: ASan and LeakSanitizer reports go
+    to files there, and the suites' conftest.py fail each test after which one appeared
+    (take()), and the session when one appears after the last test;
+  - UBSAN_OPTIONS the same log_path (a UBSan-only build honours it), exitcode=86,
+    halt_on_error and print_stacktrace. GCC 12's UBSan inside an ASan build ignores
+    log_path and always writes to stderr, so every helper that runs
+    zephon scans its stderr (scan()), and a UBSan halt exits with a status no zephon
+    command returns, so a test that expects a refusal's 1 or 2 fails on it too.
+A plain build writes no report files and never exits 86.
+"""
+import os
+import pathlib
+import shutil
+import tempfile
+
+# The first line of each kind of report: ASan's "ERROR: AddressSanitizer: ...", LSan's
+# "ERROR: LeakSanitizer: ...", UBSan's "file:line:col: runtime error: ..." and its
+# "UndefinedBehaviorSanitizer: DEADLYSIGNAL" / "SUMMARY: UndefinedBehaviorSanitizer: ...".
+MARKS = ('AddressSanitizer', 'LeakSanitizer', 'UndefinedBehaviorSanitizer', 'runtime error:')
+
+UBSAN_EXIT = 86   # the exit status of a process UBSan halted
+
+_dir = None
+
+
+def reports_in(text):
+    """The lines of text that carry a sanitizer mark (empty when there are none)."""
+    return [line for line in text.splitlines() if any(m in line for m in MARKS)]
+
+
+def scan(text, what='a process'):
+    """Fail (AssertionError with the whole text) when text holds a sanitizer report."""
+    assert not reports_in(text), 'sanitizer report from %s:\n%s' % (what, text)
+
+
+def capture():
+    """Send ASan's reports of every process started from now on into a directory of this
+    session, and make UBSan halt with exit status UBSAN_EXIT (idempotent)."""
+    global _dir
+    if _dir is None:
+        _dir = pathlib.Path(tempfile.mkdtemp(prefix='zephon-sanitizer-'))
+        os.chmod(_dir, 0o1777)      # commands run as other users (setpriv) write here too
+        log = 'log_path=%s' % (_dir / 'report')
+        for var, extra in (('ASAN_OPTIONS', log),
+                           ('UBSAN_OPTIONS', log + ':halt_on_error=1:print_stacktrace=1'
+                            ':exitcode=%d' % UBSAN_EXIT)):
+            old = os.environ.get(var, '')
+            os.environ[var] = (old + ':' if old else '') + extra
+    return _dir
+
+
+def take():
+    """The text of every report written since the last call, each report file removed."""
+    if _dir is None:
+        return ''
+    texts = []
+    for f in sorted(_dir.iterdir()):
+        texts.append('--- %s\n%s' % (f.name, f.read_text(errors='replace')))
+        f.unlink()
+    return '\n'.join(texts)
+
+
+def release():
+    """Remove the report directory (at the end of the session)."""
+    global _dir
+    if _dir is not None:
+        shutil.rmtree(_dir, ignore_errors=True)
+        _dir = None
