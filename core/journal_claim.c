@@ -431,24 +431,31 @@ void journal_note_reached(struct journal *j, uint64_t step)
 		; /* seen now holds the value another thread stored: compare again */
 }
 
+/* Record a checkpoint mark (STEP, its gsn) under j->mu: 0, -ENOMEM or -EIO (reason in
+ * journal_last_error). */
+static int record_mark(struct journal *j, uint64_t step, uint64_t gsn)
+{
+	int64_t id;
+	int rc = insert_event(j, "mark", step, gsn, &id);
+
+	if (rc != SQLITE_OK) {
+		rc = jfail_sql(j, rc, "cannot record a checkpoint mark");
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	j->next_seq++;
+	j->err[0] = 0;
+	return 0;
+}
+
 int journal_checkpoint(struct journal *j, uint64_t step)
 {
 	uint64_t gsn;
-	int64_t id;
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
 	rc = step_check(j, "checkpoint", step, __atomic_load_n(&j->reached, __ATOMIC_RELAXED), &gsn);
-	if (!rc) {
-		rc = insert_event(j, "mark", step, gsn, &id);
-		if (rc != SQLITE_OK) {
-			rc = jfail_sql(j, rc, "cannot record a checkpoint mark");
-			rc = rc == -ENOMEM ? rc : -EIO;
-		} else {
-			j->next_seq++;
-			j->err[0] = 0;
-		}
-	}
+	if (!rc)
+		rc = record_mark(j, step, gsn);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
 }
@@ -515,7 +522,6 @@ out:
 
 int journal_checkpoint_at(struct journal *j, uint64_t gsn, uint64_t step)
 {
-	int64_t id;
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
@@ -529,16 +535,8 @@ int journal_checkpoint_at(struct journal *j, uint64_t gsn, uint64_t step)
 			   gsn, step);
 	else
 		rc = check_unmoved(j, 1);
-	if (!rc) {
-		rc = insert_event(j, "mark", step, gsn, &id);
-		if (rc != SQLITE_OK) {
-			rc = jfail_sql(j, rc, "cannot record a checkpoint mark");
-			rc = rc == -ENOMEM ? rc : -EIO;
-		} else {
-			j->next_seq++;
-			j->err[0] = 0;
-		}
-	}
+	if (!rc)
+		rc = record_mark(j, step, gsn);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
 }

@@ -949,27 +949,39 @@ static int step_servable(struct server *s, uint64_t rank, uint64_t step)
 	return step < s->cfg.layout.start_step ? -EINVAL : 0;
 }
 
+/* Build rank's whole share of step in layout l (every micro-batch in one encoding), on a
+ * reader of the pool; a decode error is logged as what it was for ("step 7", "at gsn
+ * 96"). Errors as batch_build, -ENOMEM. */
+static int build_share(struct server *s, const struct layout *l, uint64_t rank, uint64_t step,
+		       const char *what, struct batch **out)
+{
+	struct sample_reader *r = reader_get(s);
+	uint64_t bad = 0;
+	int rc;
+
+	if (!r)
+		return -ENOMEM;
+	rc = batch_build(r, s->info, &s->cfg.order, l, s->cfg.format, rank, step, 0,
+			 layout_micros(l), out, &bad);
+	reader_put(s, r);
+	if (rc == -EIO) {
+		char msg[96];
+
+		snprintf(msg, sizeof(msg), "rank %" PRIu64 " %s", rank, what);
+		log_decode_error(s, msg, rc, bad);
+	}
+	return rc;
+}
+
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out)
 {
-	struct sample_reader *r;
-	uint64_t bad = 0;
+	char what[40];
 	int rc = step_servable(s, rank, step);
 
 	if (rc)
 		return rc;
-	r = reader_get(s);
-	if (!r)
-		return -ENOMEM;
-	rc = batch_build(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format, rank, step,
-			 0, layout_micros(&s->cfg.layout), out, &bad);
-	reader_put(s, r);
-	if (rc == -EIO) {
-		char what[64];
-
-		snprintf(what, sizeof(what), "rank %" PRIu64 " step %" PRIu64, rank, step);
-		log_decode_error(s, what, rc, bad);
-	}
-	return rc;
+	snprintf(what, sizeof(what), "step %" PRIu64, step);
+	return build_share(s, &s->cfg.layout, rank, step, what, out);
 }
 
 int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len)
@@ -1187,26 +1199,14 @@ static int at_layout(struct server *s, uint64_t rank, uint64_t gsn, struct layou
 
 int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
 {
-	struct sample_reader *r;
+	char what[40];
 	struct layout l;
-	uint64_t bad = 0;
 	int rc = at_layout(s, rank, gsn, &l);
 
 	if (rc)
 		return rc;
-	r = reader_get(s);
-	if (!r)
-		return -ENOMEM;
-	rc = batch_build(r, s->info, &s->cfg.order, &l, s->cfg.format, rank, 0, 0,
-			 layout_micros(&l), out, &bad);
-	reader_put(s, r);
-	if (rc == -EIO) {
-		char what[64];
-
-		snprintf(what, sizeof(what), "rank %" PRIu64 " at gsn %" PRIu64, rank, gsn);
-		log_decode_error(s, what, rc, bad);
-	}
-	return rc;
+	snprintf(what, sizeof(what), "at gsn %" PRIu64, gsn);
+	return build_share(s, &l, rank, 0, what, out);
 }
 
 int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)

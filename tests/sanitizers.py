@@ -17,7 +17,10 @@ A plain build writes no report files and never exits 86.
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
+
+import pytest
 
 # The first line of each kind of report: ASan's "ERROR: AddressSanitizer: ...", LSan's
 # "ERROR: LeakSanitizer: ...", UBSan's "file:line:col: runtime error: ..." and its
@@ -72,3 +75,21 @@ def release():
     if _dir is not None:
         shutil.rmtree(_dir, ignore_errors=True)
         _dir = None
+
+
+# The suites' conftest.py import these two (pytest finds a fixture or hook by its name in a
+# conftest module): every test fails after which a report appeared, and the session when
+# one appears after the last test (in a fixture's teardown).
+@pytest.fixture(autouse=True)
+def no_sanitizer_reports():
+    yield
+    reports = take()
+    assert not reports, 'sanitizer reports during this test:\n' + reports
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reports = take()
+    release()
+    if reports:
+        print('\nsanitizer reports after the last test:\n' + reports, file=sys.stderr)
+        session.exitstatus = 1

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import sanitizers  # noqa: E402  (tests/sanitizers.py)
+from sanitizers import no_sanitizer_reports, pytest_sessionfinish  # noqa: E402,F401
 
 ZEPHON = os.environ.get('ZEPHON') or str(
     pathlib.Path(__file__).resolve().parents[2] / 'build' / 'fs' / 'zephon')
@@ -23,21 +24,6 @@ DATA = pathlib.Path(os.environ.get('ZEPHON_DATA') or
 # Every process a test starts writes its sanitizer reports where the harness reads them:
 # a test after which one appeared fails (tests/sanitizers.py).
 sanitizers.capture()
-
-
-@pytest.fixture(autouse=True)
-def no_sanitizer_reports():
-    yield
-    reports = sanitizers.take()
-    assert not reports, 'sanitizer reports during this test:\n' + reports
-
-
-def pytest_sessionfinish(session, exitstatus):
-    reports = sanitizers.take()     # from fixtures torn down after the last test
-    sanitizers.release()
-    if reports:
-        print('\nsanitizer reports after the last test:\n' + reports, file=sys.stderr)
-        session.exitstatus = 1
 
 
 def run(*args, check=True, input=None, env=None):

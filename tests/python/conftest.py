@@ -16,6 +16,7 @@ import zephon
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'tests'))
 import sanitizers  # noqa: E402  (tests/sanitizers.py)
+from sanitizers import no_sanitizer_reports, pytest_sessionfinish  # noqa: E402,F401
 
 # Every process a test starts (mounts, torchrun workers' zephon calls) writes its sanitizer
 # reports where the harness reads them: a test after which one appeared fails.
@@ -36,21 +37,6 @@ def zrun(*args):
     sanitizers.scan(p.stderr.decode(errors='replace'), 'zephon %s' % (args,))
     assert p.returncode == 0, ('zephon', args, p.stderr.decode(errors='replace'))
     return p.stdout
-
-
-@pytest.fixture(autouse=True)
-def no_sanitizer_reports():
-    yield
-    reports = sanitizers.take()
-    assert not reports, 'sanitizer reports during this test:\n' + reports
-
-
-def pytest_sessionfinish(session, exitstatus):
-    reports = sanitizers.take()     # from fixtures torn down after the last test
-    sanitizers.release()
-    if reports:
-        print('\nsanitizer reports after the last test:\n' + reports, file=sys.stderr)
-        session.exitstatus = 1
 
 
 def reference(ds, n, window, seed=SEED):
