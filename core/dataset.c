@@ -132,6 +132,10 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 		if (catalog_meta_u64(c, "seq_len", &in->seq_len) || in->seq_len == 0 ||
 		    in->seq_len * in->itemsize > SAMPLE_MAX_BYTES)
 			BAD("catalog meta 'seq_len' is missing, zero or too large");
+		if (catalog_meta_get(c, "overlap") &&
+		    (catalog_meta_u64(c, "overlap", &in->overlap) || in->overlap > 1 ||
+		     in->overlap >= in->seq_len))
+			BAD("catalog meta 'overlap' is not 0 or 1 (below seq_len)");
 	}
 	v = catalog_meta_get(c, "compress");
 	if (!v || (strcmp(v, "zstd") && strcmp(v, "none")))

@@ -70,7 +70,11 @@ struct dataset_info {
 	uint64_t samples;          /* N */
 	enum token_dtype dtype;    /* tokens only */
 	unsigned itemsize;         /* bytes per token; tokens only */
-	uint64_t seq_len;          /* L, tokens only */
+	uint64_t seq_len;          /* L, tokens only: tokens per sample as stored */
+	uint64_t overlap;          /* tokens only: 1 when each window's last token is the
+	                            * next window's first (pack --overlap 1, windows of
+	                            * --seq-len + 1 tokens); 0 otherwise. Catalog meta key
+	                            * 'overlap', absent in older datasets (0) */
 	int compressed;            /* 1 for compress=zstd */
 	uint64_t raw_bytes, stored_bytes;
 	uint64_t shards;

@@ -2229,3 +2229,33 @@ out:
 	pthread_mutex_unlock(&j->mu);
 	return rc;
 }
+
+int journal_checkpoint_at(struct journal *j, uint64_t gsn, uint64_t step)
+{
+	int64_t id;
+	int rc;
+
+	pthread_mutex_lock(&j->mu);
+	if (j->readonly)
+		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
+	else if (!j->cur.id)
+		rc = jfail(j, -EINVAL, "checkpoint samples:%" PRIu64 "@%" PRIu64 ": no mount "
+			   "started on this journal", gsn, step);
+	else if (gsn >= ORDER_MAX_GSN || step > INT64_MAX)
+		rc = jfail(j, -EINVAL, "checkpoint samples:%" PRIu64 "@%" PRIu64 ": out of range",
+			   gsn, step);
+	else
+		rc = check_unmoved(j, 1);
+	if (!rc) {
+		rc = insert_event(j, "mark", step, gsn, &id);
+		if (rc != SQLITE_OK) {
+			rc = jfail_sql(j, rc, "cannot record a checkpoint mark");
+			rc = rc == -ENOMEM ? rc : -EIO;
+		} else {
+			j->next_seq++;
+			j->err[0] = 0;
+		}
+	}
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}

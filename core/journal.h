@@ -247,6 +247,13 @@ int journal_checkpoint(struct journal *j, uint64_t step);
  * STEP). 0, -EINVAL, -EROFS, -EIO (nothing changed). */
 int journal_rewind(struct journal *j, uint64_t step);
 
+/* `checkpoint samples:G@S`: a checkpoint mark at gsn G numbered step S, for a loader that
+ * positions itself (reads /rank/<r>/at/<G>): the model state saved holds every gsn below
+ * G. Any G below ORDER_MAX_GSN, whatever this layout's steps; the mark becomes the
+ * resume point as a `checkpoint STEP` mark does. 0, -EINVAL (no journal_start, or G out
+ * of range; reason in journal_last_error), -EROFS, -EIO. */
+int journal_checkpoint_at(struct journal *j, uint64_t gsn, uint64_t step);
+
 /* consumed_samples: G0 + (min over served ranks of completed steps) * B for the current
  * layout; 0 before journal_start. */
 uint64_t journal_consumed(struct journal *j);

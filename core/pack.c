@@ -480,12 +480,13 @@ static int batch_full(const struct packer *p)
 /* Cut every whole window out of p->window into the batch. */
 static int cut_windows(struct packer *p)
 {
-	size_t wlen = (size_t)(p->o->seq_len * p->itemsize), off = 0;
+	size_t stride = (size_t)(p->o->seq_len * p->itemsize), off = 0;
+	size_t wlen = stride + (size_t)p->o->overlap * p->itemsize;
 	int rc = 0;
 
 	while (!rc && p->window.len - off >= wlen) {
 		rc = batch_add(p, p->window.data + off, wlen, 0);
-		off += wlen;
+		off += stride; /* overlap: the window's last token starts the next one */
 		if (!rc && batch_full(p))
 			rc = batch_flush(p);
 	}
@@ -701,7 +702,7 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	info.content = p->content;
 	snprintf(info.record_ext, sizeof(info.record_ext), "%s", ext);
 	info.dtype = p->dtype;
-	info.seq_len = p->o->seq_len;
+	info.seq_len = p->o->seq_len + p->o->overlap;
 	info.samples = p->samples;
 	dataset_fingerprint_text(&info, text, sizeof(text));
 	XXH3_128bits_update(p->fp, text, strlen(text));
@@ -717,7 +718,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set(c, "record_ext", ext);
 	if (p->kind == DATASET_TOKENS) {
 		rc |= catalog_meta_set(c, "dtype", dataset_dtype_name(p->dtype));
-		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len);
+		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
+		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
 	}
 	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
@@ -873,6 +875,11 @@ static int plan(struct packer *p, enum source_format *formats)
 	if (p->kind != DATASET_TOKENS && o->seq_len)
 		return fail(p, -EINVAL, "--seq-len applies to token inputs only (%s holds %s)",
 			    o->inputs[0], dataset_content_name(p->content));
+	if (p->kind != DATASET_TOKENS && o->overlap)
+		return fail(p, -EINVAL, "--overlap applies to token inputs only (%s holds %s)",
+			    o->inputs[0], dataset_content_name(p->content));
+	if (o->overlap > 1)
+		return fail(p, -EINVAL, "--overlap %" PRIu64 ": give 0 or 1", o->overlap);
 	if (p->kind == DATASET_TOKENS && o->seq_len > SAMPLE_MAX_BYTES / 4)
 		return fail(p, -EINVAL, "--seq-len %" PRIu64 " is too large", o->seq_len);
 	if (o->compress && (o->level < ZSTD_minCLevel() || o->level > ZSTD_maxCLevel()))

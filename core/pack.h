@@ -66,6 +66,8 @@ struct pack_opts {
 	int have_dtype;
 	enum token_dtype dtype;      /* --dtype */
 	uint64_t seq_len;            /* --seq-len (tokens) */
+	uint64_t overlap;            /* --overlap: 0, or 1 for windows of seq_len + 1 tokens
+	                              * whose last token starts the next window */
 	int compress;                /* 1 zstd, 0 none */
 	int level;
 	int no_dict;

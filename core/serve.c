@@ -1118,3 +1118,69 @@ const struct serve_config *server_config(const struct server *s)
 {
 	return &s->cfg;
 }
+
+/* The layout whose step 0 starts at gsn: what at/<gsn> serves. */
+static int at_layout(struct server *s, uint64_t rank, uint64_t gsn, struct layout *l)
+{
+	if (!find_rank(s, rank))
+		return -ENOENT;
+	*l = s->cfg.layout;
+	l->start_step = 0;
+	l->start_samples = gsn;
+	if (gsn >= ORDER_MAX_GSN || l->global_batch > ORDER_MAX_GSN - gsn)
+		return -EOVERFLOW;
+	return 0;
+}
+
+int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
+{
+	struct sample_reader *r;
+	struct layout l;
+	uint64_t bad = 0;
+	int rc = at_layout(s, rank, gsn, &l);
+
+	if (rc)
+		return rc;
+	r = reader_get(s);
+	if (!r)
+		return -ENOMEM;
+	rc = serve_build(r, s->info, &s->cfg.order, &l, s->cfg.format, rank, 0, 0,
+			 layout_micros(&l), out, &bad);
+	reader_put(s, r);
+	if (rc == -EIO) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "rank %" PRIu64 " at gsn %" PRIu64, rank, gsn);
+		log_decode_error(s, what, rc, bad);
+	}
+	return rc;
+}
+
+int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)
+{
+	struct layout l;
+	int rc = at_layout(s, rank, gsn, &l);
+
+	if (rc)
+		return rc;
+	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
+		return -ENOTSUP;
+	return batch_encoded_len(NULL, s->info, s->cfg.format, NULL,
+				 l.global_batch / l.world_size, len);
+}
+
+int server_checkpoint_at(struct server *s, uint64_t gsn, uint64_t step)
+{
+	char why[256];
+	int rc;
+
+	if (!s->journal)
+		return -ENOSYS;
+	rc = journal_checkpoint_at(s->journal, gsn, step);
+	if (rc == -EINVAL)
+		slog(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
+	else if (rc)
+		slog(s, LOG_ERR, "checkpoint samples:%" PRIu64 "@%" PRIu64 " could not be "
+		     "journaled: %s", gsn, step, journal_why(s, why));
+	return rc;
+}

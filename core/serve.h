@@ -180,4 +180,22 @@ double server_journal_wait(struct server *s);
 void server_stats(struct server *s, struct serve_stats *out);
 const struct serve_config *server_config(const struct server *s);
 
+/* Addressing by gsn, for loaders that keep the stream's position themselves (the
+ * mount's /rank/<r>/at/<G>): rank's share of the B samples that start at gsn, i.e. of the
+ * step that starts at gsn in a layout with this mount's W, B and m (all A micro-batches
+ * in one encoding). Pure: any gsn, whatever the layout's G0 and its step boundaries;
+ * it claims nothing and notes nothing in the journal. *out as server_step. 0, -ENOENT
+ * (rank not served), -EOVERFLOW (gsn + B past ORDER_MAX_GSN), or the errors of
+ * serve_build. */
+int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out);
+/* The length server_at() would give, without decoding: 0, -ENOTSUP (lines and tar: call
+ * server_at), or the errors of server_at; *len is set only on success. */
+int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len);
+
+/* `checkpoint samples:G@S`: the model state saved now holds every gsn below G, and the
+ * step that starts at G is numbered S; any G, unlike server_checkpoint() (a loader that
+ * reads at/<G> has its own position). 0, -EINVAL (reason logged), -EIO; without a
+ * journal -ENOSYS. */
+int server_checkpoint_at(struct server *s, uint64_t gsn, uint64_t step);
+
 #endif

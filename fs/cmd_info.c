@@ -60,6 +60,8 @@ static int print_json(const struct dataset *ds)
 			    json_null());
 	json_object_set_new(o, "seq_len", tokens ? json_integer((json_int_t)in->seq_len) :
 			    json_null());
+	json_object_set_new(o, "overlap", tokens ? json_integer((json_int_t)in->overlap) :
+			    json_null());
 	json_object_set_new(o, "remainder_tokens", tokens ?
 			    json_integer((json_int_t)meta_u64(c, "remainder_tokens")) : json_null());
 	json_object_set_new(o, "record_ext", in->content == CONTENT_TEXT ?
@@ -104,6 +106,9 @@ static void print_table(const struct dataset *ds)
 		printf("dtype         %s\n", dataset_dtype_name(in->dtype));
 		printf("seq_len       %" PRIu64 " tokens (%" PRIu64 " bytes per sample)\n",
 		       in->seq_len, in->seq_len * in->itemsize);
+		if (in->overlap)
+			printf("overlap       1 token: windows of --seq-len %" PRIu64 " + 1, the last "
+			       "token of each the first of the next\n", in->seq_len - 1);
 		printf("remainder     %" PRIu64 " tokens dropped at the end\n",
 		       meta_u64(c, "remainder_tokens"));
 	}

@@ -112,6 +112,9 @@ static void usage(FILE *f)
 		"  --format F            auto (default), jsonl, lines, files, tar, tokens, bin, npy,\n"
 		"                        megatron: read every input as F\n"
 		"  --seq-len L           tokens per sample (required for token inputs)\n"
+		"  --overlap 0|1         1: windows of L + 1 tokens, each overlapping the next by\n"
+		"                        one token (Megatron's convention: inputs and labels of L\n"
+		"                        tokens each, no token lost as a label); default 0\n"
 		"  --dtype D             dtype of raw .bin tokens: uint8, uint16, uint32, int32\n"
 		"  --compress zstd|none  per-sample zstd frames (default) or raw samples\n"
 		"  --level N             zstd level (default %d)\n"
@@ -161,7 +164,7 @@ static int parse_size(const char *s, uint64_t *out)
 }
 
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
-       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS };
+       OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP };
 
 int cmd_pack(int argc, char **argv)
 {
@@ -170,6 +173,7 @@ int cmd_pack(int argc, char **argv)
 		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
 		{ "dtype", required_argument, NULL, OPT_DTYPE },
+		{ "overlap", required_argument, NULL, OPT_OVERLAP },
 		{ "compress", required_argument, NULL, OPT_COMPRESS },
 		{ "level", required_argument, NULL, OPT_LEVEL },
 		{ "no-dict", no_argument, NULL, OPT_NO_DICT },
@@ -211,6 +215,13 @@ int cmd_pack(int argc, char **argv)
 				die_msg("pack: --seq-len '%s' is not a positive number", optarg);
 				return 2;
 			}
+			break;
+		case OPT_OVERLAP:
+			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
+				die_msg("pack: --overlap takes 0 or 1, not '%s'", optarg);
+				return 2;
+			}
+			o.overlap = optarg[0] == '1';
 			break;
 		case OPT_DTYPE:
 			if (dataset_dtype_parse(optarg, &o.dtype)) {

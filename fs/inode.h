@@ -4,7 +4,8 @@
  *
  *   bits 63..60  node type (enum node)
  *   bits 59..40  rank, for nodes under /rank/<r> (ranks < 2^20)
- *   bits 39..0   step, for /rank/<r>/step/<t> (steps < 2^40)
+ *   bits 39..0   step, for /rank/<r>/step/<t> (steps < 2^40); gsn G for
+ *                /rank/<r>/at/<G> (G < 2^40)
  *   bits 59..0   sample id, for /samples/<id> (ids < 2^60)
  * The root is FUSE_ROOT_ID (1), which no encoded inode can equal.
  * COMPATIBILITY: only within one mount; inode numbers are not persisted.
@@ -24,6 +25,8 @@ enum node {
 	NODE_STEPDIR,       /* /rank/<r>/step */
 	NODE_STEP,          /* /rank/<r>/step/<t> */
 	NODE_SAMPLE,        /* /samples/<id> */
+	NODE_ATDIR,         /* /rank/<r>/at */
+	NODE_AT,            /* /rank/<r>/at/<G> */
 	NODE_COUNT
 };
 _Static_assert(NODE_COUNT <= 16, "node type takes 4 bits");

@@ -243,6 +243,15 @@ static int step_exists(struct zfs *z, uint64_t step)
 	return g <= limit && l->global_batch <= limit - g;
 }
 
+/* Does the stream still have the B samples from gsn g? (epochs=E ends it.) */
+static int at_exists(struct zfs *z, uint64_t g)
+{
+	const struct serve_config *sc = server_config(z->srv);
+	uint64_t limit = order_limit(&sc->order, z->cfg->epochs);
+
+	return g <= INODE_MAX_STEP && g <= limit && sc->layout.global_batch <= limit - g;
+}
+
 static size_t pid_claim_size(struct zfs *z, uint32_t pid, uint64_t rank, int *found)
 {
 	size_t size = 0;
@@ -324,6 +333,14 @@ static uint64_t node_size(struct zfs *z, uint64_t ino, uint32_t pid, int *pure)
 			*pure = 1;
 		}
 		break;
+	case NODE_AT:
+		if (server_at_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
+			*pure = 1;
+		} else if (server_at(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
+			size = batch_len(b);
+			*pure = 1;
+		}
+		break;
 	default:
 		break;
 	}
@@ -349,6 +366,7 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 	*timeout = 0;
 	switch (type) {
 	case NODE_ROOT: case NODE_RANKDIR: case NODE_SAMPLESDIR: case NODE_RANK: case NODE_STEPDIR:
+	case NODE_ATDIR:
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		*timeout = STATIC_ATTR_TIMEOUT;
@@ -368,15 +386,17 @@ static int node_attr(struct zfs *z, uint64_t ino, uint32_t pid, const struct ope
 	if (type >= NODE_COUNT)
 		return -ENOENT;
 	if ((type == NODE_RANK || type == NODE_NEXT || type == NODE_PEEK || type == NODE_STATE ||
-	     type == NODE_STEPDIR || type == NODE_STEP) &&
+	     type == NODE_STEPDIR || type == NODE_STEP || type == NODE_ATDIR || type == NODE_AT) &&
 	    !rankset_has(&z->cfg->ranks, inode_rank(ino)))
 		return -ENOENT;
 	if (type == NODE_STEP && !step_exists(z, inode_step(ino)))
 		return -ENOENT;
 	if (type == NODE_SAMPLE && inode_id(ino) >= z->info->samples)
 		return -ENOENT;
+	if (type == NODE_AT && !at_exists(z, inode_step(ino)))
+		return -ENOENT;
 	if (S_ISREG(st->st_mode)) {
-		int pure = f && (type == NODE_STEP || type == NODE_SAMPLE);
+		int pure = f && (type == NODE_STEP || type == NODE_SAMPLE || type == NODE_AT);
 
 		st->st_size = (off_t)(f ? file_len(f) : node_size(z, ino, pid, &pure));
 		/* A pure file's size is cached: a GETATTR without a handle reads the index
@@ -413,7 +433,12 @@ static uint64_t child_of(struct zfs *z, uint64_t parent, const char *name)
 		if (!strcmp(name, "peek")) return inode_make(NODE_PEEK, v, 0);
 		if (!strcmp(name, "state")) return inode_make(NODE_STATE, v, 0);
 		if (!strcmp(name, "step")) return inode_make(NODE_STEPDIR, v, 0);
+		if (!strcmp(name, "at")) return inode_make(NODE_ATDIR, v, 0);
 		return 0;
+	case NODE_ATDIR:
+		if (parse_decimal(name, INODE_MAX_STEP, &v) || !at_exists(z, v))
+			return 0;
+		return inode_make(NODE_AT, inode_rank(parent), v);
 	case NODE_STEPDIR:
 		if (parse_decimal(name, INODE_MAX_STEP, &v) || !step_exists(z, v))
 			return 0;
@@ -465,6 +490,9 @@ static struct offload *attr_queue(const struct zfs *z, uint64_t ino)
 		return z->build_queue;
 	case NODE_STEP: /* tar: the headers' sizes need the samples */
 		return z->cfg->format == FORMAT_TAR ? z->build_queue : NULL;
+	case NODE_AT: /* lines and tar: the size needs the samples */
+		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN ?
+		       NULL : z->build_queue;
 	default:
 		return NULL;
 	}
@@ -477,7 +505,7 @@ static struct offload *open_queue(const struct zfs *z, uint64_t ino)
 	switch (inode_type(ino)) {
 	case NODE_README: case NODE_CONTROL: case NODE_STATUS: case NODE_METRICS: case NODE_STATE:
 		return NULL;
-	case NODE_STEP: case NODE_SAMPLE:
+	case NODE_STEP: case NODE_SAMPLE: case NODE_AT:
 		return z->build_queue;
 	default:
 		return z->journal_queue;
@@ -556,7 +584,7 @@ static void zfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	enum node pt = inode_type(parent);
 
 	if (pt != NODE_ROOT && pt != NODE_RANKDIR && pt != NODE_RANK && pt != NODE_STEPDIR &&
-	    pt != NODE_SAMPLESDIR) {
+	    pt != NODE_SAMPLESDIR && pt != NODE_ATDIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -650,7 +678,7 @@ static void zfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)fi;
 	if (type != NODE_ROOT && type != NODE_RANKDIR && type != NODE_RANK &&
-	    type != NODE_STEPDIR && type != NODE_SAMPLESDIR) {
+	    type != NODE_STEPDIR && type != NODE_SAMPLESDIR && type != NODE_ATDIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -682,6 +710,7 @@ static void zfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		dir_add(req, &d, "peek", inode_make(NODE_PEEK, r, 0), S_IFREG);
 		dir_add(req, &d, "state", inode_make(NODE_STATE, r, 0), S_IFREG);
 		dir_add(req, &d, "step", inode_make(NODE_STEPDIR, r, 0), S_IFDIR);
+		dir_add(req, &d, "at", inode_make(NODE_ATDIR, r, 0), S_IFDIR);
 	}
 	fuse_reply_buf(req, d.p, d.size);
 	free(d.p);
@@ -731,6 +760,9 @@ static void open_node(struct zfs *z, fuse_req_t req, uint64_t ino, struct fuse_f
 		break;
 	case NODE_SAMPLE:
 		rc = server_sample(z->srv, inode_id(ino), &f->batch);
+		break;
+	case NODE_AT:
+		rc = server_at(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
 		break;
 	case NODE_STATUS:
 		rc = render_status(z, &f->text);
@@ -887,14 +919,34 @@ static void zfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	open_file_put(z, f);
 }
 
-/* One control command: "checkpoint STEP" or "rewind STEP". 0, -EINVAL (malformed or
- * refused; logged), -EIO, -ENOSYS. */
+/* "samples:G@S" of `checkpoint samples:G@S`: 0 or -EINVAL. */
+static int parse_samples_at(const char *arg, uint64_t *gsn, uint64_t *step)
+{
+	char g[24], s[24], extra[2];
+
+	if (strncmp(arg, "samples:", 8) ||
+	    sscanf(arg + 8, "%23[0-9]@%23[0-9]%1s", g, s, extra) != 2 ||
+	    parse_decimal(g, UINT64_MAX, gsn) || parse_decimal(s, UINT64_MAX, step))
+		return -EINVAL;
+	return 0;
+}
+
+/* One control command: "checkpoint STEP", "checkpoint samples:G@S" or "rewind STEP".
+ * 0, -EINVAL (malformed or refused; logged), -EIO, -ENOSYS. */
 static int control_line(struct zfs *z, const char *line)
 {
-	char cmd[16], arg[32], extra[2];
-	uint64_t step;
+	char cmd[16], arg[64], extra[2];
+	uint64_t step, gsn;
 
-	if (sscanf(line, "%15s %31s %1s", cmd, arg, extra) != 2 ||
+	if (sscanf(line, "%15s %63s %1s", cmd, arg, extra) == 2 && !strcmp(cmd, "checkpoint") &&
+	    !strncmp(arg, "samples:", 8)) {
+		if (parse_samples_at(arg, &gsn, &step)) {
+			zfs_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint samples:G@S\"", line);
+			return -EINVAL;
+		}
+		return server_checkpoint_at(z->srv, gsn, step);
+	}
+	if (sscanf(line, "%15s %63s %1s", cmd, arg, extra) != 2 ||
 	    parse_decimal(arg, UINT64_MAX, &step)) {
 		zfs_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint STEP\" or \"rewind STEP\"", line);
 		return -EINVAL;

@@ -169,6 +169,12 @@ int render_status(struct zfs *z, struct buf *out)
 			 "counters", counters,
 			 "overlapping_opens", overlaps,
 			 "last_error", last_error);
+	if (root && z->info->kind == DATASET_TOKENS) {
+		/* what a loader needs to decode batches without the dataset's catalog */
+		json_object_set_new(root, "dtype", json_string(dataset_dtype_name(z->info->dtype)));
+		json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
+		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
+	}
 	return dump_json(root, out);
 }
 

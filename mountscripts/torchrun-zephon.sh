@@ -6,8 +6,16 @@
 #       --master_addr=node0 --master_port=29500 train.py --epochs 3
 #   NNODES=2 NODE_RANK=1 NPROC_PER_NODE=4 torchrun-zephon.sh --master_addr=node0 ... train.py
 #
-# It mounts ZEPHON_DATASET for ranks NODE_RANK*P .. NODE_RANK*P+P-1 of world_size NNODES*P
-# (P = nproc_per_node; torchrun numbers ranks the same way) with the journal
+# The mount serves data-parallel (DP) ranks, not processes. Give the job's DP degree D in
+# ZEPHON_DP_DEGREE whenever tensor, pipeline or context parallelism is on (their peers
+# share a DP rank and read the same batches, e.g. through zephon.torch.ZephonLoader): the
+# mount then has world_size D, and node i serves DP ranks i*P .. i*P+P-1 with
+# P = ZEPHON_DP_RANKS_PER_NODE (default D / NNODES), as TorchTitan's device mesh (DP
+# outermost) places them. Unset, every process is its own DP rank: D = NNODES x
+# nproc_per_node and P = nproc_per_node (said on stderr).
+#
+# It mounts ZEPHON_DATASET for DP ranks NODE_RANK*P .. NODE_RANK*P+P-1 of world_size D
+# (torchrun numbers ranks the same way) with the journal
 # ZEPHON_JOURNAL_DIR/node-NODE_RANK.sqlite, exports ZEPHON_MOUNT (the mountpoint) to the
 # workers (each reads $ZEPHON_MOUNT/rank/$RANK/next), runs torchrun, unmounts when torchrun
 # ends (or this script is stopped), and exits with torchrun's status.
@@ -23,7 +31,8 @@
 # $ZEPHON_MOUNT/control after saving the model wins over the slowest rank's progress.
 #
 # environment: ZEPHON_DATASET, ZEPHON_JOURNAL_DIR, ZEPHON_OPTIONS, ZEPHON_MOUNT (default
-#   /tmp/zephon), ZEPHON_RESUME, ZEPHON (see zephon-node --help); NNODES, NODE_RANK,
+#   /tmp/zephon), ZEPHON_RESUME, ZEPHON (see zephon-node --help); ZEPHON_DP_DEGREE,
+#   ZEPHON_DP_RANKS_PER_NODE (above; both exported to the workers); NNODES, NODE_RANK,
 #   NPROC_PER_NODE when the flags are not given; ZEPHON_TORCHRUN, the torchrun command
 #   (default: torchrun, else python3 -m torch.distributed.run).
 set -euo pipefail
@@ -83,7 +92,28 @@ fi
 # decimal, also with leading zeros ($((08)) would be a bad octal number)
 nnodes=$((10#$nnodes)) nproc=$((10#$nproc)) node_rank=$((10#$node_rank))
 
-export ZEPHON_NNODES=$nnodes ZEPHON_NODE=$node_rank ZEPHON_RANKS_PER_NODE=$nproc
+# DP ranks, not processes: with tensor, pipeline or context parallelism the DP degree is
+# below the process count, and a mount of one rank per process would serve another stream
+if [ -n "${ZEPHON_DP_DEGREE:-}" ]; then
+	[[ $ZEPHON_DP_DEGREE =~ ^[0-9]{1,9}$ ]] && [ $((10#$ZEPHON_DP_DEGREE)) -ge 1 ] ||
+		die "ZEPHON_DP_DEGREE=$ZEPHON_DP_DEGREE: give the job's data-parallel degree, a number >= 1"
+	dp=$((10#$ZEPHON_DP_DEGREE))
+	per=${ZEPHON_DP_RANKS_PER_NODE:-}
+	if [ -z "$per" ]; then
+		[ $((dp % nnodes)) = 0 ] ||
+			die "ZEPHON_DP_DEGREE=$dp is not a multiple of --nnodes=$nnodes; set ZEPHON_DP_RANKS_PER_NODE"
+		per=$((dp / nnodes))
+	fi
+	[[ $per =~ ^[0-9]{1,9}$ ]] || die "ZEPHON_DP_RANKS_PER_NODE=$per is not a number"
+	per=$((10#$per))
+	[ $((per * nnodes)) = "$dp" ] ||
+		die "ZEPHON_DP_RANKS_PER_NODE=$per x --nnodes=$nnodes is not ZEPHON_DP_DEGREE=$dp"
+else
+	dp=$((nnodes * nproc)) per=$nproc
+	echo "$me: ZEPHON_DP_DEGREE is not set: every process is a data-parallel rank (world_size=$dp); set it when tensor, pipeline or context parallelism is on" >&2
+fi
+export ZEPHON_DP_DEGREE=$dp ZEPHON_DP_RANKS_PER_NODE=$per
+export ZEPHON_NNODES=$nnodes ZEPHON_NODE=$node_rank ZEPHON_RANKS_PER_NODE=$per
 if [ "$nnodes" = 1 ]; then
 	# the journals' point; a set ZEPHON_RESUME only when it is that point too, or when
 	# ZEPHON_RESUME_OVERRIDE=1 says it is meant (e.g. an older checkpoint)
@@ -155,7 +185,7 @@ trap 'exit 130' INT
 [ -z "$stop" ] || exit "$stop"
 ZEPHON_MOUNT=$("$node_script" path)
 export ZEPHON_MOUNT
-echo "$me: node $node_rank of $nnodes: ranks $((node_rank * nproc))-$((node_rank * nproc + nproc - 1)) at $ZEPHON_MOUNT, resume=$ZEPHON_RESUME" >&2
+echo "$me: node $node_rank of $nnodes: ranks $((node_rank * per))-$((node_rank * per + per - 1)) at $ZEPHON_MOUNT (data-parallel degree $dp), resume=$ZEPHON_RESUME" >&2
 
 # in the background, so that a TERM reaches the trap (and torchrun) at once
 "${torchrun[@]}" "${extra[@]}" "$@" &

@@ -982,3 +982,34 @@ def test_launcher_papercuts(ds, tmp_path):
                                            ZEPHON_MOUNT=str(tmp_path / 'u'), ZEPHON_OPTIONS=''),
                       stderr=subprocess.PIPE)
     assert p.returncode != 0 and b'ZEPHON_OPTIONS is empty in /etc/zephon/demo.conf' in p.stderr, p.stderr
+
+
+def test_torchrun_script_mounts_the_dp_degree(ds, tmp_path):
+    """With tensor/pipeline/context parallelism the mount serves DP ranks, not processes:
+    ZEPHON_DP_DEGREE=2 on a node of 4 processes mounts world_size 2, ranks 0-1; a DP
+    degree that does not tile the nodes is refused before anything is mounted."""
+    d, _ = ds
+    fake = tmp_path / 'fake-torchrun'         # stands in for torchrun: records the mount
+    fake.write_text('#!/bin/sh\ncat "$ZEPHON_MOUNT/status" > "%s"\n'
+                    'echo "$ZEPHON_DP_DEGREE $ZEPHON_DP_RANKS_PER_NODE" >> "%s"\n'
+                    % (tmp_path / 'status.json', tmp_path / 'dp'))
+    fake.chmod(0o755)
+    env = base_env(tmp_path, 'dp', ZEPHON_DATASET=d, ZEPHON_TORCHRUN=fake,
+                   ZEPHON_OPTIONS='global_batch=4', ZEPHON_DP_DEGREE=2)
+    rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=4', 'x.py'], env)
+    assert 'ranks 0-1 at %s (data-parallel degree 2)' % (tmp_path / 'dp-node0') in err, err
+    st = json.loads((tmp_path / 'status.json').read_text())
+    assert (st['world_size'], st['ranks']) == (2, '0-1')
+    assert (tmp_path / 'dp').read_text().split() == ['2', '2']
+    assert not mounts_under(tmp_path)
+    env.pop('ZEPHON_DP_DEGREE')
+    rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'], env)
+    assert 'ZEPHON_DP_DEGREE is not set: every process is a data-parallel rank (world_size=2)' in err
+    for dp, extra, why in (('3', {}, 'ZEPHON_DP_DEGREE=3 is not a multiple of --nnodes=2'),
+                           ('x', {}, 'ZEPHON_DP_DEGREE=x: give the job'),
+                           ('4', {'ZEPHON_DP_RANKS_PER_NODE': '3'}, 'ZEPHON_DP_RANKS_PER_NODE=3 x --nnodes=2 is not')):
+        rc, _, err = sh([TORCHRUN, '--nnodes=2', '--node_rank=0', '--nproc_per_node=2', 'x.py'],
+                        dict(env, ZEPHON_DP_DEGREE=dp, ZEPHON_RESUME='samples:0@0', **extra),
+                        check=False)
+        assert rc == 2 and why in err, (dp, err)
+    assert not mounts_under(tmp_path)

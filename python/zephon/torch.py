@@ -1,0 +1,304 @@
+"""PyTorch loader over a Zephon mount whose state restores at any data-parallel degree.
+
+:class:`ZephonLoader` yields one data-parallel (DP) rank's micro-batches of a token dataset
+as ``int64`` tensors of shape ``[micro_batch, window]``. It reads the mount's pure files
+``/rank/<r>/at/<G>`` (rank r's share of the global step that starts at gsn G), which claim
+nothing and are the same bytes whoever reads them: tensor, pipeline and context parallel
+peers that share a DP rank get identical batches, and the position is the loader's own.
+
+Its state (``state_dict()``) is the position of the global stream, the same on every rank:
+``consumed_samples`` (the gsn where the current step starts: every gsn below it went into
+the model), the step number, and how far into that step each rank is; plus the dataset
+fingerprint, seed and shuffle, so that a state of another stream is refused. A state taken
+at a step boundary restores at any DP degree and any global batch size: the next step
+starts at ``consumed_samples`` in the new layout. A state taken inside a step restores
+exactly at the same DP degree and global batch, and is refused elsewhere.
+
+The checkpoint is the source of truth: ``load_state_dict()`` positions the stream wherever
+the mount's journal says. The journal still learns the position, so ``resume=auto``,
+``zephon journal resume-point`` and ``/status`` of the next mount agree with the
+checkpoint: after a ``state_dict()`` (a checkpoint being saved), the next batch taken
+writes ``checkpoint samples:G@S`` to ``/control``, as does ``load_state_dict()``. Only the
+process of the lowest DP rank the mount serves writes it (one per node).
+
+Only token datasets are served (``zephon pack --format tokens``); for ``lines`` and ``tar``
+datasets read ``/rank/<r>/step/<t>`` files yourself. Such a mount is refused with a
+``ValueError``.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+STATE_VERSION = 1
+
+_DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "int32": np.int32}
+
+
+def split_inputs_labels(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inputs, labels)`` of a batch of windows ``[..., window]``: ``inputs`` are the
+    first ``window - 1`` tokens, ``labels`` the last ``window - 1`` (the inputs shifted by
+    one). With overlapping windows (``pack --overlap 1``, windows of L + 1 tokens) that is
+    L inputs and L labels per sample and no token of the stream is lost as a label.
+    Both are views of ``batch``."""
+    if batch.shape[-1] < 2:
+        raise ValueError(f"windows of {batch.shape[-1]} tokens cannot be split into inputs "
+                         "and labels; pack with --seq-len 2 or more")
+    return batch[..., :-1], batch[..., 1:]
+
+
+def _parse_ranks(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out.extend(range(int(a), int(b or a) + 1))
+    return out
+
+
+class ZephonLoader:
+    """One DP rank's token micro-batches from a Zephon mount, as ``int64`` tensors.
+
+    Args:
+        mount: the mountpoint (``zephon mount`` of a token dataset).
+        dp_rank: this process's data-parallel rank (peers in tensor, pipeline or context
+            parallelism share it and get identical batches).
+        dp_world_size: the data-parallel degree; must be the mount's ``world_size``.
+        micro_batch: samples per yielded tensor; must divide the per-rank step share
+            ``global_batch / world_size``. Default: ``tokens_per_batch / seq_len`` when
+            that is given, else the mount's ``micro_batch``.
+        **options:
+            tokens_per_batch (int): the trainer's tokens per micro-batch and rank; must be
+                ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
+            global_batch (int): the trainer's samples per optimizer step; must be the
+                mount's ``global_batch``.
+            write_marks (bool, default True): let this process write position marks to
+                the mount's ``control`` (only the lowest DP rank of the mount does).
+
+    Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
+    (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
+    one token), ``micro_batch``, ``global_batch``, ``dp_rank``, ``dp_world_size``,
+    ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored).
+
+    Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
+    fit the trainer's configuration or the dataset is not a token dataset, and ``OSError``
+    when the mount does not answer.
+    """
+
+    def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
+                 micro_batch: int | None = None, **options: Any) -> None:
+        tokens_per_batch = options.pop("tokens_per_batch", None)
+        want_global = options.pop("global_batch", None)
+        self._write_marks = bool(options.pop("write_marks", True))
+        if options:
+            raise TypeError(f"ZephonLoader: unknown options {sorted(options)}")
+        self.mount = os.path.abspath(os.fspath(mount))
+        with open(os.path.join(self.mount, "status"), "rb") as f:
+            st = json.loads(f.read())
+        self._status = st
+        if st.get("kind") != "tokens":
+            raise ValueError(f"the dataset {st.get('dataset')} is a {st.get('kind')} dataset; "
+                             "ZephonLoader reads token datasets only (zephon pack --format "
+                             "tokens --seq-len L); read rank/R/step/T files for other kinds")
+        if "seq_len" not in st:
+            raise ValueError(f"the mount at {self.mount} does not say its window length "
+                             "(/status has no seq_len): its zephon is older than this package")
+        self.fingerprint: str = st["fingerprint"]
+        self.seed: int = int(st["seed"])
+        self.shuffle: str = st["shuffle"]
+        self.overlap: int = int(st.get("overlap", 0))
+        self.window: int = int(st["seq_len"])          # tokens per sample as stored
+        self.seq_len: int = self.window - self.overlap  # the pack's --seq-len
+        self.dtype = np.dtype(_DTYPES[st["dtype"]])
+        self.format: str = st["format"]
+        self.global_batch: int = int(st["global_batch"])
+        self.dp_rank = int(dp_rank)
+        self.dp_world_size = int(dp_world_size)
+        world = int(st["world_size"])
+        served = _parse_ranks(st["ranks"])
+        if self.dp_world_size != world:
+            raise ValueError(f"the mount at {self.mount} serves world_size={world} but the "
+                             f"trainer's data-parallel degree is {self.dp_world_size}; mount "
+                             f"with world_size={self.dp_world_size} (the DP degree, not the "
+                             "process count: torchrun-zephon.sh --dp-degree)")
+        if not 0 <= self.dp_rank < world or self.dp_rank not in served:
+            raise ValueError(f"dp_rank {self.dp_rank} is not served by the mount at "
+                             f"{self.mount} (ranks={st['ranks']}); mount this node's DP ranks")
+        if want_global is not None and int(want_global) != self.global_batch:
+            raise ValueError(f"the mount's global_batch is {self.global_batch} samples but the "
+                             f"trainer's is {want_global}; mount with global_batch={want_global}")
+        if self.format not in ("npy", "bin"):
+            raise ValueError(f"the mount serves format={self.format}; mount a token dataset "
+                             "with format=npy (the default) or format=bin")
+        share = self.global_batch // world
+        if micro_batch is None:
+            if tokens_per_batch is not None:
+                if int(tokens_per_batch) % self.seq_len:
+                    raise ValueError(f"tokens_per_batch {tokens_per_batch} is not a multiple of "
+                                     f"the dataset's seq_len {self.seq_len}; pack with a "
+                                     "--seq-len that divides it")
+                micro_batch = int(tokens_per_batch) // self.seq_len
+            else:
+                micro_batch = int(st["micro_batch"])
+        self.micro_batch = int(micro_batch)
+        if tokens_per_batch is not None and int(tokens_per_batch) != self.micro_batch * self.seq_len:
+            raise ValueError(f"tokens_per_batch {tokens_per_batch} is not micro_batch "
+                             f"{self.micro_batch} x seq_len {self.seq_len}; make them agree")
+        if self.micro_batch < 1 or share % self.micro_batch:
+            raise ValueError(f"micro_batch {self.micro_batch} does not divide the rank's "
+                             f"share of a step, global_batch {self.global_batch} / world_size "
+                             f"{world} = {share} samples; choose a divisor")
+        self._share = share
+        self._epochs = int(st.get("epochs", 0))
+        self._samples = int(st["samples"])
+        self._marker = self._write_marks and self.dp_rank == min(served)
+        # the position: the step that starts at gsn _gsn, numbered _step; each rank has
+        # taken _offset samples of its share of it
+        self._gsn = int(st["start_samples"])
+        self._step = int(st["start_step"])
+        self._offset = 0
+        self._cache: tuple[int, np.ndarray] | None = None
+        self._pending_mark: tuple[int, int] | None = None
+
+    # ---- iteration ----
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        """The loader itself: each ``next()`` yields the next micro-batch, an ``int64``
+        tensor ``[micro_batch, window]``, and moves the position. Ends (StopIteration) at
+        the end of a finite stream (``epochs=E``)."""
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self._pending_mark is not None:
+            self._write_mark(*self._pending_mark)
+            self._pending_mark = None
+        if self._offset == 0 and self._epochs and \
+                self._gsn + self.global_batch > self._epochs * self._samples:
+            raise StopIteration
+        share = self._read_share(self._gsn)
+        rows = share[self._offset:self._offset + self.micro_batch]
+        out = torch.from_numpy(rows.astype(np.int64))
+        self._offset += self.micro_batch
+        if self._offset == self._share:
+            self._gsn += self.global_batch
+            self._step += 1
+            self._offset = 0
+        return out
+
+    def share_path(self, gsn: int) -> str:
+        """The pure file with this rank's share of the step that starts at ``gsn``."""
+        return os.path.join(self.mount, "rank", str(self.dp_rank), "at", str(gsn))
+
+    def _read_share(self, gsn: int) -> np.ndarray:
+        if self._cache is not None and self._cache[0] == gsn:
+            return self._cache[1]
+        with open(self.share_path(gsn), "rb", buffering=0) as f:
+            data = f.read()
+        arr = self._decode(data)
+        self._cache = (gsn, arr)
+        return arr
+
+    def _decode(self, data: bytes) -> np.ndarray:
+        off = 0
+        if self.format == "npy":
+            fp = io.BytesIO(data)
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                raise OSError(f"{self.share_path(self._gsn)}: npy version {version} is not read")
+            off = fp.tell()
+            if tuple(shape) != (self._share, self.window) or np.dtype(dtype) != self.dtype:
+                raise OSError(f"{self.share_path(self._gsn)}: expected {self._share} x "
+                              f"{self.window} {self.dtype}, got {shape} {dtype}")
+        arr = np.frombuffer(data, dtype=self.dtype, offset=off)
+        if arr.size != self._share * self.window:
+            raise OSError(f"{self.share_path(self._gsn)}: {arr.size} tokens, expected "
+                          f"{self._share} x {self.window}")
+        return arr.reshape(self._share, self.window)
+
+    # ---- state ----
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the global stream, the same keys and values on every DP rank:
+
+        ``consumed_samples`` (gsn where the current step starts), ``step``,
+        ``step_offset`` (samples of the current step's share each rank has taken; 0 at a
+        step boundary), ``dp_world_size``, ``global_batch``, ``fingerprint``, ``seed``,
+        ``shuffle``, ``window``, ``overlap``, ``version``.
+
+        Reads and writes nothing (torch.distributed.checkpoint calls it to plan a load);
+        it notes the position, and the next batch taken writes it as a mark to the
+        mount's journal."""
+        self._pending_mark = (self._gsn, self._step)
+        return {
+            "version": STATE_VERSION,
+            "consumed_samples": self._gsn,
+            "step": self._step,
+            "step_offset": self._offset,
+            "dp_world_size": self.dp_world_size,
+            "global_batch": self.global_batch,
+            "fingerprint": self.fingerprint,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "window": self.window,
+            "overlap": self.overlap,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Position the stream where ``state`` (from :meth:`state_dict`, at any DP degree)
+        says, and record that position as a mark in the mount's journal.
+
+        Raises ``ValueError``, changing nothing, for a state of another dataset, seed,
+        shuffle or window, an unknown version, or a state taken inside a step when the DP
+        degree or global batch differ."""
+        try:
+            version = int(state["version"])
+            gsn, step, offset = (int(state[k]) for k in ("consumed_samples", "step", "step_offset"))
+            fp, seed, shuffle = state["fingerprint"], int(state["seed"]), state["shuffle"]
+            window, w, b = int(state["window"]), int(state["dp_world_size"]), int(state["global_batch"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a ZephonLoader state ({e!r} is missing or malformed)") from None
+        if version != STATE_VERSION:
+            raise ValueError(f"loader state version {version} is not supported (this zephon "
+                             f"reads version {STATE_VERSION})")
+        if fp != self.fingerprint:
+            raise ValueError(f"the state belongs to the dataset with fingerprint {fp}, but the "
+                             f"mount serves {self.fingerprint}; load it with its own dataset")
+        if (seed, shuffle) != (self.seed, self.shuffle):
+            raise ValueError(f"the state was saved with seed={seed}, shuffle={shuffle}, but the "
+                             f"mount has seed={self.seed}, shuffle={self.shuffle}; mount with "
+                             "the state's seed and shuffle")
+        if window != self.window:
+            raise ValueError(f"the state's windows are {window} tokens, the mount's {self.window}")
+        if offset:
+            if (w, b) != (self.dp_world_size, self.global_batch):
+                raise ValueError(
+                    f"the state was saved inside step {step} ({offset} samples into each "
+                    f"rank's share, at data-parallel degree {w}, global batch {b}); it restores "
+                    f"only at degree {w} and global batch {b}, not {self.dp_world_size} and "
+                    f"{self.global_batch}: resume from a checkpoint taken at a step boundary")
+            if offset % self.micro_batch or offset >= self._share:
+                raise ValueError(f"the state was saved {offset} samples into a step; "
+                                 f"micro_batch {self.micro_batch} cannot continue from there")
+        self._gsn, self._step, self._offset = gsn, step, offset
+        self._pending_mark = None
+        self._write_mark(gsn, step)
+
+    def _write_mark(self, gsn: int, step: int) -> None:
+        if not self._marker:
+            return
+        try:
+            with open(os.path.join(self.mount, "control"), "w") as f:
+                f.write(f"checkpoint samples:{gsn}@{step}\n")
+        except OSError as e:
+            warnings.warn(f"could not record the position samples:{gsn}@{step} in the mount's "
+                          f"journal ({e}); resume=auto may not agree with the checkpoint, "
+                          "which still positions the loader", RuntimeWarning, stacklevel=3)
