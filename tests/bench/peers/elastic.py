@@ -54,7 +54,7 @@ def judge(ref, before, after, n, k, b, b2):
 
 
 def refused(msg):
-    return {"verdict": "refused: " + msg.strip().splitlines()[-1][:300], "refused": True,
+    return {"verdict": "refused: " + " ".join(msg.split())[:240], "refused": True,
             "exact": False}
 
 
@@ -72,6 +72,13 @@ def matrix(run, n, b, k, cells, note=""):
         except Exception as e:          # the system's own refusal, quoted
             out[key] = refused(f"{type(e).__name__}: {e}")
     return out
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def take(iters, steps, ids_of):
@@ -217,10 +224,11 @@ def streaming_matrix(work, n, b, k, cells):
         if state is not None:
             with open(state_file, "wb") as f:
                 pickle.dump(state, f)
+        env = dict(os.environ, MASTER_PORT=str(free_port()))
         procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "streaming_rank.py"),
                                    os.path.join(work, "ids-mds"), str(r), str(w), str(gb // w),
                                    str(steps), state_file if state is not None else ""],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
                  for r in range(w)]
         res = []
         for p in procs:

@@ -175,9 +175,9 @@ def write_array_record(out, path):
 def titan_convert(work):
     """What TorchTitan's HF path does with local JSONL: datasets' json builder into Arrow."""
     from datasets import load_dataset
-    os.environ["HF_DATASETS_CACHE"] = os.path.join(work, "hf-cache")
     shutil.rmtree(os.path.join(work, "hf-cache"), ignore_errors=True)
-    load_dataset("json", data_files=os.path.join(work, "text.jsonl"), split="train")
+    load_dataset("json", data_files=os.path.join(work, "text.jsonl"), split="train",
+                 cache_dir=os.path.join(work, "hf-cache"))
 
 
 def offsets_index(work):
@@ -194,6 +194,8 @@ def prepare(work, res, timed_pack):
     tok = os.path.join(work, "tokens.bin")
     ids = os.path.join(work, "ids.bin")
     raw = os.path.getsize(txt)
+    import datasets, streaming, webdataset  # noqa: F401  (imports are not conversion time)
+    from array_record.python import array_record_module  # noqa: F401
     pack = res.setdefault("pack", {"input_bytes": raw, "rows": {}})
     rows = pack["rows"]
 
@@ -290,7 +292,7 @@ TOKEN_SYSTEMS = ["zephon-loader", "zephon-next", "nanogpt-memmap", "torchdata", 
                  "streaming", "webdataset", "torchtitan"]
 TEXT_SYSTEMS = ["zephon-next", "torchdata", "grain", "streaming", "webdataset"]
 WORKER_CHOICES = {"torchdata": [0, 2], "grain": [0, 2], "streaming": [0, 2],
-                  "webdataset": [0, 2], "torchtitan": [0, 2]}
+                  "webdataset": [0, 2], "torchtitan": [0]}
 
 
 def zephon_mount(dataset, mp, **opts):
@@ -320,14 +322,18 @@ def run_ranks(work, system, kind, mb, world, seconds, workers):
         from streaming.base.util import clean_stale_shared_memory
         clean_stale_shared_memory()
     procs = []
+    from elastic import free_port
+    env = dict(os.environ, MASTER_PORT=str(free_port()))
+    deadline = time.monotonic() + 120 + seconds
     try:
         for r in range(world):
             cmd = [sys.executable, os.path.join(HERE, "rank.py"), system, kind, work,
                    str(target or ""), str(r), str(world), str(mb), str(seconds), str(workers)]
+            # a session of its own: the rank and its loader workers end together (killpg)
             procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          text=True))
+                                          text=True, env=env, start_new_session=True))
         for p in procs:                        # every rank warmed up: the window starts
-            line = p.stdout.readline()
+            line = readline(p, deadline)
             if line.strip() != "ready":
                 raise RuntimeError(f"{system} rank did not start: {line!r}")
         d0 = proc_cpu(mount._proc.pid) if mount else 0.0
@@ -335,20 +341,33 @@ def run_ranks(work, system, kind, mb, world, seconds, workers):
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
-        outs = [json.loads(p.stdout.readline()) for p in procs]
+        outs = [json.loads(readline(p, deadline)) for p in procs]
         wall = time.perf_counter() - t0
         d1 = proc_cpu(mount._proc.pid) if mount else 0.0
-        for p in procs:
-            p.stdin.close()
-            p.wait(timeout=60)
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
         if mount:
             mount.stop()
     return {"ranks": outs, "daemon_cpu_s": d1 - d0, "wall_s": wall}
+
+
+def readline(p, deadline):
+    import select
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError("rank process did not answer in time")
+        r, _, _ = select.select([p.stdout], [], [], left)
+        if r:
+            line = p.stdout.readline()
+            if not line:
+                raise RuntimeError(f"rank process exited with status {p.wait()}")
+            return line
 
 
 def summarize(run, kind):
@@ -364,10 +383,13 @@ def summarize(run, kind):
 def run_throughput(work, res, seconds, quick):
     out = res.setdefault("throughput", {})
     best_workers = {}
-    for kind, systems, mbs in (("tokens", TOKEN_SYSTEMS, (8, 32)), ("text", TEXT_SYSTEMS, (32,))):
+    for kind, systems, mbs in (("tokens", TOKEN_SYSTEMS, (8,) if quick else (8, 32)),
+                               ("text", TEXT_SYSTEMS, (32,))):
         for system in systems:
             # the worker count this system does best with here (1 rank, first micro-batch)
             choices = WORKER_CHOICES.get(system, [0])
+            if quick:
+                choices = choices[-1:]
             tried = {}
             for w in choices:
                 try:

@@ -72,8 +72,7 @@ def main():
             break
     cpu = tree_cpu(os.getpid()) - c0
     print(json.dumps({"items": items, "bytes": nbytes, "seconds": dt, "cpu_s": cpu}), flush=True)
-    sys.stdin.readline()
-    os._exit(0)      # loader worker processes and threads go with it
+    sys.stdin.readline()     # the driver ends this session (rank and workers) with killpg
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ class Virtual:
     def __len__(self):
         return self.n
 
+    def __repr__(self):           # Grain checks a restored state's source by its repr
+        return f"Virtual({self.n})"
+
     def __getitem__(self, i):
         import numpy as np
         return np.array([int(i) & 255], dtype=np.uint8)
@@ -88,6 +91,7 @@ def child(system, work, n, t_spawn):
         ld.load_state_dict(st)
         b = next(iter(ld))
         marks["first"] = time.time()
+        extra["position"] = ld.state_dict()["_sampler_iter_state"]["samples_yielded"] * WORLD
     elif system == "grain":
         import systems
         it = iter(systems.grain_loader(Virtual(n), 0, WORLD, MB, 0))
@@ -236,7 +240,7 @@ def _prepare_streaming(work, n, g, log):
 SYSTEMS = ["zephon", "torchdata", "grain", "grain-elastic", "streaming", "nanogpt-memmap"]
 
 
-def run_all(work, quick, log, repeat=3):
+def run_all(work, quick, log, repeat=2, limit=150):
     n = 10**6 if quick else 10**8
     out = {"n": n, "world": WORLD, "micro_batch": MB, "target_gsn": target(n), "rows": {}}
     prepare(work, n, log)
@@ -245,8 +249,12 @@ def run_all(work, quick, log, repeat=3):
         try:
             for _ in range(1 if quick else repeat):
                 t = time.time()
-                p = subprocess.run([sys.executable, os.path.abspath(__file__), s, work, str(n), repr(t)],
-                                   capture_output=True, text=True, timeout=600)
+                try:
+                    p = subprocess.run([sys.executable, os.path.abspath(__file__), s, work, str(n),
+                                        repr(t)], capture_output=True, text=True, timeout=limit,
+                                       start_new_session=True)
+                except subprocess.TimeoutExpired:
+                    raise RuntimeError(f"no first batch within {limit} s (stopped there)")
                 if p.returncode:
                     raise RuntimeError((p.stderr.strip().splitlines() or ["?"])[-1])
                 r = json.loads(p.stdout.strip().splitlines()[-1])

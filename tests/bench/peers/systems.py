@@ -46,6 +46,9 @@ class WindowSource:
     def __getstate__(self):
         return {"path": self.path, "window": self.window, "_arr": None, "_n": self._n}
 
+    def __repr__(self):           # Grain checks a restored state's source by its repr
+        return f"WindowSource({self.path!r}, {self.window})"
+
 
 def collate_int64(rows):
     return torch.from_numpy(np.stack(rows).astype(np.int64))
@@ -97,8 +100,17 @@ def torchdata_loader(ds, rank, world, mb, workers, seed=1, collate=collate_int64
                               collate_fn=collate, drop_last=True, **extra, **kw)
 
 
+def endless(loader):
+    """Epoch after epoch (set_epoch reshuffles), as a training loop does."""
+    epoch = 0
+    while True:
+        yield from loader
+        epoch += 1
+        loader.sampler.set_epoch(epoch)
+
+
 def torchdata_tokens(path, rank, world, mb, workers=0):
-    return iter(torchdata_loader(WindowSource(path), rank, world, mb, workers))
+    return endless(torchdata_loader(WindowSource(path), rank, world, mb, workers))
 
 
 class JsonlSource:
@@ -129,7 +141,7 @@ def list_collate(rows):
 
 def torchdata_lines(work, rank, world, mb, workers=0):
     src = JsonlSource(os.path.join(work, "text.jsonl"), os.path.join(work, "text-offsets.npy"))
-    return iter(torchdata_loader(src, rank, world, mb, workers, collate=list_collate))
+    return endless(torchdata_loader(src, rank, world, mb, workers, collate=list_collate))
 
 
 # ---------------------------------------------------------------- TorchTitan 0.3.0
@@ -244,17 +256,19 @@ def grain_lines(work, rank, world, mb, workers=0):
 def streaming_env(rank, world):
     """Streaming learns ranks from the environment (one process per rank on one node)."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      LOCAL_WORLD_SIZE=str(world), NODE_RANK="0")
+                      LOCAL_WORLD_SIZE=str(world), NODE_RANK="0", MASTER_ADDR="127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
 
 
 def streaming_loader(local, rank, world, mb, workers, seed=1, **kw):
     streaming_env(rank, world)
+    collate = kw.pop("collate", None) or _stream_collate
     from streaming import StreamingDataset, StreamingDataLoader
     ds = StreamingDataset(local=local, remote=None, batch_size=mb, shuffle=True,
                           shuffle_seed=seed, num_canonical_nodes=1, **kw)
     extra = dict(prefetch_factor=2, persistent_workers=True) if workers else {}
     return StreamingDataLoader(ds, batch_size=mb, num_workers=workers, drop_last=True,
-                               collate_fn=kw.pop("collate", None) or _stream_collate, **extra)
+                               collate_fn=collate, **extra)
 
 
 def _stream_collate(rows):
@@ -262,7 +276,9 @@ def _stream_collate(rows):
 
 
 def streaming_tokens(local, rank, world, mb, workers=0):
-    return iter(streaming_loader(local, rank, world, mb, workers))
+    loader = streaming_loader(local, rank, world, mb, workers)
+    while True:                 # each pass is the next epoch
+        yield from loader
 
 
 def _stream_text_collate(rows):
@@ -275,8 +291,10 @@ def streaming_lines(local, rank, world, mb, workers=0):
     ds = StreamingDataset(local=local, remote=None, batch_size=mb, shuffle=True, shuffle_seed=1,
                           num_canonical_nodes=1)
     extra = dict(prefetch_factor=2, persistent_workers=True) if workers else {}
-    return iter(StreamingDataLoader(ds, batch_size=mb, num_workers=workers, drop_last=True,
-                                    collate_fn=_stream_text_collate, **extra))
+    loader = StreamingDataLoader(ds, batch_size=mb, num_workers=workers, drop_last=True,
+                                 collate_fn=_stream_text_collate, **extra)
+    while True:
+        yield from loader
 
 
 # ---------------------------------------------------------------- WebDataset
