@@ -288,7 +288,7 @@ def run_elastic(work, res, only_systems=None):
 
 # ------------------------------------------------------------------ throughput
 
-TOKEN_SYSTEMS = ["zephon-loader", "zephon-next", "nanogpt-memmap", "torchdata", "grain",
+TOKEN_SYSTEMS = ["zephon-loader", "zephon-loader-ga8", "zephon-next", "nanogpt-memmap", "torchdata", "grain",
                  "streaming", "webdataset", "torchtitan"]
 TEXT_SYSTEMS = ["zephon-next", "torchdata", "grain", "streaming", "webdataset"]
 WORKER_CHOICES = {"torchdata": [0, 2], "grain": [0, 2], "streaming": [0, 2],
@@ -311,8 +311,12 @@ def run_ranks(work, system, kind, mb, world, seconds, workers):
     mount = None
     target = None
     if system.startswith("zephon"):
-        ds = os.path.join(work, "tok-zephon" if kind == "tokens" else "text-zephon")
-        opts = dict(world_size=world, global_batch=world * mb, micro_batch=mb)
+        # the peers read the text uncompressed, so Zephon serves its --compress none pack
+        ds = os.path.join(work, "tok-zephon" if kind == "tokens" else "text-zephon-raw")
+        # one micro-batch per rank per step; -ga8: 8 (gradient accumulation), so that the
+        # loader reads a rank's step share in one file of 8 micro-batches
+        ga = 8 if system.endswith("-ga8") else 1
+        opts = dict(world_size=world, global_batch=world * mb * ga, micro_batch=mb)
         if kind == "tokens":
             opts["format"] = "npy"
         mount = zephon_mount(ds, os.path.join(work, "mnt"), **opts)
@@ -324,7 +328,7 @@ def run_ranks(work, system, kind, mb, world, seconds, workers):
     procs = []
     from elastic import free_port
     env = dict(os.environ, MASTER_PORT=str(free_port()))
-    deadline = time.monotonic() + 120 + seconds
+    deadline = time.monotonic() + 60 + seconds
     try:
         for r in range(world):
             cmd = [sys.executable, os.path.join(HERE, "rank.py"), system, kind, work,

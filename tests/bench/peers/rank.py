@@ -24,6 +24,7 @@ def make(system, kind, work, target, rank, world, mb, workers):
         tok = j(work, "tokens.bin")
         return {
             "zephon-loader": lambda: systems.zephon_loader_tokens(target, rank, world, mb),
+            "zephon-loader-ga8": lambda: systems.zephon_loader_tokens(target, rank, world, mb),
             "zephon-next": lambda: systems.zephon_next_tokens(target, rank, world, mb),
             "nanogpt-memmap": lambda: systems.nanogpt_tokens(tok, rank, world, mb),
             "torchdata": lambda: systems.torchdata_tokens(tok, rank, world, mb, workers),

@@ -9,7 +9,7 @@ import sys
 
 # systems that restore a position after a restart (the throughput target's peer set)
 RESUMABLE = {"torchdata", "grain", "streaming", "torchtitan"}
-ZEPHON = {"zephon-loader", "zephon-next"}
+ZEPHON = {"zephon-loader", "zephon-loader-ga8", "zephon-next"}
 
 
 def fmt(v, unit=""):
@@ -42,10 +42,13 @@ def headline(res):
         best = max(peers, key=peers.get)
         z = rows["zephon-loader"]["per_rank"]
         zn = rows.get("zephon-next", {}).get("per_rank")
+        zg = rows.get("zephon-loader-ga8", {}).get("per_rank")
         floor = rows.get("nanogpt-memmap", {}).get("per_rank")
         h[cell] = {"zephon_loader": z, "zephon_next": zn, "best_peer": best,
                    "best_peer_value": peers[best], "ratio_vs_best_peer": z / peers[best],
                    "next_ratio_vs_best_peer": zn / peers[best] if zn else None,
+                   "zephon_loader_ga8": zg,
+                   "ga8_ratio_vs_best_peer": zg / peers[best] if zg else None,
                    "ratio_vs_floor": z / floor if floor else None,
                    "next_ratio_vs_floor": zn / floor if zn and floor else None}
     rows = throughput_rows(res, "tokens", "mb8/w1")
@@ -140,7 +143,8 @@ def plot(res, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    colors = {"zephon-loader": "#d62728", "zephon-next": "#ff9896", "zephon": "#d62728"}
+    colors = {"zephon-loader": "#d62728", "zephon-loader-ga8": "#d62728", "zephon-next": "#ff9896",
+              "zephon": "#d62728"}
     # 1: tokens/s per rank, mb 8, 1 and 4 ranks
     ax = axes[0]
     r1 = throughput_rows(res, "tokens", "mb8/w1")
