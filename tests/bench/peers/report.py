@@ -61,7 +61,7 @@ def headline(res):
                     "ratio": cpu["zephon-loader"] / peers[b]}
     rr = res.get("resume", {}).get("rows", {})
     ok = {s: r["first_batch_s"] for s, r in rr.items() if "first_batch_s" in r}
-    peers = {s: v for s, v in ok.items() if s not in ("zephon", "nanogpt-memmap")}
+    peers = {s: v for s, v in ok.items() if s not in ("zephon", "zephon-mounted", "nanogpt-memmap")}
     if "zephon" in ok and peers:
         b = min(peers, key=peers.get)
         h["resume"] = {"zephon_s": ok["zephon"], "best_peer": b, "best_peer_s": peers[b],
@@ -69,6 +69,10 @@ def headline(res):
                        "zephon_after_imports_s": rr["zephon"]["resume_s"],
                        "best_peer_after_imports_s": rr[b]["resume_s"],
                        "speedup_after_imports": rr[b]["resume_s"] / rr["zephon"]["resume_s"]}
+        if "resume_s" in rr.get("zephon-mounted", {}):
+            h["resume"]["mounted_after_imports_s"] = rr["zephon-mounted"]["resume_s"]
+            h["resume"]["mounted_speedup_after_imports"] = \
+                rr[b]["resume_s"] / rr["zephon-mounted"]["resume_s"]
     return h
 
 
@@ -144,7 +148,7 @@ def plot(res, path):
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     colors = {"zephon-loader": "#d62728", "zephon-loader-ga8": "#d62728", "zephon-next": "#ff9896",
-              "zephon": "#d62728"}
+              "zephon": "#d62728", "zephon-mounted": "#ff9896"}
     # 1: tokens/s per rank, mb 8, 1 and 4 ranks
     ax = axes[0]
     r1 = throughput_rows(res, "tokens", "mb8/w1")
@@ -163,16 +167,18 @@ def plot(res, path):
     # 2: resume latency, log scale
     ax = axes[1]
     rr = {s: r for s, r in res.get("resume", {}).get("rows", {}).items() if "first_batch_s" in r}
+    rr.pop("nanogpt-memmap", None)           # restores no position: nothing to compare
     names = sorted(rr, key=lambda s: rr[s]["resume_s"])
     ax.barh(names, [max(rr[s]["resume_s"], 1e-4) for s in names],
             color=[colors.get(s, "#7f7f7f") for s in names])
     ax.set_xscale("log")
     ax.invert_yaxis()
     n = res.get("resume", {}).get("n", 0)
-    ax.set_xlabel("seconds from imports done to first batch (log)")
-    ax.set_title(f"Resume at 90% of {n:.0e} samples (lower is better)")
+    ax.set_xlabel("s from imports done to first batch (log); peak RSS incl. daemon")
+    ax.set_title(f"Resume at 90% of an epoch of {n:.0e} (lower is better)")
     for i, s in enumerate(names):
-        ax.text(max(rr[s]["resume_s"], 1e-4), i, f" {rr[s]['resume_s']:.3g} s, {rr[s]['hwm_mib']:.0f} MiB",
+        rss = rr[s]["hwm_mib"] + (rr[s].get("daemon_hwm_mib") or 0)
+        ax.text(max(rr[s]["resume_s"], 1e-4), i, f" {rr[s]['resume_s']:.3g} s, RSS {rss:.0f} MiB",
                 va="center", fontsize=8)
     # 3: elastic matrix
     ax = axes[2]
@@ -205,9 +211,10 @@ def plot(res, path):
                 ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(cols)), [c.replace(", ", "\n") for c in cols], fontsize=8)
         ax.set_yticks(range(len(names)), names)
-        ax.set_title("Resume after a world-size change (from 4)")
-    fig.suptitle(f"Zephon vs peers, one run ({res.get('started')}, load {res.get('load_start', [0])[0]:.1f} "
-                 f"on 2 vCPUs)", fontsize=10)
+        ax.set_title("Elastic resume from world size 4")
+    fig.suptitle(f"Zephon vs its peers on 2 shared vCPUs (last section run {res.get('started')}, "
+                 f"load {res.get('load_start', [0])[0]:.1f}; tests/bench/RESULTS.md, Peers)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

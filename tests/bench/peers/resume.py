@@ -84,6 +84,18 @@ def child(system, work, n, t_spawn):
             marks["first"] = time.time()
             extra["daemon_hwm_mib"] = hwm(m._proc.pid)
             extra["position"] = ld.state_dict()["consumed_samples"]
+    elif system == "zephon-mounted":
+        # the node's mount outlives the trainer (systemd unit, fstab, a launcher's mount):
+        # the new process restores the loader's state from its checkpoint
+        from zephon.torch import ZephonLoader
+        marks["imported"] = time.time()
+        ld = ZephonLoader(os.path.join(work, "mnt-resume-up"), dp_rank=0, dp_world_size=WORLD)
+        st = ld.state_dict()
+        st.update(consumed_samples=g, step=g // (WORLD * MB), step_offset=0)
+        ld.load_state_dict(st)
+        b = next(iter(ld))
+        marks["first"] = time.time()
+        extra["position"] = ld.state_dict()["consumed_samples"]
     elif system == "torchdata":
         import systems
         ld = systems.torchdata_loader(Virtual(n), 0, WORLD, MB, 0)
@@ -237,13 +249,26 @@ def _prepare_streaming(work, n, g, log):
         pickle.dump(st, f)
 
 
-SYSTEMS = ["zephon", "torchdata", "grain", "grain-elastic", "streaming", "nanogpt-memmap"]
+SYSTEMS = ["zephon", "zephon-mounted", "torchdata", "grain", "grain-elastic", "streaming", "nanogpt-memmap"]
 
 
 def run_all(work, quick, log, repeat=2, limit=150):
     n = 10**6 if quick else 10**8
     out = {"n": n, "world": WORLD, "micro_batch": MB, "target_gsn": target(n), "rows": {}}
     prepare(work, n, log)
+    import zephon
+    mp = os.path.join(work, "mnt-resume-up")
+    up = zephon.mount(os.path.join(work, f"res-zephon-{n}"), mp, world_size=WORLD,
+                      global_batch=WORLD * MB, journal=mp + ".sqlite", resume="fresh")
+    up.start()
+    try:
+        _run_systems(work, n, quick, log, repeat, limit, out)
+    finally:
+        up.stop()
+    return out
+
+
+def _run_systems(work, n, quick, log, repeat, limit, out):
     for s in SYSTEMS:
         best = None
         try:
@@ -266,7 +291,6 @@ def run_all(work, quick, log, repeat=2, limit=150):
         except Exception as e:
             out["rows"][s] = {"error": repr(e)}
             log(f"  resume {s}: {e!r}")
-    return out
 
 
 if __name__ == "__main__":
