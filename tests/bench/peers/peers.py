@@ -225,7 +225,9 @@ def prepare(work, res, timed_pack):
     conv("webdataset ShardWriter (tar)",
          lambda: write_wds(os.path.join(work, "text-wds"),
                            ({"__key__": "%09d" % i, "json": l} for i, l in enumerate(jsonl_lines(txt))),
-                           10000), os.path.join(work, "text-wds"))
+                           # enough shards for 4 ranks x 2 workers in --quick too (a
+                           # WebDataset worker without a shard never yields)
+                           10000 if raw > 100e6 else 1000), os.path.join(work, "text-wds"))
     conv("grain ArrayRecordWriter", lambda: write_array_record(os.path.join(work, "text-ar"), txt),
          os.path.join(work, "text-ar"))
     conv("torchtitan (datasets json -> Arrow)", lambda: titan_convert(work),
@@ -438,7 +440,7 @@ def run_resume(work, res, quick):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small inputs, short windows (~2 min)")
+    ap.add_argument("--quick", action="store_true", help="small inputs, short windows (3-5 min)")
     ap.add_argument("--only", default="pack,elastic,throughput,resume")
     ap.add_argument("--systems", default="", help="elastic: only these systems")
     ap.add_argument("--work", default=os.environ.get("ZEPHON_BENCH_DIR", "/tmp/zephon-bench") + "/peers")
