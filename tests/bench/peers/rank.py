@@ -1,0 +1,80 @@
+"""One data-parallel rank of a throughput run (started by peers.py, one process per rank).
+
+usage: rank.py SYSTEM KIND WORK TARGET RANK WORLD MB SECONDS WORKERS
+Builds the loader, takes 3 batches, prints "ready", waits for "go" on stdin, takes batches
+for SECONDS, prints one JSON line: items (tokens or samples), bytes (int64 tensors or record
+bytes), seconds, cpu_s (this process and its loader workers over the window).
+"""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
+
+import systems  # noqa: E402
+from peers import tree_cpu  # noqa: E402
+
+
+def make(system, kind, work, target, rank, world, mb, workers):
+    j = os.path.join
+    if kind == "tokens":
+        tok = j(work, "tokens.bin")
+        return {
+            "zephon-loader": lambda: systems.zephon_loader_tokens(target, rank, world, mb),
+            "zephon-loader-ga8": lambda: systems.zephon_loader_tokens(target, rank, world, mb),
+            "zephon-next": lambda: systems.zephon_next_tokens(target, rank, world, mb),
+            "nanogpt-memmap": lambda: systems.nanogpt_tokens(tok, rank, world, mb),
+            "torchdata": lambda: systems.torchdata_tokens(tok, rank, world, mb, workers),
+            "grain": lambda: systems.grain_tokens(tok, rank, world, mb, workers),
+            "streaming": lambda: systems.streaming_tokens(j(work, "tok-mds"), rank, world, mb, workers),
+            "webdataset": lambda: systems.wds_tokens(j(work, "tok-wds"), rank, world, mb, workers),
+            "torchtitan": lambda: systems.titan_tokens(tok, rank, world, mb, workers),
+        }[system]()
+    return {
+        "zephon-next": lambda: systems.zephon_next_lines(target, rank, world, mb),
+        "torchdata": lambda: systems.torchdata_lines(work, rank, world, mb, workers),
+        "grain": lambda: systems.grain_lines(work, rank, world, mb, workers),
+        "streaming": lambda: systems.streaming_lines(j(work, "text-mds"), rank, world, mb, workers),
+        "webdataset": lambda: systems.wds_lines(j(work, "text-wds"), rank, world, mb, workers),
+    }[system]()
+
+
+def measure(batch, kind):
+    if kind == "tokens":
+        return batch.numel(), batch.numel() * batch.element_size()
+    return len(batch), sum(len(r) for r in batch)
+
+
+def main():
+    system, kind, work, target, rank, world, mb, seconds, workers = sys.argv[1:10]
+    rank, world, mb, workers, seconds = int(rank), int(world), int(mb), int(workers), float(seconds)
+    it = make(system, kind, work, target, rank, world, mb, workers)
+    for _ in range(3):
+        b = next(it)
+        if kind == "tokens":
+            assert tuple(b.shape) == (mb, systems.WINDOW) and str(b.dtype) == "torch.int64", (b.shape, b.dtype)
+        else:
+            assert len(b) == mb and isinstance(b[0], (bytes, str)), (len(b), type(b[0]))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    c0 = tree_cpu(os.getpid())
+    t0 = time.perf_counter()
+    items = nbytes = 0
+    while True:
+        b = next(it)
+        i, n = measure(b, kind)
+        items += i
+        nbytes += n
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            break
+    cpu = tree_cpu(os.getpid()) - c0
+    print(json.dumps({"items": items, "bytes": nbytes, "seconds": dt, "cpu_s": cpu}), flush=True)
+    sys.stdin.readline()     # the driver ends this session (rank and workers) with killpg
+
+
+if __name__ == "__main__":
+    main()
