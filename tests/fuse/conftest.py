@@ -162,11 +162,13 @@ class Mount:
     def stop(self, check=True):
         if self.proc is None:
             return
+        hung = False
         if self.proc.poll() is None:
             unmount(self.mp)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
+                hung = True
                 self.proc.kill()
                 self.proc.wait(timeout=30)
         if mounted(self.mp):
@@ -178,6 +180,10 @@ class Mount:
         sanitizers.scan(self.stderr_text, 'zephon mount')
         if not check:
             return
+        # Killed here, the daemon wrote nothing at its stop (the deliveries since each
+        # rank's last claim): a test that counts on a clean unmount must not pass on it.
+        assert not hung, 'zephon mount did not exit within 30 s of its unmount: ' + \
+            self.stderr_text
         if not self.allow_errors:
             bad = [l for l in self.stderr_text.splitlines() if 'error' in l.lower()]
             assert not bad, self.stderr_text
