@@ -139,7 +139,7 @@ static int check_unmoved(struct journal *j, int every_time)
 		    j->cur.id && j->nranks == j->cur.layout.world_size) {
 			j->moved_point.samples = consumed_locked(j, &minstep);
 			j->moved_point.step = minstep;
-			jnl_fmt(j->moved_point.why, sizeof(j->moved_point.why), "every rank of the "
+			err_printf(j->moved_point.why, sizeof(j->moved_point.why), "every rank of the "
 			    "last layout had the steps below %" PRIu64 " delivered", minstep);
 		}
 	}

@@ -79,9 +79,8 @@ struct journal {
  * rows of several journals written by one process keep their order across journals. */
 int64_t jnl_now_us(void);
 
-/* snprintf that truncates on purpose (len may be 0); copy_str copies src ("" for NULL). */
-__attribute__((format(printf, 3, 4)))
-void jnl_fmt(char *dst, size_t len, const char *f, ...);
+/* Copy src ("" for NULL) into dst, truncated on purpose when long (len may be 0); texts
+ * are formatted with err_printf() (core/buf.h), which truncates the same way. */
 void jnl_copy_str(char *dst, size_t len, const char *src);
 
 /* Write a reason into err (when err and errlen) and return rc. */

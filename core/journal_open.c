@@ -71,21 +71,9 @@ int64_t jnl_now_us(void)
 	return t;
 }
 
-/* snprintf through a wrapper: the texts built here are truncated on purpose when long. */
-void jnl_fmt(char *dst, size_t len, const char *f, ...)
-{
-	va_list ap;
-
-	if (!len)
-		return;
-	va_start(ap, f);
-	vsnprintf(dst, len, f, ap);
-	va_end(ap);
-}
-
 void jnl_copy_str(char *dst, size_t len, const char *src)
 {
-	jnl_fmt(dst, len, "%s", src ? src : "");
+	err_printf(dst, len, "%s", src ? src : "");
 }
 
 int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -236,20 +224,24 @@ static void drop_empty_side(const char *path, int existed)
 		unlink(path);
 }
 
+/* The directory holding path ("." for a bare name, "/" for a file in the root), malloc'd;
+ * NULL when out of memory. */
+static char *parent_dir(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		return strdup(".");
+	return strndup(path, slash == path ? 1 : (size_t)(slash - path));
+}
+
 static int dir_writable(const char *path, char *err, size_t errlen)
 {
-	char *dir = strdup(path), *slash;
+	char *dir = parent_dir(path);
 	int rc = 0;
 
 	if (!dir)
 		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		dir[1] = 0;
-	else
-		*slash = 0;
 	if (access(dir, W_OK))
 		rc = jnl_fail(err, errlen, -errno,
 			  "cannot write journal %s: its directory %s is not writable (%s); "
@@ -502,18 +494,11 @@ static char *file_uri(const char *path, const char *query)
 
 static int can_write(const char *path)
 {
-	char *dir = strdup(path), *slash;
+	char *dir = parent_dir(path);
 	int ok;
 
 	if (!dir)
 		return 0;
-	slash = strrchr(dir, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		dir[1] = 0;
-	else
-		*slash = 0;
 	ok = !access(path, W_OK) && !access(dir, W_OK);
 	free(dir);
 	return ok;

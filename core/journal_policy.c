@@ -3,6 +3,7 @@
  * the resume point over loaded histories, and where a new layout starts.
  */
 #include "journal_policy.h"
+#include "buf.h"
 #include "parse.h"
 
 #include <errno.h>
@@ -11,19 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* snprintf through a wrapper: the texts built here are truncated on purpose when long. */
-__attribute__((format(printf, 3, 4)))
-static void fmt(char *dst, size_t len, const char *f, ...)
-{
-	va_list ap;
-
-	if (!len)
-		return;
-	va_start(ap, f);
-	vsnprintf(dst, len, f, ap);
-	va_end(ap);
-}
 
 void hist_release(struct hist *h)
 {
@@ -301,8 +289,8 @@ static int point_cursors(const struct hist *hs, size_t n, const struct hev *last
 	if (covered < W) {
 		char ranks[96];
 
-		fmt(ranks, sizeof(ranks), "%s", p->warning);
-		fmt(p->warning, sizeof(p->warning), "ranks %s of the last layout "
+		err_printf(ranks, sizeof(ranks), "%s", p->warning);
+		err_printf(p->warning, sizeof(p->warning), "ranks %s of the last layout "
 			 "(world_size %" PRIu64 ") are in none of the journals: their progress is "
 			 "unknown, so the point is that layout's start", ranks, W);
 		minc = 0;
@@ -382,14 +370,14 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 		return 0;
 	}
 	if (!best) {
-		fmt(why, wlen, "resume=step:%" PRIu64 " cannot be mapped to a sample position: "
+		err_printf(why, wlen, "resume=step:%" PRIu64 " cannot be mapped to a sample position: "
 		    "journal %s has no layout starting at or before step %" PRIu64 "; use "
 		    "resume=samples:G", r->value, path, r->value);
 		return -EINVAL;
 	}
 	l->start_step = r->value;
 	if (layout_step_gsn(&best->l, r->value, &l->start_samples)) {
-		fmt(why, wlen, "resume=step:%" PRIu64 " is past the end of the gsn range (2^62)",
+		err_printf(why, wlen, "resume=step:%" PRIu64 " is past the end of the gsn range (2^62)",
 		    r->value);
 		return -EINVAL;
 	}
@@ -410,7 +398,7 @@ static int resolve_auto(const struct hist *h, size_t nranks, struct layout *l,
 	 * node's journal together (checkpoint marks in one, cursors in all). Resolved here
 	 * alone, the nodes of one job would start at different steps. */
 	if (nranks < l->world_size && h->nev) {
-		fmt(why, wlen, "resume=auto cannot resume %zu of the %" PRIu64 " ranks from this "
+		err_printf(why, wlen, "resume=auto cannot resume %zu of the %" PRIu64 " ranks from this "
 		    "journal alone (the others' progress is in other nodes' journals): pass "
 		    "every node the resume=samples:G@S that `zephon journal resume-point` prints "
 		    "over all of them (mountscripts/zephon-node resume-point), or resume=fresh",
@@ -422,7 +410,7 @@ static int resolve_auto(const struct hist *h, size_t nranks, struct layout *l,
 		return rc;
 	l->start_step = p.step;
 	l->start_samples = p.samples;
-	fmt(desc, dlen, "auto: %s -> step %" PRIu64 ", samples:%" PRIu64 "%s%s", p.why, p.step,
+	err_printf(desc, dlen, "auto: %s -> step %" PRIu64 ", samples:%" PRIu64 "%s%s", p.why, p.step,
 	    p.samples, p.warning[0] ? "; " : "", p.warning);
 	return 0;
 }
@@ -438,7 +426,7 @@ int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t
 
 	nl.start_step = 0;
 	nl.start_samples = 0;
-	fmt(desc, desc_len, "%s", "");
+	err_printf(desc, desc_len, "%s", "");
 	switch (rule->rule) {
 	case RESUME_AUTO:
 		rc = resolve_auto(h, nranks, &nl, desc, desc_len, why, why_len);
@@ -450,20 +438,20 @@ int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t
 	case RESUME_SAMPLES:
 	case RESUME_STEP:
 		if (rule->value >= ORDER_MAX_GSN) {
-			fmt(why, why_len, "resume value %" PRIu64 " is not below 2^62", rule->value);
+			err_printf(why, why_len, "resume value %" PRIu64 " is not below 2^62", rule->value);
 			return -EINVAL;
 		}
 		rc = map_rule(h, rule, reached, ctx, path, &nl, desc, desc_len, why, why_len);
 		break;
 	default:
-		fmt(why, why_len, "unknown resume rule");
+		err_printf(why, why_len, "unknown resume rule");
 		return -EINVAL;
 	}
 	if (rc)
 		return rc;
 	if (layout_check(&nl, bad, sizeof(bad)) || layout_step_gsn(&nl, nl.start_step, &g) ||
 	    layout_step_gsn(&nl, nl.start_step + 1, &g)) {
-		fmt(why, why_len, "the resume point (step %" PRIu64 ", samples %" PRIu64 ") is out "
+		err_printf(why, why_len, "the resume point (step %" PRIu64 ", samples %" PRIu64 ") is out "
 		    "of range: %s", nl.start_step, nl.start_samples, bad);
 		return -EINVAL;
 	}

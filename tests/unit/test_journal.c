@@ -31,21 +31,6 @@ static struct journal *open_ok(const char *path)
 	return j;
 }
 
-static int64_t sql_int(const char *path, const char *sql)
-{
-	sqlite3 *db;
-	sqlite3_stmt *st;
-	int64_t v = -1;
-
-	REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	sqlite3_close(db);
-	return v;
-}
-
 static void sql_exec(const char *path, const char *sql)
 {
 	sqlite3 *db;

@@ -29,22 +29,6 @@ static struct journal *open_ok(const char *path)
 	return j;
 }
 
-static int64_t sql_int(const char *path, const char *sql)
-{
-	sqlite3 *db;
-	sqlite3_stmt *st;
-	int64_t v = -1;
-
-	REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
-		if (sqlite3_step(st) == SQLITE_ROW)
-			v = sqlite3_column_int64(st, 0);
-		sqlite3_finalize(st);
-	}
-	sqlite3_close(db);
-	return v;
-}
-
 /* A journal as a version-1 zephon left it: W=4, B=8, m=1 (2 claims per rank and step)
  * from step 0; cursors of ranks 0-3 at steps 5.1, 3.0, 4.1, 6.0. */
 static char *make_v1(const char *name)

@@ -18,6 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
+#include "check.h"
 #include "journal.h"
 
 #define FP_A "0123456789abcdef0123456789abcdef"
@@ -156,6 +159,23 @@ static inline int start_text(struct journal *j, const char *rule, uint64_t W, ui
 	if (!rc && out)
 		*out = l;
 	return rc;
+}
+
+/* The first column of the first row of sql, read from the journal at path with a
+ * connection of its own; -1 when there is no row. */
+static inline int64_t sql_int(const char *path, const char *sql)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	int64_t v = -1;
+
+	REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+	REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
 }
 
 #endif
