@@ -26,14 +26,41 @@ enum order_shuffle {
 	ORDER_SHUFFLE_NONE = 1,   /* identity: sample id = position in epoch */
 };
 
+struct mixture;
+
+/*
+ * The validation split (docs/design.md §9): V = holdout samples of a dataset of `total`
+ * samples never appear in training. Sample id x is held out when its position under the
+ * split permutation, split(x)^-1, is below V; split is the PRP of [0, total) keyed by the
+ * dataset's fingerprint alone (order_split_key()), so the held-out set is the same for
+ * every seed, world size and layout. Training position p of an epoch (p < n = total - V)
+ * is then sample split(V + perm(seed, epoch)(p)), and validation position j (j < V) is
+ * sample split(j): a fixed validation stream.
+ */
 struct order {
-	uint64_t n;               /* samples in the dataset, N */
+	uint64_t n;               /* training samples per epoch, N (the dataset's samples
+	                           * without a validation split) */
 	uint64_t seed;
 	enum order_shuffle shuffle;
+	uint64_t holdout;         /* V: samples held out for validation (0: no split) */
+	struct prp split;         /* keyed over [0, n + V) when holdout > 0 */
+	const struct mixture *mix;/* a mixture of sources (mix.h): n is then the union's
+	                           * id space, and every call below defers to it. Not owned. */
 };
 
-/* 0, or -EINVAL when n == 0, n > ORDER_MAX_GSN, or shuffle is unknown. */
+/* 0, or -EINVAL when n == 0, n > ORDER_MAX_GSN, or shuffle is unknown. No split, no
+ * mixture. */
 int order_init(struct order *o, uint64_t n, uint64_t seed, enum order_shuffle shuffle);
+
+/* Hold out V = holdout of the o->n samples for validation (o has no split yet and
+ * holdout < o->n): afterwards o->n = N - V. 0, or -EINVAL. */
+int order_set_holdout(struct order *o, uint64_t holdout, uint64_t split_key);
+
+/* The split key of a dataset: its fingerprint's first 16 hex digits. */
+uint64_t order_split_key(const char *fingerprint);
+
+/* The sample id of validation position j < o->holdout (no mixture). */
+uint64_t order_validation_sample(const struct order *o, uint64_t j);
 
 /* Parse "global" | "none". 0 or -EINVAL. */
 int order_shuffle_parse(const char *s, enum order_shuffle *out);
