@@ -1,10 +1,12 @@
-/* dataset.c: a packed dataset opened and its samples read (dataset.h). */
+/* dataset.c: one packed dataset, or several as one, opened and its samples read
+ * (dataset.h). */
 #include "dataset.h"
 #include "dataset_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "guard.h"
+#include "instream.h"
 
 static const char *const kind_names[] = { "records", "tokens" };
 static const char *const content_names[] = { "text", "files", "tokens" };
@@ -41,11 +44,9 @@ static int plain_name(const char *s)
 	return s[0] && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
 }
 
-/* Fill ds->info from the catalog's meta table. */
-static int read_meta(struct dataset *ds, char *err, size_t errlen)
+/* Fill *in from catalog c's meta table. */
+static int read_meta(const struct catalog *c, struct dataset_info *in, char *err, size_t errlen)
 {
-	const struct catalog *c = &ds->cat;
-	struct dataset_info *in = &ds->info;
 	const char *v;
 	uint64_t u;
 	int i;
@@ -115,14 +116,14 @@ static int read_meta(struct dataset *ds, char *err, size_t errlen)
 
 /* An open of a dataset file failed for a reason that is not corruption: say so (the
  * dataset keeps one open file per shard). 0 when errno means the file is bad. */
-static int open_error(const struct dataset *ds, const char *what, const char *file,
+static int open_error(const struct ds_source *src, const char *what, const char *file,
 		      char *err, size_t errlen)
 {
 	if (errno == EMFILE || errno == ENFILE) {
 		err_printf(err, errlen, "%s %s: %s: the dataset has %zu shards and keeps one file "
 			"open per shard; raise the open-file limit (ulimit -n, LimitNOFILE=) or "
 			"repack with a larger --shard-size", what, file, strerror(errno),
-			ds->cat.nshards);
+			src->cat.nshards);
 		return -EMFILE;
 	}
 	if (errno == EACCES) {
@@ -134,14 +135,14 @@ static int open_error(const struct dataset *ds, const char *what, const char *fi
 
 /* Open shard s's payload file (cs->file in dirfd), check its size against the catalog
  * and map it. 0, or -errno with a reason in err (open_error()'s, -EBADMSG). */
-static int open_payload(const struct dataset *ds, int dirfd, const struct catalog_shard *cs,
+static int open_payload(const struct ds_source *src, int dirfd, const struct catalog_shard *cs,
 			struct ds_shard *s, char *err, size_t errlen)
 {
 	struct stat sb;
 	int rc;
 
 	s->fd = openat(dirfd, cs->file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (s->fd < 0 && (rc = open_error(ds, "shard", cs->file, err, errlen)))
+	if (s->fd < 0 && (rc = open_error(src, "shard", cs->file, err, errlen)))
 		return rc;
 	if (s->fd < 0 || fstat(s->fd, &sb) != 0) {
 		err_printf(err, errlen, "shard %s: %s", cs->file, strerror(errno));
@@ -171,7 +172,7 @@ static int open_payload(const struct dataset *ds, int dirfd, const struct catalo
 /* Open and map shard s's index file (cs->index_file in dirfd) and check its header
  * against the catalog. 0, or -errno with a reason in err (open_error()'s, -EBADMSG,
  * -EIO). */
-static int open_index(const struct dataset *ds, int dirfd, const struct catalog_shard *cs,
+static int open_index(const struct ds_source *src, int dirfd, const struct catalog_shard *cs,
 		      struct ds_shard *s, char *err, size_t errlen)
 {
 	struct shard_index_header h;
@@ -182,7 +183,7 @@ static int open_index(const struct dataset *ds, int dirfd, const struct catalog_
 	void *map;
 
 	ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (ifd < 0 && (rc = open_error(ds, "index", cs->index_file, err, errlen)))
+	if (ifd < 0 && (rc = open_error(src, "index", cs->index_file, err, errlen)))
 		return rc;
 	if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
 		err_printf(err, errlen, "index %s: %s", cs->index_file,
@@ -219,6 +220,7 @@ static int open_index(const struct dataset *ds, int dirfd, const struct catalog_
 		err_printf(err, errlen, "index %s: %s", cs->index_file, why);
 		return -EBADMSG;
 	}
+	/* the header holds the source's own (local) ids */
 	if (h.count != cs->samples || h.first_sample != cs->first_sample) {
 		err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
 			"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
@@ -228,24 +230,45 @@ static int open_index(const struct dataset *ds, int dirfd, const struct catalog_
 	return 0;
 }
 
-static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
+/* dir without its trailing slashes ("/" stays), for "<dir>/<file>" names: its length. */
+static int dir_len(const char *dir)
 {
+	size_t n = strlen(dir);
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+/* Open the shards of source si (in dirfd) into ds->shards[ds->nshards...]: their files
+ * named "<dir>/<file>" when ds is a union. */
+static int open_shards(struct dataset *ds, size_t si, int dirfd, char *err, size_t errlen)
+{
+	struct ds_source *src = &ds->src[si];
 	uint64_t next = 0;
 	int rc;
 
-	ds->shards = calloc(ds->cat.nshards ? ds->cat.nshards : 1, sizeof(*ds->shards));
-	if (!ds->shards)
-		return -ENOMEM;
-	for (size_t k = 0; k < ds->cat.nshards; k++) {
-		const struct catalog_shard *cs = &ds->cat.shards[k];
+	src->first_shard = ds->nshards;
+	for (size_t k = 0; k < src->cat.nshards; k++) {
+		const struct catalog_shard *cs = &src->cat.shards[k];
 		struct ds_shard *s = &ds->shards[ds->nshards];
 
 		s->fd = -1;
 		ds->nshards++;
 		s->file = cs->file;
-		s->first_sample = cs->first_sample;
+		if (ds->nsrc > 1) {
+			if (asprintf(&s->file_alloc, "%.*s/%s", dir_len(src->dir), src->dir,
+				     cs->file) < 0) {
+				s->file_alloc = NULL;
+				return -ENOMEM;
+			}
+			s->file = s->file_alloc;
+		}
+		s->first_sample = src->offset + cs->first_sample;
 		s->count = cs->samples;
 		s->bytes = cs->bytes;
+		s->compressed = src->info.compressed;
+		s->source = si;
 		if (!plain_name(cs->file) || !plain_name(cs->index_file)) {
 			err_printf(err, errlen, "catalog names shard file '%s' outside the dataset",
 				cs->file);
@@ -258,83 +281,243 @@ static int open_shards(struct dataset *ds, int dirfd, char *err, size_t errlen)
 			return -EBADMSG;
 		}
 		next += cs->samples;
-		if (next > ds->info.samples) {
+		if (next > src->info.samples) {
 			err_printf(err, errlen, "catalog shards hold more samples than its %" PRIu64,
-				ds->info.samples);
+				src->info.samples);
 			return -EBADMSG;
 		}
-		if ((rc = open_payload(ds, dirfd, cs, s, err, errlen)) ||
-		    (rc = open_index(ds, dirfd, cs, s, err, errlen)))
+		if ((rc = open_payload(src, dirfd, cs, s, err, errlen)) ||
+		    (rc = open_index(src, dirfd, cs, s, err, errlen)))
 			return rc;
 	}
-	if (next != ds->info.samples) {
+	if (next != src->info.samples) {
 		err_printf(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
-			next, ds->info.samples);
+			next, src->info.samples);
 		return -EBADMSG;
 	}
-	ds->warm_window = dataset_warm_window(ds);
 	return 0;
 }
 
-int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen)
+/* Read source dir's catalog into src (its dir opened into *dirfd, left open for
+ * open_shards()). 0, or -errno with a line naming dir in err. */
+static int load_source(struct ds_source *src, const char *dir, int *dirfd, char *err,
+		       size_t errlen)
 {
-	struct dataset *ds;
-	char *path = NULL;
-	char why[512];
-	int dirfd = -1, rc;
+	char why[512], *path = NULL;
+	int rc;
 
-	ds = calloc(1, sizeof(*ds));
-	if (!ds)
+	src->dir = strdup(dir);
+	if (!src->dir || asprintf(&path, "%s/%s", dir, CATALOG_FILE) < 0)
 		return -ENOMEM;
-	ds->dir = strdup(dir);
-	if (!ds->dir || asprintf(&path, "%s/%s", dir, CATALOG_FILE) < 0) {
-		path = NULL;
-		rc = -ENOMEM;
-		goto err_free;
-	}
-	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0) {
+	*dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*dirfd < 0) {
 		rc = -errno;
 		err_printf(err, errlen, "%s: %s", dir, strerror(errno));
-		if (rc == -ENOTDIR)
-			rc = -ENOENT;
-		goto err_free;
+		free(path);
+		return rc == -ENOTDIR ? -ENOENT : rc;
 	}
-	rc = catalog_load(path, &ds->cat, why, sizeof(why));
+	rc = catalog_load(path, &src->cat, why, sizeof(why));
+	free(path);
 	if (rc) {
 		if (rc == -ENOENT)
 			err_printf(err, errlen, "%s is not a zephon dataset (no %s); make one with "
 				"zephon pack", dir, CATALOG_FILE);
 		else
 			err_printf(err, errlen, "%s", why);
-		goto err_free;
+		return rc;
 	}
-	rc = read_meta(ds, why, sizeof(why));
-	if (rc == 0)
-		rc = open_shards(ds, dirfd, why, sizeof(why));
-	if (rc) {
+	rc = read_meta(&src->cat, &src->info, why, sizeof(why));
+	if (rc)
 		err_printf(err, errlen, "%s: %s", dir, why);
+	return rc;
+}
+
+/* 0 when sources a and b make the same batches (every field of dataset_info that shapes
+ * a sample as served); -EINVAL with a line naming both and the first field that differs. */
+static int check_compatible(const struct ds_source *a, const struct ds_source *b, char *err,
+			    size_t errlen)
+{
+	const struct dataset_info *x = &a->info, *y = &b->info;
+	const char *field = NULL, *vx = "", *vy = "";
+	char nx[24], ny[24];
+
+#define DIFF_U64(f, u, v) do { \
+	field = f; \
+	snprintf(nx, sizeof(nx), "%" PRIu64, (uint64_t)(u)); \
+	snprintf(ny, sizeof(ny), "%" PRIu64, (uint64_t)(v)); \
+	vx = nx; vy = ny; \
+} while (0)
+	if (x->kind != y->kind) {
+		field = "kind";
+		vx = dataset_kind_name(x->kind);
+		vy = dataset_kind_name(y->kind);
+	} else if (x->content != y->content) {
+		field = "content";
+		vx = dataset_content_name(x->content);
+		vy = dataset_content_name(y->content);
+	} else if (x->content == CONTENT_TEXT && strcmp(x->record_ext, y->record_ext)) {
+		field = "record_ext";
+		vx = x->record_ext;
+		vy = y->record_ext;
+	} else if (x->kind == DATASET_TOKENS && x->dtype != y->dtype) {
+		field = "dtype";
+		vx = dtype_name(x->dtype);
+		vy = dtype_name(y->dtype);
+	} else if (x->kind == DATASET_TOKENS && x->seq_len != y->seq_len) {
+		DIFF_U64("seq_len", x->seq_len, y->seq_len);
+	} else if (x->kind == DATASET_TOKENS && x->overlap != y->overlap) {
+		DIFF_U64("overlap", x->overlap, y->overlap);
+	} else if (x->kind == DATASET_TOKENS && (x->have_eod_token != y->have_eod_token ||
+		   x->eod_token != y->eod_token)) {
+		DIFF_U64("eod_token", x->eod_token, y->eod_token);
+		if (!x->have_eod_token)
+			vx = "none";
+		if (!y->have_eod_token)
+			vy = "none";
+	}
+#undef DIFF_U64
+	if (!field)
+		return 0;
+	err_printf(err, errlen, "datasets %s and %s differ in %s: %s vs %s: a mixture needs "
+		"one batch format; pack them alike", a->dir, b->dir, field, vx, vy);
+	return -EINVAL;
+}
+
+int dataset_union_fingerprint(const char *const *fps, size_t count, char out[33])
+{
+	static const char head[] = "zephon-mixture-v1\n";
+	size_t len = sizeof(head) - 1;
+	char *text = malloc(len + count * 33);
+
+	if (!text)
+		return -ENOMEM;
+	memcpy(text, head, len);
+	for (size_t s = 0; s < count; s++) {
+		memcpy(text + len, fps[s], 32);
+		text[len + 32] = '\n';
+		len += 33;
+	}
+	xxh128_hex(XXH3_128bits(text, len), out);
+	free(text);
+	return 0;
+}
+
+/* ds->info for a union of several sources (a single source's is its own). */
+static int union_info(struct dataset *ds)
+{
+	const char **fps = malloc(ds->nsrc * sizeof(*fps));
+	struct dataset_info *in = &ds->info;
+	int rc;
+
+	if (!fps)
+		return -ENOMEM;
+	*in = ds->src[0].info;
+	in->samples = in->raw_bytes = in->stored_bytes = in->shards = 0;
+	for (size_t s = 0; s < ds->nsrc; s++) {
+		const struct dataset_info *si = &ds->src[s].info;
+
+		in->samples += si->samples;
+		in->raw_bytes += si->raw_bytes;
+		in->stored_bytes += si->stored_bytes;
+		in->shards += si->shards;
+		in->compressed |= si->compressed;
+		fps[s] = si->fingerprint;
+	}
+	rc = dataset_union_fingerprint(fps, ds->nsrc, in->fingerprint);
+	free(fps);
+	return rc;
+}
+
+int dataset_open_sources(const char *const *dirs, size_t count, struct dataset **out,
+			 char *err, size_t errlen)
+{
+	struct dataset *ds;
+	int *dirfd = NULL;
+	size_t shards = 0;
+	uint64_t total = 0;
+	char why[512];
+	int rc;
+
+	if (count == 0) {
+		err_printf(err, errlen, "no dataset given; name at least one packed dataset");
+		return -EINVAL;
+	}
+	ds = calloc(1, sizeof(*ds));
+	if (!ds || !(ds->src = calloc(count, sizeof(*ds->src))) ||
+	    !(dirfd = malloc(count * sizeof(*dirfd)))) {
+		rc = -ENOMEM;
 		goto err_free;
 	}
-	if (ds->info.compressed && ds->cat.dict) {
-		ds->ddict = ZSTD_createDDict(ds->cat.dict, ds->cat.dict_len);
-		if (!ds->ddict) {
-			rc = -EBADMSG;
-			err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable", dir);
+	for (size_t s = 0; s < count; s++)
+		dirfd[s] = -1;
+	/* Every catalog first: a mixture that cannot be served fails before any shard
+	 * file is opened. */
+	for (size_t s = 0; s < count; s++) {
+		struct ds_source *src = &ds->src[s];
+
+		ds->nsrc++;
+		if ((rc = load_source(src, dirs[s], &dirfd[s], err, errlen)))
+			goto err_free;
+		if (s > 0 && (rc = check_compatible(&ds->src[0], src, err, errlen)))
+			goto err_free;
+		src->offset = total;
+		if (__builtin_add_overflow(total, src->info.samples, &total) ||
+		    (count > 1 && total >= DATASET_SAMPLES_MAX)) {
+			err_printf(err, errlen, "datasets %s to %s hold 2^62 samples or more; a "
+				"mixture holds fewer: mix fewer datasets", dirs[0], dirs[s]);
+			rc = -EOVERFLOW;
 			goto err_free;
 		}
+		shards += src->cat.nshards;
 	}
-	close(dirfd);
-	free(path);
+	ds->shards = calloc(shards ? shards : 1, sizeof(*ds->shards));
+	if (!ds->shards) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	for (size_t s = 0; s < count; s++) {
+		struct ds_source *src = &ds->src[s];
+
+		rc = open_shards(ds, s, dirfd[s], why, sizeof(why));
+		close(dirfd[s]);
+		dirfd[s] = -1;
+		if (rc) {
+			err_printf(err, errlen, "%s: %s", src->dir, why);
+			goto err_free;
+		}
+		if (src->info.compressed && src->cat.dict) {
+			src->ddict = ZSTD_createDDict(src->cat.dict, src->cat.dict_len);
+			if (!src->ddict) {
+				rc = -EBADMSG;
+				err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable",
+					src->dir);
+				goto err_free;
+			}
+			for (size_t k = src->first_shard; k < ds->nshards; k++)
+				ds->shards[k].ddict = src->ddict;
+		}
+	}
+	if (count == 1)
+		ds->info = ds->src[0].info;
+	else if ((rc = union_info(ds)))
+		goto err_free;
+	ds->warm_window = dataset_warm_window(ds);
+	free(dirfd);
 	*out = ds;
 	return 0;
 
 err_free:
-	if (dirfd >= 0)
-		close(dirfd);
-	free(path);
+	for (size_t s = 0; dirfd && s < count; s++)
+		if (dirfd[s] >= 0)
+			close(dirfd[s]);
+	free(dirfd);
 	dataset_close(ds);
 	return rc;
+}
+
+int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen)
+{
+	return dataset_open_sources(&dir, 1, out, err, errlen);
 }
 
 void dataset_close(struct dataset *ds)
@@ -348,11 +531,15 @@ void dataset_close(struct dataset *ds)
 			munmap((void *)ds->shards[k].data, (size_t)ds->shards[k].bytes);
 		if (ds->shards[k].index)
 			munmap((void *)ds->shards[k].index, ds->shards[k].index_len);
+		free(ds->shards[k].file_alloc);
 	}
 	free(ds->shards);
-	ZSTD_freeDDict(ds->ddict);
-	catalog_release(&ds->cat);
-	free(ds->dir);
+	for (size_t s = 0; ds->src && s < ds->nsrc; s++) {
+		ZSTD_freeDDict(ds->src[s].ddict);
+		catalog_release(&ds->src[s].cat);
+		free(ds->src[s].dir);
+	}
+	free(ds->src);
 	free(ds);
 }
 
@@ -363,12 +550,51 @@ const struct dataset_info *dataset_info(const struct dataset *ds)
 
 const char *dataset_dir(const struct dataset *ds)
 {
-	return ds->dir;
+	return ds->src[0].dir;
 }
 
 const struct catalog *dataset_catalog(const struct dataset *ds)
 {
-	return &ds->cat;
+	return &ds->src[0].cat;
+}
+
+size_t dataset_source_count(const struct dataset *ds)
+{
+	return ds->nsrc;
+}
+
+const struct dataset_info *dataset_source_info(const struct dataset *ds, size_t s)
+{
+	return s < ds->nsrc ? &ds->src[s].info : NULL;
+}
+
+const char *dataset_source_dir(const struct dataset *ds, size_t s)
+{
+	return s < ds->nsrc ? ds->src[s].dir : NULL;
+}
+
+uint64_t dataset_source_offset(const struct dataset *ds, size_t s)
+{
+	return s < ds->nsrc ? ds->src[s].offset : ds->info.samples;
+}
+
+size_t dataset_source_of(const struct dataset *ds, uint64_t id, uint64_t *local_id)
+{
+	size_t lo = 0, hi = ds->nsrc;
+
+	if (id >= ds->info.samples)
+		return ds->nsrc;
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ds->src[mid].offset <= id)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (local_id)
+		*local_id = id - ds->src[lo].offset;
+	return lo;
 }
 
 /* The shard holding id (< N): binary search over first_sample. */
@@ -503,7 +729,7 @@ static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **
 	if (dataset_entry_read(s, id, &e))
 		READ_FAIL("index entry read failed: %s (the index file was truncated or its "
 			  "disk failed)", strerror(EIO));
-	if (shard_index_entry_check(&e, s->bytes, ds->info.compressed, why, sizeof(why)))
+	if (shard_index_entry_check(&e, s->bytes, s->compressed, why, sizeof(why)))
 		READ_FAIL("bad index entry: %s", why);
 	if (ds->info.kind == DATASET_TOKENS && e.raw_len != ds->info.seq_len * ds->info.itemsize)
 		READ_FAIL("index says %" PRIu32 " bytes, a window of %" PRIu64 " tokens is %" PRIu64,
@@ -554,8 +780,6 @@ int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t cou
 {
 	uint32_t sums[VIEW_CHUNK];
 
-	if (r->ds->info.compressed)
-		return -ENOTSUP;
 	for (size_t base = 0; base < count; base += VIEW_CHUNK) {
 		size_t n = count - base < VIEW_CHUNK ? count - base : VIEW_CHUNK;
 		struct verify_args a = { views + base, sums, n, 0 };
@@ -566,7 +790,7 @@ int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t cou
 			struct shard_index_entry e;
 			int rc = locate(r, ids[base + i], &s, &e);
 
-			if (rc || !s->data) {
+			if (rc || !s->data || s->compressed) {
 				if (rc == -EIO && bad_id)
 					*bad_id = ids[base + i];
 				return rc ? rc : -ENOTSUP;
@@ -627,7 +851,6 @@ int sample_reader_raw_len(struct sample_reader *r, uint64_t id, uint64_t *len)
 
 int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 {
-	const struct dataset *ds = r->ds;
 	const struct ds_shard *s;
 	struct shard_index_entry e;
 	uint8_t *dst;
@@ -641,7 +864,7 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 		return rc;
 	dst = out->data + out->len;
 
-	if (!ds->info.compressed) {
+	if (!s->compressed) {
 		/* the index entry was checked against the shard's size above */
 		rc = s->data ? guard_copy(dst, s->data + e.offset, e.raw_len) :
 			       pread_full(s->fd, dst, e.raw_len, e.offset);
@@ -670,9 +893,9 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 			READ_FAIL("zstd frame declares %s bytes, the index says %" PRIu32,
 				  fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "unknown" :
 				  fcs == ZSTD_CONTENTSIZE_ERROR ? "invalid" : "other", e.raw_len);
-		if (ds->ddict)
+		if (s->ddict)
 			n = ZSTD_decompress_usingDDict(r->dctx, dst, e.raw_len, r->scratch.data,
-						       e.stored_len, ds->ddict);
+						       e.stored_len, s->ddict);
 		else
 			n = ZSTD_decompressDCtx(r->dctx, dst, e.raw_len, r->scratch.data,
 						e.stored_len);

@@ -22,6 +22,11 @@
  *           (little-endian; names are "<key>.<ext>" as packed)
  *   tokens  seq_len tokens of dtype, little-endian
  *
+ * Several packed datasets open as one (dataset_open_sources(), for a mixture): their
+ * sources. Source s's sample i is sample offset_s + i of the whole, offset_s the sum of
+ * the sample counts of the sources before it; each source keeps its own files,
+ * compression and dictionary, and every call below takes the whole's ids.
+ *
  * Thread-safety: a struct dataset is read-only after dataset_open() and may be shared by
  * threads; each thread decodes through its own struct sample_reader.
  */
@@ -98,12 +103,50 @@ struct catalog;
  * -EMFILE (more shards than the open-file limit allows: one fd is kept per shard),
  * -EACCES, -ENOMEM, -EIO. *out is set only on success; free with dataset_close(). */
 int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen);
+
+/* A union of two or more datasets holds fewer samples than this (ids fit 62 bits). */
+#define DATASET_SAMPLES_MAX (UINT64_C(1) << 62)
+
+/* Open the count packed datasets dirs[0..count) as one dataset whose ids are theirs
+ * concatenated in order (see the top of this file). count == 1 is dataset_open(dirs[0]):
+ * the same dataset_info, fingerprint included. For count >= 2 the dataset_info is the
+ * union's: samples, raw_bytes, stored_bytes and shards summed; compressed when any
+ * source is; fingerprint the XXH3-128 (32 hex digits) of "zephon-mixture-v1\n" then
+ * each source's fingerprint and "\n", in order (a different order is another mixture);
+ * every other field is the sources' common one.
+ * Every catalog is read and checked before any shard file is opened. On failure returns
+ * -errno with a one-line reason in err and nothing left open: dataset_open()'s errors for
+ * the first source that fails (its message names its directory); -EINVAL for count == 0,
+ * or for two sources that serve different batches: kind, content, record_ext, dtype,
+ * seq_len, overlap or eod_token differ (the message names both directories, the field
+ * and both values); -EOVERFLOW when the samples add up to DATASET_SAMPLES_MAX or more
+ * (count >= 2). *out is set only on success; free with dataset_close(). dirs is not
+ * kept (the strings are copied). */
+int dataset_open_sources(const char *const *dirs, size_t count, struct dataset **out,
+			 char *err, size_t errlen);
 void dataset_close(struct dataset *ds);
 
 const struct dataset_info *dataset_info(const struct dataset *ds);
+/* The directory as given to dataset_open(); of a union, its first source's. */
 const char *dataset_dir(const struct dataset *ds);
-/* The whole catalog as loaded (meta, sources, shards; see catalog.h), owned by ds. */
+/* The whole catalog as loaded (meta, sources, shards; see catalog.h), owned by ds; of a
+ * union, its first source's (dataset_source_info() has each source's numbers). */
 const struct catalog *dataset_catalog(const struct dataset *ds);
+
+/* Sources: 1 for dataset_open(), count for dataset_open_sources(). */
+size_t dataset_source_count(const struct dataset *ds);
+/* Source s's own dataset_info as its catalog has it (its samples, its fingerprint), or
+ * NULL when s >= dataset_source_count(). Owned by ds. */
+const struct dataset_info *dataset_source_info(const struct dataset *ds, size_t s);
+/* Source s's directory as given, or NULL when s >= dataset_source_count(). Owned by ds. */
+const char *dataset_source_dir(const struct dataset *ds, size_t s);
+/* The id of source s's sample 0 in ds (the sum of the samples of the sources before it);
+ * N, the whole's samples, when s >= dataset_source_count(). */
+uint64_t dataset_source_offset(const struct dataset *ds, size_t s);
+/* Which source holds sample id: its index, with id's number in that source in *local_id
+ * (when not NULL); dataset_source_count() when id >= N (*local_id untouched).
+ * O(log sources). */
+size_t dataset_source_of(const struct dataset *ds, uint64_t id, uint64_t *local_id);
 
 /* Decoded size of sample id from the index, without reading the shard.
  * 0, or -ERANGE (id >= N), -EIO (the index entry is corrupt: more than
@@ -111,7 +154,8 @@ const struct catalog *dataset_catalog(const struct dataset *ds);
  * its disk failed). A size from here is a hint until sample_reader_read() succeeds. */
 int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len);
 
-/* Which shard file holds sample id (for messages). NULL when id >= N. */
+/* Which shard file holds sample id (for messages): its file name, "<source dir>/<name>"
+ * in a union of two or more. NULL when id >= N. Owned by ds. */
 const char *dataset_shard_name(const struct dataset *ds, uint64_t id);
 
 const char *dataset_kind_name(enum dataset_kind k);
@@ -157,8 +201,8 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
  * truncated under us, an I/O error) is caught. The samples of a round of 64 are located
  * first, then hashed in order while the next one is prefetched: random samples then cost
  * one pass at memory speed, not a TLB and cache miss at the start of each.
- * 0, or -ERANGE (an id >= N), -ENOTSUP (compressed dataset, or a shard is not mapped: use
- * sample_reader_read), -EIO (checksum mismatch, fault, bad index entry: *bad_id, when
+ * 0, or -ERANGE (an id >= N), -ENOTSUP (an id of a compressed source, or a shard is not
+ * mapped: use sample_reader_read), -EIO (checksum mismatch, fault, bad index entry: *bad_id, when
  * bad_id is not NULL, names the sample; see sample_reader_last_error). */
 int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t count,
 			struct iovec *views, uint64_t *bad_id);
@@ -188,6 +232,9 @@ struct dataset_verify_report {
  * fingerprint, raw and stored byte totals match the catalog. Calls bad(ctx, id, msg)
  * once per problem (id = UINT64_MAX for a problem that is not one sample's) and
  * progress(ctx, done, N) now and then; either may be NULL. O(N) time, O(1) memory.
+ * A union is checked source by source, each against its own catalog (a problem that is
+ * not one sample's names its source's directory); rep then sums them, and its
+ * fingerprint is the union's, made from the recomputed fingerprints of the sources.
  * 0 when clean, -EBADMSG when any problem was found, -ENOMEM. */
 int dataset_verify(const struct dataset *ds,
 		   void (*bad)(void *ctx, uint64_t id, const char *msg),

@@ -1,6 +1,7 @@
 /*
  * dataset_int.h: what the files of the dataset reader share (dataset.h is the API):
- * the open dataset, its shards and the sample reader. dataset.c opens a dataset and
+ * the open dataset (one or several packed directories, its sources), its shards and the
+ * sample reader. dataset.c opens a dataset and
  * reads samples, dataset_warm.c asks the kernel to read a cold batch's pages ahead,
  * dataset_verify.c checks every sample. Internal to core/dataset*.c. An open dataset is
  * read-only and shared by every thread; a sample reader has one owner at a time.
@@ -17,23 +18,40 @@
 #include "dataset.h"
 #include "shard_index.h"
 
+/* One shard file of one source. Sample ids here are the dataset's: a source's local id i
+ * is dataset id source->offset + i, so entry k of the index holds id first_sample + k
+ * whatever first_sample its header (local) says. */
 struct ds_shard {
-	const char *file;        /* points into ds->cat */
+	const char *file;        /* for messages: the catalog's name (in its source's cat);
+	                          * "<source dir>/<name>" (owned: file_alloc) in a union */
+	char *file_alloc;        /* NULL, or the owned file above */
 	int fd;
 	const uint8_t *data;     /* the payload file mapped read-only, or NULL (then pread) */
 	const uint8_t *index;    /* mmapped .idx */
 	size_t index_len;
-	uint64_t first_sample;
+	uint64_t first_sample;   /* dataset id of index entry 0 */
 	uint64_t count;
 	uint64_t bytes;          /* payload file size */
+	int compressed;          /* its source's compress=zstd */
+	const ZSTD_DDict *ddict; /* its source's dictionary; NULL without one */
+	size_t source;           /* index into ds->src */
+};
+
+/* One packed dataset directory of the dataset (a union has several). */
+struct ds_source {
+	char *dir;
+	struct dataset_info info;  /* its own, as in its catalog */
+	struct catalog cat;
+	ZSTD_DDict *ddict;       /* NULL without a dictionary */
+	uint64_t offset;         /* dataset id of its sample 0 */
+	size_t first_shard;      /* its shards: ds->shards[first_shard, + info.shards) */
 };
 
 struct dataset {
-	char *dir;
-	struct dataset_info info;
-	struct catalog cat;
-	ZSTD_DDict *ddict;       /* NULL without a dictionary */
-	struct ds_shard *shards;
+	struct dataset_info info;  /* of the whole: a single source's own, or the union's */
+	struct ds_source *src;
+	size_t nsrc;
+	struct ds_shard *shards; /* every source's in order; first_sample ascending */
 	size_t nshards;
 	uint64_t warm_window;    /* see WARM_WINDOW; 0: the payload's own pages */
 };
@@ -55,6 +73,10 @@ const uint8_t *dataset_entry_at(const struct ds_shard *s, uint64_t id);
 /* Read the index entry of sample id (of shard s) out of the index mapping: 0, or -EIO
  * when the read faulted (the index file was truncated under us, or its disk failed). */
 int dataset_entry_read(const struct ds_shard *s, uint64_t id, struct shard_index_entry *e);
+
+/* The fingerprint of a union of count sources whose fingerprints (32 hex digits each)
+ * are fps[0..count), into out (dataset_open_sources() states the rule). 0 or -ENOMEM. */
+int dataset_union_fingerprint(const char *const *fps, size_t count, char out[33]);
 
 /* dataset_warm.c: how far around each payload of a cold batch sample_reader_warm()
  * reads (bytes; 0: the payload's own pages), chosen once at open. */

@@ -14,6 +14,7 @@
 
 #include "filegroup.h"
 #include "guard.h"
+#include "instream.h"
 
 static void verify_bad(void (*bad)(void *, uint64_t, const char *), void *ctx,
 		       struct dataset_verify_report *rep, uint64_t id, const char *fmt, ...)
@@ -52,61 +53,64 @@ static void check_index(void *ctx)
 				      a->bad_entry, a->why, a->why_len);
 }
 
-int dataset_verify(const struct dataset *ds,
-		   void (*bad)(void *ctx, uint64_t id, const char *msg),
-		   void (*progress)(void *ctx, uint64_t done, uint64_t total),
-		   void *ctx, struct dataset_verify_report *rep)
-{
-	const struct dataset_info *in = &ds->info;
+/* What one source's check shares with the whole's. */
+struct verify_run {
+	const struct dataset *ds;
+	void (*bad)(void *ctx, uint64_t id, const char *msg);
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *ctx;
+	struct dataset_verify_report *rep;
 	struct sample_reader *r;
-	struct buf b = BUF_INIT;
+	struct buf b;
 	XXH3_state_t *fp;
-	uint64_t stored = 0;
+};
+
+/* Check source si's index entries and samples (ids of the whole) against its own
+ * catalog; its recomputed fingerprint into fp_out. 0, or -ENOMEM. */
+static int verify_source(struct verify_run *v, size_t si, char fp_out[33])
+{
+	const struct dataset *ds = v->ds;
+	const struct ds_source *src = &ds->src[si];
+	const struct dataset_info *in = &src->info;
+	struct dataset_verify_report *rep = v->rep;
+	uint64_t stored = 0, raw = 0, bad_before = rep->samples_bad;
+	/* a union's problems that are not one sample's name the source */
+	const char *pre = ds->nsrc > 1 ? src->dir : "", *sep = ds->nsrc > 1 ? ": " : "";
 	char text[256], why[256];
 	size_t tlen;
 
-	memset(rep, 0, sizeof(*rep));
-	r = sample_reader_new(ds);
-	fp = XXH3_createState();
-	if (!r || !fp) {
-		sample_reader_free(r);
-		XXH3_freeState(fp);
-		return -ENOMEM;
-	}
-	XXH3_128bits_reset(fp);
-	for (size_t k = 0; k < ds->nshards; k++) {
+	XXH3_128bits_reset(v->fp);
+	for (size_t k = src->first_shard; k < src->first_shard + in->shards; k++) {
 		const struct ds_shard *s = &ds->shards[k];
 		uint64_t e;
 
-		struct check_args a = { s, in->compressed, &e, why, sizeof(why), 0 };
+		struct check_args a = { s, s->compressed, &e, why, sizeof(why), 0 };
 
 		stored += s->bytes;
 		if (guard_run(check_index, &a))
-			verify_bad(bad, ctx, rep, UINT64_MAX, "%s: index read failed: %s (the index "
-				   "file was truncated or its disk failed)", s->file, strerror(EIO));
+			verify_bad(v->bad, v->ctx, rep, UINT64_MAX, "%s: index read failed: %s (the "
+				   "index file was truncated or its disk failed)", s->file,
+				   strerror(EIO));
 		else if (a.rc)
-			verify_bad(bad, ctx, rep, e < s->count ? s->first_sample + e : UINT64_MAX,
+			verify_bad(v->bad, v->ctx, rep, e < s->count ? s->first_sample + e : UINT64_MAX,
 				   "%s: index entry %" PRIu64 ": %s", s->file, e, why);
 	}
-	for (uint64_t id = 0; id < in->samples; id++) {
+	for (uint64_t id = src->offset; id < src->offset + in->samples; id++) {
+		struct buf *b = &v->b;
 		uint64_t le;
 		int rc;
 
-		if (progress && (id & 4095) == 0)
-			progress(ctx, id, in->samples);
-		b.len = 0;
-		rc = sample_reader_read(r, id, &b);
-		if (rc == -ENOMEM) {
-			buf_release(&b);
-			sample_reader_free(r);
-			XXH3_freeState(fp);
+		if (v->progress && (id & 4095) == 0)
+			v->progress(v->ctx, id, ds->info.samples);
+		b->len = 0;
+		rc = sample_reader_read(v->r, id, b);
+		if (rc == -ENOMEM)
 			return rc;
-		}
 		if (rc) {
 			rep->samples_bad++;
-			verify_bad(bad, ctx, rep, id, "%s", sample_reader_last_error(r));
+			verify_bad(v->bad, v->ctx, rep, id, "%s", sample_reader_last_error(v->r));
 			/* keep the fingerprint comparable: a bad sample poisons it anyway */
-			XXH3_128bits_update(fp, "\xff", 1);
+			XXH3_128bits_update(v->fp, "\xff", 1);
 			continue;
 		}
 		if (in->content == CONTENT_FILES) {
@@ -114,47 +118,75 @@ int dataset_verify(const struct dataset *ds,
 			struct filegroup_file f;
 			int n = 0, fr;
 
-			fr = filegroup_iter_init(&it, b.data, b.len);
+			fr = filegroup_iter_init(&it, b->data, b->len);
 			while (!fr && (fr = filegroup_next(&it, &f)) == 1)
 				n++;
 			if (fr < 0 || n == 0) {
 				rep->samples_bad++;
-				verify_bad(bad, ctx, rep, id, "sample %" PRIu64 " (%s): malformed file "
-					   "group payload", id, dataset_shard_name(ds, id));
+				verify_bad(v->bad, v->ctx, rep, id, "sample %" PRIu64 " (%s): malformed "
+					   "file group payload", id, dataset_shard_name(ds, id));
 				continue;
 			}
 		}
 		rep->samples_ok++;
-		rep->raw_bytes += b.len;
-		le = htole64((uint64_t)b.len);
-		XXH3_128bits_update(fp, &le, 8);
-		XXH3_128bits_update(fp, b.data, b.len);
+		raw += b->len;
+		le = htole64((uint64_t)b->len);
+		XXH3_128bits_update(v->fp, &le, 8);
+		XXH3_128bits_update(v->fp, b->data, b->len);
 	}
-	if (progress)
-		progress(ctx, in->samples, in->samples);
+	rep->raw_bytes += raw;
 	tlen = dataset_fingerprint_text(in, text, sizeof(text));
-	XXH3_128bits_update(fp, text, tlen);
-	{
-		XXH128_hash_t h = XXH3_128bits_digest(fp);
-
-		snprintf(rep->fingerprint, sizeof(rep->fingerprint), "%016" PRIx64 "%016" PRIx64,
-			 (uint64_t)h.high64, (uint64_t)h.low64);
-	}
-	if (rep->samples_bad == 0) {
-		if (strcmp(rep->fingerprint, in->fingerprint))
-			verify_bad(bad, ctx, rep, UINT64_MAX, "fingerprint mismatch: the catalog "
-				   "says %s, the samples hash to %s (catalog and shards disagree)",
-				   in->fingerprint, rep->fingerprint);
-		if (rep->raw_bytes != in->raw_bytes)
-			verify_bad(bad, ctx, rep, UINT64_MAX, "raw_bytes mismatch: the catalog says "
-				   "%" PRIu64 ", the samples hold %" PRIu64, in->raw_bytes,
-				   rep->raw_bytes);
+	XXH3_128bits_update(v->fp, text, tlen);
+	xxh128_hex(XXH3_128bits_digest(v->fp), fp_out);
+	if (rep->samples_bad == bad_before) {
+		if (strcmp(fp_out, in->fingerprint))
+			verify_bad(v->bad, v->ctx, rep, UINT64_MAX, "%s%sfingerprint mismatch: the "
+				   "catalog says %s, the samples hash to %s (catalog and shards "
+				   "disagree)", pre, sep, in->fingerprint, fp_out);
+		if (raw != in->raw_bytes)
+			verify_bad(v->bad, v->ctx, rep, UINT64_MAX, "%s%sraw_bytes mismatch: the "
+				   "catalog says %" PRIu64 ", the samples hold %" PRIu64, pre, sep,
+				   in->raw_bytes, raw);
 	}
 	if (stored != in->stored_bytes)
-		verify_bad(bad, ctx, rep, UINT64_MAX, "stored_bytes mismatch: the catalog says "
-			   "%" PRIu64 ", the shards hold %" PRIu64, in->stored_bytes, stored);
-	buf_release(&b);
-	sample_reader_free(r);
-	XXH3_freeState(fp);
-	return rep->problems ? -EBADMSG : 0;
+		verify_bad(v->bad, v->ctx, rep, UINT64_MAX, "%s%sstored_bytes mismatch: the catalog "
+			   "says %" PRIu64 ", the shards hold %" PRIu64, pre, sep, in->stored_bytes,
+			   stored);
+	return 0;
+}
+
+int dataset_verify(const struct dataset *ds,
+		   void (*bad)(void *ctx, uint64_t id, const char *msg),
+		   void (*progress)(void *ctx, uint64_t done, uint64_t total),
+		   void *ctx, struct dataset_verify_report *rep)
+{
+	struct verify_run v = { ds, bad, progress, ctx, rep, NULL, BUF_INIT, NULL };
+	char (*fps)[33] = calloc(ds->nsrc, sizeof(*fps));
+	const char **fpp = calloc(ds->nsrc, sizeof(*fpp));
+	int rc = -ENOMEM;
+
+	memset(rep, 0, sizeof(*rep));
+	v.r = sample_reader_new(ds);
+	v.fp = XXH3_createState();
+	if (!v.r || !v.fp || !fps || !fpp)
+		goto out;
+	for (size_t si = 0; si < ds->nsrc; si++) {
+		if ((rc = verify_source(&v, si, fps[si])))
+			goto out;
+		fpp[si] = fps[si];
+	}
+	if (progress)
+		progress(ctx, ds->info.samples, ds->info.samples);
+	if (ds->nsrc == 1)
+		memcpy(rep->fingerprint, fps[0], 33);
+	else if ((rc = dataset_union_fingerprint(fpp, ds->nsrc, rep->fingerprint)))
+		goto out;
+	rc = rep->problems ? -EBADMSG : 0;
+out:
+	buf_release(&v.b);
+	sample_reader_free(v.r);
+	XXH3_freeState(v.fp);
+	free(fps);
+	free(fpp);
+	return rc;
 }
