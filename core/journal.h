@@ -1,8 +1,9 @@
 /*
  * journal.h: the cursor journal (docs/design.md §6), one SQLite database in WAL mode.
  *
- * Owns: the identity it belongs to (dataset fingerprint + seed + shuffle), the layout
- * history (one row per mount: W, B, m, ranks, S0, G0, time, host), the cursor of every
+ * Owns: the identity it belongs to (dataset fingerprint + seed + shuffle + validation
+ * split), the layout history (one row per mount: W, B, m, ranks, S0, G0, time, host, and
+ * a mixture's integer weights), the cursor of every
  * served rank (its next claim) and its delivered position (every claim below it reached
  * its reader), checkpoint marks and rewinds. The DDL is schema/journal.sql (embedded at
  * build time), versioned with PRAGMA user_version and migrated step by step. SQLite result
@@ -44,8 +45,14 @@
 #include "order.h"
 
 /* COMPATIBILITY: the on-disk schema version (PRAGMA user_version). A journal with a
- * higher version is refused (-EBADMSG); lower versions are migrated on open. */
-#define JOURNAL_SCHEMA_VERSION 2
+ * higher version is refused (-EBADMSG); lower versions are migrated on open.
+ *   1  schema/journal.sql: meta, layout, cursor, mark, rewind, rewind_cursor
+ *   2  cursor.delivered_step, cursor.delivered_micro (the delivered position)
+ *   3  layout.weights TEXT: a mixture's integer weights in source order, "7,3,0"
+ *      (journal_set_weights()); NULL for a single dataset. Meta key `split` (the
+ *      validation split of journal_ident) is written by version 3 only when a split
+ *      is given; absent means none. */
+#define JOURNAL_SCHEMA_VERSION 3
 /* PRAGMA application_id of every Zephon journal: "ZPHJ". COMPATIBILITY: never change. */
 #define JOURNAL_APPLICATION_ID 0x5a50484a
 
@@ -53,11 +60,19 @@ struct journal;
 
 /* What a journal belongs to. A journal of another identity is refused. */
 struct journal_ident {
-	char fingerprint[33];       /* dataset fingerprint, 32 hex digits */
+	char fingerprint[33];       /* dataset fingerprint, 32 hex digits (of the mixture,
+	                             * for a mixture mount) */
 	uint64_t seed;
 	enum order_shuffle shuffle;
 	uint64_t samples;           /* N, for messages and sanity checks (not compared) */
+	char split[32];             /* the validation split as text ("validation=1/100"),
+	                             * "" for none; compared as text. Meta key `split`,
+	                             * absent when "" (so journals without it read as "") */
 };
+
+/* Longest weights text of a layout, with its NUL: MIX_MAX_SOURCES weights of up to 7
+ * digits (below 2^20) and their commas. */
+#define JOURNAL_WEIGHTS_MAX 2048
 
 enum journal_sync { JOURNAL_SYNC_NORMAL, JOURNAL_SYNC_FULL };
 
@@ -87,6 +102,10 @@ struct journal_layout {
 	char rule[64];              /* the resume option given: "auto", "samples:384@12", ... */
 	char resume[160];           /* what it resolved to ("auto: checkpoint mark at step 12
 	                             * -> step 12, samples:384"), maybe truncated */
+	char weights[JOURNAL_WEIGHTS_MAX]; /* a mixture's integer weights in source order,
+	                             * "7,3,0" (journal_set_weights()); "" for a single
+	                             * dataset, weights not given, or a journal older than
+	                             * schema version 3 */
 };
 
 /* One served rank's cursor: the next claim of that rank is (step, micro); every claim
@@ -115,16 +134,17 @@ struct journal_event {
  * anything is written to it: SQLite header, application_id, schema version, meta,
  * PRAGMA quick_check, identity. On failure returns -errno with a one-line reason in err
  * (which names the path):
- *   -ESTALE   the journal belongs to another fingerprint/seed/shuffle, whatever the
- *             resume rule (err names both, and the two ways out: a new journal=PATH,
- *             or deleting this file);
+ *   -ESTALE   the journal belongs to another fingerprint/seed/shuffle/split, whatever
+ *             the resume rule (err names both, and the two ways out: a new
+ *             journal=PATH, or deleting this file);
  *   -EBADMSG  not a Zephon journal (not SQLite, or SQLite of another application),
  *             corrupt, or a schema version newer than this build (nothing is written);
  *   -EBUSY    another process (a live mount) holds the journal;
  *   -EACCES, -EROFS, -ENOENT, -ENOTDIR, -EISDIR  the path cannot be created or written
  *             (the file, and its directory for the -wal file);
  *   -ENOSPC   no room to create it (a file this call created is removed again);
- *   -EINVAL   empty path, no ident, or path is not a regular file (a device, a FIFO);
+ *   -EINVAL   empty path, no ident, an ident whose fingerprint or split is not
+ *             NUL-terminated, or path is not a regular file (a device, a FIFO);
  *   -EIO, -ENOMEM.
  * Applies migrations from older schema versions. *out is set only on success. */
 int journal_open(const char *path, const struct journal_ident *ident,
@@ -198,9 +218,19 @@ struct journal_point {
 	                             * in none of the journals: their progress is unknown, ..." */
 };
 
+/* The integer weights of the mixture this handle serves, as text: what every later
+ * journal_start() on j records in its layout row (layout.weights), until set again.
+ * weights: 1 to MIX_MAX_SOURCES decimal integers in source order, separated by single
+ * commas, no signs, spaces or leading zeros ("7,3,0": mix_weights_exact()'s integers
+ * in decimal), each below 2^20, their sum between 1 and MIX_MAX_PERIOD (core/mix.h);
+ * NULL or "" for none (a single dataset). The text is copied. 0, or
+ * -EINVAL (reason in journal_last_error; the setting before the call is kept), -EROFS
+ * (read-only handle). */
+int journal_set_weights(struct journal *j, const char *weights);
+
 /* Start a mount: resolve `rule` against the history into S0/G0 of *l (W, B, m are given
- * by the caller in *l), record the layout row and set every served rank's cursor to
- * (S0, 0), all in one transaction. Rules:
+ * by the caller in *l), record the layout row (with journal_set_weights()'s weights)
+ * and set every served rank's cursor to (S0, 0), all in one transaction. Rules:
  *   auto        the resume point above (G = S = 0 on an empty journal);
  *   fresh       S0 = 0, G0 = 0; the history is kept (for `show`) but ignored from now on;
  *   samples:G@S G0 = G, S0 = S: what `zephon journal resume-point` prints and what a

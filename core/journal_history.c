@@ -195,8 +195,8 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 				  struct journal_point *info, char *err, size_t errlen)
 {
 	struct hist *hs;
-	struct journal_ident first = { { 0 }, 0, 0, 0 };
-	char a[128], b[128];
+	struct journal_ident first = { 0 };
+	char a[JNL_IDENT_TEXT_MAX], b[JNL_IDENT_TEXT_MAX];
 	int rc = 0;
 	size_t loaded = 0;
 
@@ -217,7 +217,7 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 			jnl_ident_text(&first, a, sizeof(a));
 			jnl_ident_text(&j->ident, b, sizeof(b));
 			rc = jnl_fail(err, errlen, -ESTALE, "journals %s (%s) and %s (%s) belong to "
-				  "different datasets or orders; pass the journals of one job",
+				  "different datasets, orders or splits; pass the journals of one job",
 				  paths[0], a, paths[i], b);
 		}
 		if (!rc) {
@@ -266,8 +266,13 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 	*out = NULL;
 	*count = 0;
 	pthread_mutex_lock(&j->mu);
-	rc = sqlite3_prepare_v2(j->db, "SELECT id, world_size, global_batch, micro_batch, "
-				"ranks, start_step, start_samples, time_us, host, rule, applied "
+	/* a read-only handle reads an older schema as is: no weights before version 3 */
+	rc = sqlite3_prepare_v2(j->db, j->version >= 3 ?
+				"SELECT id, world_size, global_batch, micro_batch, ranks, "
+				"start_step, start_samples, time_us, host, rule, applied, weights "
+				"FROM layout ORDER BY id" :
+				"SELECT id, world_size, global_batch, micro_batch, ranks, "
+				"start_step, start_samples, time_us, host, rule, applied, NULL "
 				"FROM layout ORDER BY id", -1, &st, NULL);
 	if (rc != SQLITE_OK) {
 		rc = jfail_sql(j, rc, "cannot read the layouts");
@@ -275,6 +280,7 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 	}
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		struct journal_layout *e;
+		const char *w;
 
 		if (ARRAY_GROW(v, cap, n + 1)) {
 			rc = SQLITE_NOMEM;
@@ -294,6 +300,12 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 		jnl_copy_str(e->host, sizeof(e->host), (const char *)sqlite3_column_text(st, 8));
 		jnl_copy_str(e->rule, sizeof(e->rule), (const char *)sqlite3_column_text(st, 9));
 		jnl_copy_str(e->resume, sizeof(e->resume), (const char *)sqlite3_column_text(st, 10));
+		w = (const char *)sqlite3_column_text(st, 11);
+		if (w && (!*w || jnl_weights_check(w, NULL, 0))) { /* not what we write */
+			rc = SQLITE_CORRUPT;
+			break;
+		}
+		jnl_copy_str(e->weights, sizeof(e->weights), w);
 		n++;
 	}
 	sqlite3_finalize(st);

@@ -39,7 +39,8 @@ struct journal {
 	char *path;
 	char *wal_cleanup;          /* readers: a -wal this open created, removed at close */
 	int readonly;
-	int version;                /* user_version: 1 has no delivered positions */
+	int version;                /* user_version: 1 has no delivered positions, 2 no
+	                             * layout.weights */
 	int created;                /* JOURNAL_NEW_*: what journal_open() found at path */
 	unsigned sides_existed;     /* bit k: side_names[k] existed before journal_open() */
 	struct journal_ident ident;
@@ -47,6 +48,7 @@ struct journal {
 	sqlite3_stmt *st_claim;     /* UPDATE cursor ... (the hot path) */
 	/* The current layout (journal_start on this handle); cur.id == 0: none. */
 	struct journal_layout cur;
+	char weights[JOURNAL_WEIGHTS_MAX]; /* journal_set_weights(): "" for none */
 	size_t nranks;
 	uint64_t *ranks;            /* sorted */
 	struct rank_pos *pos;       /* committed cursor of ranks[i] */
@@ -104,10 +106,18 @@ int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
 /* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
 int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
 
-/* "fingerprint F, seed S, shuffle X" for messages; whether two identities are the same
+/* "fingerprint F, seed S, shuffle X[, split T]" for messages (the split only when
+ * given; JNL_IDENT_TEXT_MAX holds it whole); whether two identities are the same
  * (samples is not compared). */
+#define JNL_IDENT_TEXT_MAX 192
 void jnl_ident_text(const struct journal_ident *id, char *out, size_t len);
 int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b);
+
+/* ---- weights (journal_start.c) ---- */
+
+/* Is text (non-empty) a weights text as journal_set_weights() documents it? 0, or
+ * -EINVAL with the broken rule in why (naming the weight by its 1-based position). */
+int jnl_weights_check(const char *text, char *why, size_t why_len);
 
 /* ---- history rows (journal_history.c) ---- */
 

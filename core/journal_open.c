@@ -40,6 +40,9 @@ static const char *const journal_migrations[] = {
 	"ALTER TABLE cursor ADD COLUMN delivered_micro INTEGER NOT NULL DEFAULT 0 "
 	"CHECK (delivered_micro >= 0);"
 	"UPDATE cursor SET delivered_step = step, delivered_micro = micro;",
+	/* 2 -> 3: a layout of a mixture records its integer weights in source order,
+	 * "7,3,0"; NULL: a single dataset (every row before this step). */
+	"ALTER TABLE layout ADD COLUMN weights TEXT;",
 };
 _Static_assert(sizeof(journal_migrations) / sizeof(journal_migrations[0]) ==
 	       JOURNAL_SCHEMA_VERSION, "one migration step per schema version");
@@ -271,7 +274,7 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 		     char *err, size_t errlen)
 {
 	sqlite3_stmt *st;
-	int rc, have = 0;
+	int rc, have = 0, bad_split = 0;
 
 	memset(id, 0, sizeof(*id));
 	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &st, NULL);
@@ -292,6 +295,10 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 			have |= 4;
 		} else if (!strcmp(k, "samples") && !journal_parse_u62(v, &id->samples)) {
 			have |= 8;
+		} else if (!strcmp(k, "split")) {
+			/* journal_open() writes it only non-empty, and it fits */
+			bad_split = !*v || strlen(v) >= sizeof(id->split);
+			jnl_copy_str(id->split, sizeof(id->split), v);
 		}
 	}
 	if (rc != SQLITE_DONE) {
@@ -304,19 +311,25 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 		return jnl_fail(err, errlen, -EBADMSG,
 			    "%s is not a Zephon journal (its meta table lacks the "
 			    "fingerprint, seed, shuffle or samples); nothing was written to it", path);
+	if (bad_split)
+		return jnl_fail(err, errlen, -EBADMSG,
+			    "journal %s has a damaged validation split in its meta table (empty, "
+			    "or longer than %zu characters); nothing was written to it: keep it "
+			    "for inspection and pass a new journal=PATH", path, sizeof(id->split) - 1);
 	return 0;
 }
 
 void jnl_ident_text(const struct journal_ident *id, char *out, size_t len)
 {
-	snprintf(out, len, "fingerprint %s, seed %" PRIu64 ", shuffle %s", id->fingerprint,
-		 id->seed, order_shuffle_name(id->shuffle));
+	snprintf(out, len, "fingerprint %s, seed %" PRIu64 ", shuffle %s%s%s", id->fingerprint,
+		 id->seed, order_shuffle_name(id->shuffle), id->split[0] ? ", split " : "",
+		 id->split);
 }
 
 int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b)
 {
 	return !strcmp(a->fingerprint, b->fingerprint) && a->seed == b->seed &&
-	       a->shuffle == b->shuffle;
+	       a->shuffle == b->shuffle && !strcmp(a->split, b->split);
 }
 
 /* Steps from user_version `from` to JOURNAL_SCHEMA_VERSION, inside the caller's
@@ -383,6 +396,8 @@ static int create_schema(sqlite3 *db, const struct journal_ident *id)
 	snprintf(num, sizeof(num), "%" PRIu64, id->samples);
 	if (rc == SQLITE_OK)
 		rc = insert_meta(db, "samples", num);
+	if (rc == SQLITE_OK && id->split[0]) /* absent: no split, as in older journals */
+		rc = insert_meta(db, "split", id->split);
 	snprintf(num, sizeof(num), "%" PRId64, jnl_now_us() / 1000000);
 	if (rc == SQLITE_OK)
 		rc = insert_meta(db, "created", num);
@@ -652,7 +667,7 @@ static int open_create(struct opening *o, const struct journal_ident *want, char
 static int open_existing(struct opening *o, const struct journal_ident *want, char *err,
 			 size_t errlen)
 {
-	char a[128], b[128];
+	char a[JNL_IDENT_TEXT_MAX], b[JNL_IDENT_TEXT_MAX];
 	int src, rc;
 
 	/* BEGIN IMMEDIATE takes the write lock now: in EXCLUSIVE mode it stays ours until
@@ -666,7 +681,7 @@ static int open_existing(struct opening *o, const struct journal_ident *want, ch
 		jnl_ident_text(&o->have, a, sizeof(a));
 		jnl_ident_text(want, b, sizeof(b));
 		rc = jnl_fail(err, errlen, -ESTALE,
-			      "journal %s belongs to another dataset or order (%s) than this "
+			      "journal %s belongs to another dataset, order or split (%s) than this "
 			      "mount (%s), and no resume= rule can use it; pass journal=PATH naming "
 			      "a file that does not exist yet (add resume=samples:G@S to keep the "
 			      "position), or delete %s (and %s-wal) to start over at step 0",
@@ -819,6 +834,10 @@ int journal_open(const char *path, const struct journal_ident *ident,
 {
 	if (!ident || !out)
 		return jnl_fail(err, errlen, -EINVAL, "journal_open: no identity given");
+	if (!memchr(ident->fingerprint, 0, sizeof(ident->fingerprint)) ||
+	    !memchr(ident->split, 0, sizeof(ident->split)))
+		return jnl_fail(err, errlen, -EINVAL, "journal_open: the identity's fingerprint "
+				"or split is not NUL-terminated");
 	return open_common(path, ident, OPEN_WRITE, sync, out, err, errlen);
 }
 

@@ -4,6 +4,7 @@
  * transaction.
  */
 #include "journal_int.h"
+#include "mix.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +33,77 @@ static int layout_reached(void *ctx, const struct hev *e, uint64_t step)
 	return yes;
 }
 
+/* A weight is below 2^20: 7 digits; with its comma, 8 characters per source. */
+_Static_assert(JOURNAL_WEIGHTS_MAX >= MIX_MAX_SOURCES * 8,
+	       "journal_layout.weights holds every valid weights text");
+#define WEIGHT_LIMIT (UINT64_C(1) << 20)
+
+int jnl_weights_check(const char *text, char *why, size_t why_len)
+{
+	uint64_t sum = 0;
+	size_t k = 0;
+	const char *c = text;
+
+	for (;;) {
+		const char *d = c, *e;
+		uint64_t w = 0;
+		int len;
+
+		while (*c >= '0' && *c <= '9') {
+			if (w < WEIGHT_LIMIT) /* saturates: never overflows */
+				w = w * 10 + (uint64_t)(*c - '0');
+			c++;
+		}
+		e = c;
+		while (*c && *c != ',')
+			c++;
+		len = c - d > 24 ? 24 : (int)(c - d); /* the weight, for the message */
+		k++;
+		if (e == d || e != c)
+			return err_set(why, why_len, -EINVAL, "weight %zu (\"%.*s\") is not a "
+				       "decimal integer; give integer weights separated by commas, "
+				       "as \"7,3,0\"", k, len, d);
+		if (c - d > 1 && *d == '0')
+			return err_set(why, why_len, -EINVAL, "weight %zu (\"%.*s\") has a leading "
+				       "zero; write it without", k, len, d);
+		if (w >= WEIGHT_LIMIT)
+			return err_set(why, why_len, -EINVAL, "weight %zu (\"%.*s\") is not below "
+				       "2^20; give the reduced integer weights", k, len, d);
+		if (k > MIX_MAX_SOURCES)
+			return err_set(why, why_len, -EINVAL, "more than %d weights; a mixture has "
+				       "at most %d sources", MIX_MAX_SOURCES, MIX_MAX_SOURCES);
+		sum += w;
+		if (!*c)
+			break;
+		c++;
+	}
+	if (sum == 0)
+		return err_set(why, why_len, -EINVAL, "every weight is 0; give at least one "
+			       "source a positive weight");
+	if (sum > MIX_MAX_PERIOD)
+		return err_set(why, why_len, -EINVAL, "the weights sum to %" PRIu64 ", past %"
+			       PRIu64 "; give the reduced integer weights", sum, MIX_MAX_PERIOD);
+	return 0;
+}
+
+int journal_set_weights(struct journal *j, const char *weights)
+{
+	char why[sizeof(j->err)];
+	int rc = 0;
+
+	pthread_mutex_lock(&j->mu);
+	if (j->readonly)
+		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
+	else if (weights && *weights && jnl_weights_check(weights, why, sizeof(why)))
+		rc = jfail(j, -EINVAL, "mixture weights: %s", why);
+	else
+		jnl_copy_str(j->weights, sizeof(j->weights), weights);
+	if (!rc)
+		j->err[0] = 0;
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}
+
 static int insert_layout(struct journal *j, const struct layout *l, const char *ranks,
 			 const char *host, const char *rule, const char *applied, int64_t t,
 			 int64_t *id)
@@ -39,8 +111,8 @@ static int insert_layout(struct journal *j, const struct layout *l, const char *
 	sqlite3_stmt *st;
 	int rc = sqlite3_prepare_v2(j->db,
 		"INSERT INTO layout (seq, world_size, global_batch, micro_batch, ranks, "
-		"start_step, start_samples, time_us, host, rule, applied) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)", -1, &st, NULL);
+		"start_step, start_samples, time_us, host, rule, applied, weights) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", -1, &st, NULL);
 
 	if (rc != SQLITE_OK)
 		return rc;
@@ -55,6 +127,10 @@ static int insert_layout(struct journal *j, const struct layout *l, const char *
 	sqlite3_bind_text(st, 9, host, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 10, rule, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 11, applied, -1, SQLITE_STATIC);
+	if (j->weights[0])
+		sqlite3_bind_text(st, 12, j->weights, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(st, 12);
 	rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE)
@@ -200,6 +276,7 @@ static void start_install(struct journal *j, int64_t id, const struct layout *l,
 	jnl_copy_str(j->cur.host, sizeof(j->cur.host), host);
 	jnl_copy_str(j->cur.rule, sizeof(j->cur.rule), rule_text);
 	jnl_copy_str(j->cur.resume, sizeof(j->cur.resume), desc);
+	jnl_copy_str(j->cur.weights, sizeof(j->cur.weights), j->weights);
 }
 
 int journal_start(struct journal *j, const struct journal_resume *rule,

@@ -27,8 +27,9 @@ static void usage(FILE *f)
 		"mounted with, the cursor of every served rank, checkpoint marks and rewinds.\n"
 		"\n"
 		"  show          print the history: layouts (W, B, m, ranks, start step and\n"
-		"                samples, time, host, resume rule), cursors, checkpoint marks,\n"
-		"                rewinds, consumed_samples and the resume point.\n"
+		"                samples, time, host, resume rule, a mixture's weights),\n"
+		"                cursors, checkpoint marks, rewinds, consumed_samples and the\n"
+		"                resume point.\n"
 		"  resume-point  print where resume=auto would start, as samples:G@S (gsn G,\n"
 		"                numbered step S). With the journals of several nodes (one per\n"
 		"                node), the latest checkpoint mark in any of them wins, else the\n"
@@ -272,11 +273,12 @@ static int show_json(struct journal *j, const char *path, const struct history *
 	json_object_set_new(o, "seed", json_integer((json_int_t)h->id.seed));
 	json_object_set_new(o, "shuffle", json_string(order_shuffle_name(h->id.shuffle)));
 	json_object_set_new(o, "samples", jint(h->id.samples));
+	json_object_set_new(o, "split", h->id.split[0] ? json_string(h->id.split) : json_null());
 	for (size_t i = 0; i < h->nls; i++) {
 		const struct journal_layout *l = &h->ls[i];
 
 		json_array_append_new(layouts, json_pack(
-			"{s:I, s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s, s:s, s:o, s:o}",
+			"{s:I, s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s, s:s, s:o, s:o, s:o}",
 			"id", (json_int_t)l->id,
 			"world_size", jint(l->layout.world_size),
 			"global_batch", jint(l->layout.global_batch),
@@ -289,7 +291,8 @@ static int show_json(struct journal *j, const char *path, const struct history *
 			"rule", l->rule,
 			"resume", l->resume,
 			"cursors", cursors_json(h->cur[i], h->ncur[i]),
-			"consumed_samples", jint(consumed_of(&l->layout, h->cur[i], h->ncur[i]))));
+			"consumed_samples", jint(consumed_of(&l->layout, h->cur[i], h->ncur[i])),
+			"weights", l->weights[0] ? json_string(l->weights) : json_null()));
 	}
 	json_object_set_new(o, "layouts", layouts);
 	for (size_t i = 0; i < h->nmarks; i++)
@@ -329,8 +332,9 @@ static int show_text(struct journal *j, const char *path, const struct history *
 	char when[32];
 
 	printf("journal      %s\n", path);
-	printf("identity     fingerprint %s, seed %" PRIu64 ", shuffle %s (%" PRIu64 " samples)\n",
-	       h->id.fingerprint, h->id.seed, order_shuffle_name(h->id.shuffle), h->id.samples);
+	printf("identity     fingerprint %s, seed %" PRIu64 ", shuffle %s%s%s (%" PRIu64
+	       " samples)\n", h->id.fingerprint, h->id.seed, order_shuffle_name(h->id.shuffle),
+	       h->id.split[0] ? ", split " : "", h->id.split, h->id.samples);
 	printf("\nlayouts (oldest first; times UTC):\n");
 	if (!h->nls)
 		printf("  none: no mount has started on this journal\n");
@@ -345,6 +349,8 @@ static int show_text(struct journal *j, const char *path, const struct history *
 		       l->host, l->layout.world_size, l->layout.global_batch, l->layout.micro_batch,
 		       l->ranks, l->layout.start_step, l->layout.start_samples);
 		printf("        resume  %s\n", l->resume);
+		if (l->weights[0])
+			printf("        weights %s (the mixture's, in source order)\n", l->weights);
 		printf("        consumed_samples %" PRIu64 "; cursors (next claim, step.micro):\n",
 		       consumed_of(&l->layout, h->cur[i], h->ncur[i]));
 		print_cursors(h->cur[i], h->ncur[i], "          ", 0);

@@ -3,7 +3,9 @@
 -- This file is migration step 0 -> 1: journal_open() runs it on an empty database in one
 -- transaction, after `PRAGMA application_id` (JOURNAL_APPLICATION_ID) and before switching
 -- to WAL, then sets `PRAGMA user_version = 1`. Later versions add steps k -> k+1 in
--- core/journal.c (journal_migrations[]); this file is never edited once released.
+-- core/journal_open.c (journal_migrations[]; core/journal.h lists them: 2 adds
+-- cursor.delivered_step/delivered_micro, 3 adds layout.weights and the meta key `split`);
+-- the statements of this file are never edited once released.
 -- COMPATIBILITY: changing the meaning of a table, a column or a meta key is a format
 -- break: add a migration step and bump JOURNAL_SCHEMA_VERSION.
 --
@@ -12,6 +14,7 @@
 --   seed          shuffle seed, decimal
 --   shuffle       'global' | 'none'
 --   samples       N of the dataset, decimal
+--   split         (version 3) the validation split, "validation=1/100"; absent: none
 --   created       unix seconds, decimal
 --   zephon_version  the zephon that created the journal
 --

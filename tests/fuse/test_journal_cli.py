@@ -120,6 +120,8 @@ def test_show_text(tmp_path):
     assert 'consumed_samples  144 (the last layout)' in out
     # the latest statement after a mark is the rewind
     assert 'resume point      samples:144 (step 7): rewind to step 7' in out
+    # one dataset, no validation split: neither is shown
+    assert 'weights' not in out and 'split' not in out
 
 
 def test_show_json(tmp_path):
@@ -148,6 +150,55 @@ def test_show_json(tmp_path):
     assert d['resume_point'] == {'resume': 'samples:120@6', 'samples': 120, 'step': 6,
                                  'basis': 'statement', 'why': 'checkpoint mark at step 6',
                                  'warning': None}
+    assert d['split'] is None and [l['weights'] for l in d['layouts']] == [None, None]
+
+
+def upgrade_to_3(path, weights, split=None):
+    """Take a journal make_journal() wrote (version 1) to schema version 3 as the
+    migration steps document it (core/journal.h): delivered positions, layout.weights
+    ({layout id: text}), and the meta key split when given."""
+    con = sqlite3.connect(str(path), isolation_level=None)
+    con.executescript(
+        'BEGIN;'
+        'ALTER TABLE cursor ADD COLUMN delivered_step INTEGER NOT NULL DEFAULT 0;'
+        'ALTER TABLE cursor ADD COLUMN delivered_micro INTEGER NOT NULL DEFAULT 0;'
+        'UPDATE cursor SET delivered_step = step, delivered_micro = micro;'
+        'ALTER TABLE layout ADD COLUMN weights TEXT;'
+        'COMMIT;')
+    for layout, text in weights.items():
+        con.execute('UPDATE layout SET weights = ? WHERE id = ?', (text, layout))
+    if split is not None:
+        con.execute("INSERT INTO meta VALUES ('split', ?)", (split,))
+    con.execute('PRAGMA user_version = 3')
+    con.close()
+
+
+def test_show_mixture_weights_and_split(tmp_path):
+    j = tmp_path / 'j.sqlite'
+    make_journal(j, HISTORY)
+    upgrade_to_3(j, {2: '7,3,0'}, split='validation=1/100')
+    out = run('journal', 'show', j).stdout.decode()
+    assert ('fingerprint %s, seed 7, shuffle global, split validation=1/100 (1000 samples)'
+            % FP) in out
+    lines = out.splitlines()
+    # the layout rows keep their columns; the weights follow the row they belong to
+    i1 = next(i for i, l in enumerate(lines) if l.split()[:1] == ['1'])
+    i2 = next(i for i, l in enumerate(lines) if l.split()[:1] == ['2'])
+    assert lines[i1].split()[3:] == ['gpu-node-7', '4', '16', '2', '0-3', '0', '0']
+    assert lines[i2].split()[3:] == ['node-a', '2', '24', '3', '0-1', '3', '48']
+    weights = [i for i, l in enumerate(lines) if l.split()[:1] == ['weights']]
+    assert len(weights) == 1 and i2 < weights[0]
+    assert lines[weights[0]].split()[1] == '7,3,0'
+    d = json.loads(run('journal', 'show', '--json', j).stdout)
+    assert d['split'] == 'validation=1/100'
+    assert [l['weights'] for l in d['layouts']] == [None, '7,3,0']
+    # the journals of one job share the split: another split is another job
+    k = tmp_path / 'k.sqlite'
+    make_journal(k, HISTORY)
+    upgrade_to_3(k, {}, split='validation=1/50')
+    p = run('journal', 'resume-point', j, k, check=False)
+    assert p.returncode == 1
+    assert 'split validation=1/100' in p.stderr and 'split validation=1/50' in p.stderr
 
 
 def test_show_empty_history(tmp_path):
@@ -246,7 +297,7 @@ def test_bad_files_exit_1_and_stay_untouched(tmp_path, kind):
     j = tmp_path / 'j.sqlite'
     want = {'missing': 'No such file', 'random': 'not a Zephon journal',
             'text': 'not a Zephon journal', 'other-sqlite': 'not a Zephon journal',
-            'newer': 'schema version 3', 'empty': 'is empty', 'directory': 'directory'}[kind]
+            'newer': 'schema version 4', 'empty': 'is empty', 'directory': 'directory'}[kind]
     if kind == 'random':
         j.write_bytes(os.urandom(5000))
     elif kind == 'text':
@@ -257,7 +308,7 @@ def test_bad_files_exit_1_and_stay_untouched(tmp_path, kind):
         con.commit()
         con.close()
     elif kind == 'newer':
-        make_journal(j, HISTORY, user_version=3)
+        make_journal(j, HISTORY, user_version=4)
     elif kind == 'empty':
         j.write_bytes(b'')
     elif kind == 'directory':

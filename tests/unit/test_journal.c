@@ -16,7 +16,7 @@
 #include "check.h"
 
 static char *dir;
-static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000 };
+static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, "" };
 
 static struct journal *open_ok(const char *path)
 {
@@ -295,14 +295,16 @@ static void test_foreign_and_corrupt(void)
 static void test_newer_schema(void)
 {
 	char *p = make_history("newer.sqlite");
-	char err[512];
+	char err[512], sql[64], want[64];
 	struct journal *j = NULL;
 
-	sql_exec(p, "PRAGMA user_version = 3;");
-	expect_refused(p, -EBADMSG, "schema version 3");
+	snprintf(sql, sizeof(sql), "PRAGMA user_version = %d;", JOURNAL_SCHEMA_VERSION + 1);
+	snprintf(want, sizeof(want), "schema version %d", JOURNAL_SCHEMA_VERSION + 1);
+	sql_exec(p, sql);
+	expect_refused(p, -EBADMSG, want);
 	CHECK(journal_open(p, &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err)) == -EBADMSG);
 	CHECK(strstr(err, "newer zephon") != NULL);
-	CHECK(sql_int(p, "PRAGMA user_version") == 3);
+	CHECK(sql_int(p, "PRAGMA user_version") == JOURNAL_SCHEMA_VERSION + 1);
 	sql_exec(p, "PRAGMA user_version = 0;");
 	expect_refused(p, -EBADMSG, "schema version 0");
 	free(p);

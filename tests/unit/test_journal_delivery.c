@@ -15,7 +15,7 @@
 extern const char schema_journal_sql[]; /* schema/journal.sql: version 1, never edited */
 
 static char *dir;
-static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000 };
+static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, "" };
 
 static struct journal *open_ok(const char *path)
 {
@@ -91,13 +91,13 @@ static void test_migration(void)
 	CHECK(l.start_step == 3 && l.start_samples == 24);
 	CHECK(journal_claim(j, 2, 3, 0) == 0);
 	journal_close(j);
-	CHECK(sql_int(p, "PRAGMA user_version") == 2);
+	CHECK(sql_int(p, "PRAGMA user_version") == JOURNAL_SCHEMA_VERSION);
 	CHECK(sql_int(p, "SELECT count(*) FROM cursor WHERE delivered_step = step AND "
 		      "delivered_micro = micro") == 8);
-	/* and opens again as version 2 */
+	/* and opens again as the current version */
 	j = open_ok(p);
 	journal_close(j);
-	CHECK(sql_int(p, "PRAGMA user_version") == 2);
+	CHECK(sql_int(p, "PRAGMA user_version") == JOURNAL_SCHEMA_VERSION);
 	free(p);
 }
 
