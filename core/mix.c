@@ -117,7 +117,7 @@ int mix_weights_parse(const char *text, const char *const *names, size_t k, doub
 	if (k == 0 || k > MIX_MAX_SOURCES)
 		return WHY("a mixture has 1 to %d sources, not %zu", MIX_MAX_SOURCES, k);
 	for (;;) {
-		const char *end = p + strcspn(p, ","), *colon = memchr(p, ':', (size_t)(end - p));
+		const char *end = p + strcspn(p, ",+"), *colon = memchr(p, ':', (size_t)(end - p));
 		char num[64], *stop;
 		size_t idx = n;
 
@@ -586,6 +586,26 @@ uint64_t mixture_limit(const struct mixture *mx, uint64_t epochs)
 			lim = g;
 	}
 	return lim;
+}
+
+uint64_t mixture_validation_sample(const struct mixture *mx, uint64_t j, size_t *source)
+{
+	size_t s = 0;
+
+	while (s + 1 < mx->k && j >= mx->src[s].holdout)
+		j -= mx->src[s++].holdout;
+	if (source)
+		*source = s;
+	return mx->offset[s] + order_validation_sample(&mx->src[s], j);
+}
+
+uint64_t mixture_holdout(const struct mixture *mx)
+{
+	uint64_t v = 0;
+
+	for (size_t s = 0; s < mx->k; s++)
+		v += mx->src[s].holdout;
+	return v;
 }
 
 const struct order *mixture_source_order(const struct mixture *mx, size_t s)

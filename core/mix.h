@@ -1,5 +1,5 @@
 /*
- * mix.h: weighted mixtures of datasets (docs/design.md §9): which source each gsn of the
+ * mix.h: weighted mixtures of datasets (docs/design.md §11): which source each gsn of the
  * global stream comes from, and the how-many-th sample of that source it is.
  *
  * Weights are exact: each weight w_s is read as a fraction and the K weights become
@@ -55,9 +55,9 @@ struct order;
  * weights whose period D would pass MIX_MAX_PERIOD: "round them to fewer digits"). */
 int mix_weights_exact(const double *w, size_t k, uint64_t *a, char *why, size_t why_len);
 
-/* Parse a weight list "0.7,0.3" (k numbers, in source order) into w[0..k). Names may
- * prefix each weight ("web:0.7,code:0.3"); then every name of names[0..k) must appear
- * once, in any order. 0, or -EINVAL with why (not a number, too many or too few, an
+/* Parse a weight list "0.7,0.3" or "0.7+0.3" (k numbers, in source order; '+' where a
+ * comma cannot go, as in a mount's -o list) into w[0..k). Names may prefix each weight
+ * ("web:0.7+code:0.3"); then every name of names[0..k) must appear once, in any order. 0, or -EINVAL with why (not a number, too many or too few, an
  * unknown or repeated name). Range rules are mix_weights_exact()'s. */
 int mix_weights_parse(const char *text, const char *const *names, size_t k, double *w,
 		      char *why, size_t why_len);
@@ -136,6 +136,13 @@ int mixture_fill(const struct mixture *mx, uint64_t gsn, size_t count, uint64_t 
 /* The first gsn at which some source begins its epoch `epochs` (0: ORDER_MAX_GSN): a
  * mixture of finite epochs ends when its first source is used up. */
 uint64_t mixture_limit(const struct mixture *mx, uint64_t epochs);
+
+/* The validation stream of a mixture whose sources hold samples out (order.h): the
+ * held-out samples of source 0 in its split order, then source 1's, and so on; position
+ * j < mixture_holdout() gives a union id, *source (may be NULL) its source. */
+uint64_t mixture_validation_sample(const struct mixture *mx, uint64_t j, size_t *source);
+/* Held-out samples over every source. */
+uint64_t mixture_holdout(const struct mixture *mx);
 
 /* The order of source s (its N_s, seed, shuffle). */
 const struct order *mixture_source_order(const struct mixture *mx, size_t s);

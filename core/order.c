@@ -53,6 +53,25 @@ uint64_t order_validation_sample(const struct order *o, uint64_t j)
 	return prp_apply(&o->split, j);
 }
 
+int order_validation(const struct order *o, struct order *out)
+{
+	uint64_t v = o->mix ? mixture_holdout(o->mix) : o->holdout;
+
+	if (!v || o->validation)
+		return -ENOENT;
+	*out = *o;
+	out->validation = 1;
+	out->n = v;
+	return 0;
+}
+
+/* Validation position j of o (o->validation). */
+static uint64_t validation_at(const struct order *o, uint64_t j)
+{
+	return o->mix ? mixture_validation_sample(o->mix, j, NULL)
+		      : order_validation_sample(o, j);
+}
+
 int order_shuffle_parse(const char *s, enum order_shuffle *out)
 {
 	if (!strcmp(s, "global"))
@@ -75,6 +94,11 @@ uint64_t order_sample(const struct order *o, uint64_t gsn, uint64_t *epoch)
 	uint64_t e = gsn / o->n, pos = gsn % o->n;
 
 	assert(gsn < ORDER_MAX_GSN);
+	if (o->validation) {
+		if (epoch)
+			*epoch = 0;
+		return validation_at(o, gsn);
+	}
 	if (o->mix)
 		return mixture_sample(o->mix, gsn, epoch, NULL);
 	if (epoch)
@@ -93,6 +117,13 @@ int order_fill(const struct order *o, uint64_t gsn, size_t count, uint64_t *ids)
 
 	if (__builtin_add_overflow(gsn, (uint64_t)count, &end) || end > ORDER_MAX_GSN)
 		return -EOVERFLOW;
+	if (o->validation) {
+		if (end > o->n)
+			return -EOVERFLOW;
+		for (size_t i = 0; i < count; i++)
+			ids[i] = validation_at(o, gsn + i);
+		return 0;
+	}
 	if (o->mix)
 		return mixture_fill(o->mix, gsn, count, ids);
 	e = gsn / o->n;

@@ -29,7 +29,7 @@ enum order_shuffle {
 struct mixture;
 
 /*
- * The validation split (docs/design.md §9): V = holdout samples of a dataset of `total`
+ * The validation split (docs/design.md §11): V = holdout samples of a dataset of `total`
  * samples never appear in training. Sample id x is held out when its position under the
  * split permutation, split(x)^-1, is below V; split is the PRP of [0, total) keyed by the
  * dataset's fingerprint alone (order_split_key()), so the held-out set is the same for
@@ -46,6 +46,8 @@ struct order {
 	struct prp split;         /* keyed over [0, n + V) when holdout > 0 */
 	const struct mixture *mix;/* a mixture of sources (mix.h): n is then the union's
 	                           * id space, and every call below defers to it. Not owned. */
+	int validation;           /* the validation stream instead (order_validation()):
+	                           * gsn j is validation position j, epoch 0 */
 };
 
 /* 0, or -EINVAL when n == 0, n > ORDER_MAX_GSN, or shuffle is unknown. No split, no
@@ -61,6 +63,11 @@ uint64_t order_split_key(const char *fingerprint);
 
 /* The sample id of validation position j < o->holdout (no mixture). */
 uint64_t order_validation_sample(const struct order *o, uint64_t j);
+
+/* The validation stream of o (a split, or a mixture whose sources have splits) as an
+ * order of its own: gsn j is validation position j (mixture_validation_sample() for a
+ * mixture), n the stream's length. 0, or -ENOENT (no sample is held out). */
+int order_validation(const struct order *o, struct order *out);
 
 /* Parse "global" | "none". 0 or -EINVAL. */
 int order_shuffle_parse(const char *s, enum order_shuffle *out);

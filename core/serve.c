@@ -509,7 +509,7 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 
 	if (layout_check(&cfg->layout, why, sizeof(why)) || !cfg->ranks || !cfg->ranks->count ||
 	    cfg->prefetch > 64 || cfg->workers < 1 || cfg->workers > 64 ||
-	    cfg->order.n != dataset_info(ds)->samples)
+	    cfg->order.n + cfg->order.holdout != dataset_info(ds)->samples)
 		return -EINVAL;
 	for (size_t i = 0; i < cfg->ranks->count; i++)
 		if (cfg->ranks->ranks[i] >= cfg->layout.world_size)
@@ -952,8 +952,8 @@ static int step_servable(struct server *s, uint64_t rank, uint64_t step)
 /* Build rank's whole share of step in layout l (every micro-batch in one encoding), on a
  * reader of the pool; a decode error is logged as what it was for ("step 7", "at gsn
  * 96"). Errors as batch_build, -ENOMEM. */
-static int build_share(struct server *s, const struct layout *l, uint64_t rank, uint64_t step,
-		       const char *what, struct batch **out)
+static int build_share_of(struct server *s, const struct order *o, const struct layout *l,
+			  uint64_t rank, uint64_t step, const char *what, struct batch **out)
 {
 	struct sample_reader *r = reader_get(s);
 	uint64_t bad = 0;
@@ -961,7 +961,7 @@ static int build_share(struct server *s, const struct layout *l, uint64_t rank, 
 
 	if (!r)
 		return -ENOMEM;
-	rc = batch_build(r, s->info, &s->cfg.order, l, s->cfg.format, rank, step, 0,
+	rc = batch_build(r, s->info, o, l, s->cfg.format, rank, step, 0,
 			 layout_micros(l), out, &bad);
 	reader_put(s, r);
 	if (rc == -EIO) {
@@ -971,6 +971,12 @@ static int build_share(struct server *s, const struct layout *l, uint64_t rank, 
 		log_decode_error(s, msg, rc, bad);
 	}
 	return rc;
+}
+
+static int build_share(struct server *s, const struct layout *l, uint64_t rank, uint64_t step,
+		       const char *what, struct batch **out)
+{
+	return build_share_of(s, &s->cfg.order, l, rank, step, what, out);
 }
 
 int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out)
@@ -1220,6 +1226,42 @@ int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)
 		return -ENOTSUP;
 	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
 				 layout_share(&l), len);
+}
+
+uint64_t server_validation_steps(const struct server *s)
+{
+	return s->cfg.validation.n / s->cfg.layout.global_batch;
+}
+
+static int validation_layout(struct server *s, uint64_t rank, uint64_t t, struct layout *l)
+{
+	if (!find_rank(s, rank) || t >= server_validation_steps(s))
+		return -ENOENT;
+	return layout_at(&s->cfg.layout, t * s->cfg.layout.global_batch, l);
+}
+
+int server_validation(struct server *s, uint64_t rank, uint64_t t, struct batch **out)
+{
+	char what[48];
+	struct layout l;
+	int rc = validation_layout(s, rank, t, &l);
+
+	if (rc)
+		return rc;
+	snprintf(what, sizeof(what), "validation step %" PRIu64, t);
+	return build_share_of(s, &s->cfg.validation, &l, rank, 0, what, out);
+}
+
+int server_validation_len(struct server *s, uint64_t rank, uint64_t t, uint64_t *len)
+{
+	struct layout l;
+	int rc = validation_layout(s, rank, t, &l);
+
+	if (rc)
+		return rc;
+	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
+		return -ENOTSUP;
+	return encode_batch_len(NULL, s->info, s->cfg.format, NULL, layout_share(&l), len);
 }
 
 int server_checkpoint_at(struct server *s, uint64_t gsn, uint64_t step)

@@ -85,6 +85,7 @@ struct server_config {
 	struct layout layout;       /* with S0/G0 as journal_start() resolved them */
 	const struct rankset *ranks;/* served ranks (copied) */
 	struct order order;
+	struct order validation;    /* order_validation() of order; n == 0: no split */
 	uint64_t epochs;            /* 0 = endless */
 	enum encode_format format;
 	unsigned prefetch;          /* decoded micro-batches kept ready per rank (0..64) */
@@ -220,6 +221,18 @@ int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
 /* The length server_at() would give, without decoding: 0, -ENOTSUP (lines and tar: call
  * server_at), or the errors of server_at; *len is set only on success. */
 int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len);
+
+/* The validation stream (a split, order_validation()) in steps of this mount's W, B and
+ * m: validation step t is positions [t * B, (t + 1) * B) of it, and rank's share of it
+ * like a step's (/rank/<r>/validation/<t>). Pure: claims nothing, moves no cursor.
+ * The steps are the whole steps of the stream, server_validation_steps() of them (the
+ * last V mod B positions are in none). 0, -ENOENT (rank not served, no split, t past
+ * the last step), or the errors of batch_build. */
+int server_validation(struct server *s, uint64_t rank, uint64_t t, struct batch **out);
+/* server_validation()'s length without decoding, as server_at_len(). */
+int server_validation_len(struct server *s, uint64_t rank, uint64_t t, uint64_t *len);
+/* Validation steps: V / B (0 without a split). */
+uint64_t server_validation_steps(const struct server *s);
 
 /* `checkpoint samples:G@S`: the model state saved now holds every gsn below G, and the
  * step that starts at G is numbered S; any G, unlike server_checkpoint() (a loader that

@@ -1,7 +1,8 @@
 /*
  * cmd_batch.c: `zephon batch DATASET -o <mount options> --rank R --step T [--micro K]`
  * writes to stdout the exact bytes the mount serves for that claim (or, without --micro,
- * for /rank/R/step/T), through the same code (core/serve.c). No FUSE, no journal.
+ * for /rank/R/step/T), through the same code (core/serve.c). No FUSE; a journal only
+ * to read a mixture's weight history from (journal=, read-only).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +16,7 @@
 #include "opts.h"
 #include "parse.h"
 #include "serve.h"
+#include "served.h"
 
 static void batch_usage(FILE *f)
 {
@@ -23,7 +25,8 @@ static void batch_usage(FILE *f)
 		"\n"
 		"Write to stdout the bytes the mount serves to rank R at step T: micro-batch K (what\n"
 		"the open of /rank/R/next that claims (T, K) returns), or without --micro the whole\n"
-		"share of R at T (/rank/R/step/T). Needs no FUSE and touches no journal.\n"
+		"share of R at T (/rank/R/step/T). Needs no FUSE and writes no journal; for a\n"
+		"mixture whose weights changed, journal=PATH reads the run's weight history.\n"
 		"\n"
 		"The layout starts at step S0 = 0, gsn G0 = 0; with -o resume=samples:G@S it starts\n"
 		"at G0 = G numbered S0 = S (resume=samples:G: S0 = --start-step, default G / B):\n"
@@ -157,32 +160,60 @@ static int resolve_layout(const struct mount_options *o, struct mount_config *cf
 	return 0;
 }
 
+/* A mixture's weight history: replayed from the journal that journal= names (the
+ * journal of the run whose batches are asked for); without it the weights given (or
+ * the spec's) hold from gsn 0. 0, -EINVAL (why), -ENOMEM, or the journal's error. */
+static int replay_journal(struct served *st, const char *path, char *why, size_t why_len)
+{
+	struct journal *j = NULL;
+	struct journal_layout *rows = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (!st->is_mixture || !path)
+		return 0;
+	rc = journal_open_readonly(path, &j, why, why_len);
+	if (!rc && (rc = journal_layouts(j, &rows, &n)))
+		journal_last_error(j, why, why_len);
+	if (!rc)
+		rc = served_replay(st, rows, n, why, why_len);
+	free(rows);
+	journal_close(j);
+	return rc ? -EINVAL : 0;
+}
+
 /* Open the dataset, build the claim of *a and write its bytes to stdout. The exit
  * status: 0, 1 (the dataset, the build or stdout failed), 2 (the options do not fit
  * the dataset). */
 static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		       const struct batch_args *a)
 {
-	struct dataset *ds = NULL;
+	struct served st;
+	struct dataset *ds;
 	struct sample_reader *r = NULL;
 	struct batch *b = NULL;
-	struct order ord;
 	uint64_t bad = 0, a_micros = layout_micros(&cfg->layout);
-	char why[512];
+	char why[1024];
 	int status = 1, rc;
 
-	if (dataset_open(o->dataset, &ds, why, sizeof(why))) {
+	if (served_open(o->dataset, &st, why, sizeof(why))) {
 		die_msg("batch: cannot open dataset %s: %s", o->dataset, why);
 		return 1;
 	}
-	if (mount_config_check_dataset(cfg, ds, why, sizeof(why))) {
-		die_msg("batch: invalid options: %s", why);
+	ds = st.ds;
+	rc = served_set_order(&st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation,
+			      why, sizeof(why));
+	if (!rc)
+		rc = mount_config_check_dataset(cfg, ds, why, sizeof(why));
+	if (!rc)
+		rc = replay_journal(&st, o->journal, why, sizeof(why));
+	if (rc) {
+		die_msg("batch: invalid options: %s", rc == -ENOMEM ? "out of memory" : why);
 		status = 2;
 		goto out_ds;
 	}
-	order_init(&ord, dataset_info(ds)->samples, cfg->seed, cfg->shuffle);
 	if (cfg->epochs &&
-	    !layout_step_in_stream(&cfg->layout, order_limit(&ord, cfg->epochs), a->step)) {
+	    !layout_step_in_stream(&cfg->layout, order_limit(&st.order, cfg->epochs), a->step)) {
 		die_msg("batch: step %" PRIu64 " lies past the end of the stream (epochs=%" PRIu64
 			"); the mount answers ENODATA", a->step, cfg->epochs);
 		goto out_ds;
@@ -192,7 +223,7 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		die_msg("batch: out of memory");
 		goto out_ds;
 	}
-	rc = batch_build(r, dataset_info(ds), &ord, &cfg->layout, cfg->format, a->rank, a->step,
+	rc = batch_build(r, dataset_info(ds), &st.order, &cfg->layout, cfg->format, a->rank, a->step,
 			 a->have_micro ? a->micro : 0, a->have_micro ? 1 : a_micros, &b, &bad);
 	if (rc == -EIO) {
 		die_msg("batch: sample %" PRIu64 " in %s failed its checksum; run zephon verify %s",
@@ -207,7 +238,7 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 	batch_free(b);
 	sample_reader_free(r);
 out_ds:
-	dataset_close(ds);
+	served_close(&st);
 	return status;
 }
 

@@ -136,6 +136,88 @@ static int check_mountpoint(const char *mp)
 	return 0;
 }
 
+/* The gsn a mount by rule would start at, when it can be known before the start: 0,
+ * or -1 (step:S, which always starts at a step boundary). */
+static int64_t planned_start(struct journal *j, const struct journal_resume *rule)
+{
+	struct journal_point pt;
+
+	switch (rule->rule) {
+	case RESUME_FRESH:
+		return 0;
+	case RESUME_SAMPLES:
+		return (int64_t)rule->value;
+	case RESUME_AUTO:
+		return journal_resume_point_ex(j, &pt) ? -1 : (int64_t)pt.samples;
+	default:
+		return -1;
+	}
+}
+
+/* A mixture's weights may change only at a step boundary: refuse a start at gsn g
+ * inside a step of the layout before it when this mount changes the weights in force
+ * there. 0, or -EINVAL with why. */
+static int check_weight_change(const struct zmount *z, const struct journal_layout *rows,
+			       size_t n, int64_t g, char *why, size_t why_len)
+{
+	const struct journal_layout *prev = NULL;
+	uint64_t off, b;
+
+	if (g < 0 || z->cfg->resume.rule == RESUME_FRESH ||
+	    !served_changes_weights(z->served, (uint64_t)g))
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!strcmp(rows[i].rule, "fresh"))
+			prev = NULL;
+		if (rows[i].layout.start_samples <= (uint64_t)g)
+			prev = &rows[i];
+	}
+	if (!prev)
+		return 0;
+	b = prev->layout.global_batch;
+	off = ((uint64_t)g - prev->layout.start_samples) % b;
+	if (!off)
+		return 0;
+	snprintf(why, why_len, "weights=%s changes the mixture at samples %" PRId64 ", inside "
+		 "step %" PRIu64 " of the layout before it (global_batch %" PRIu64 "): weights "
+		 "change only at a step boundary; resume at samples:%" PRIu64 " or samples:%"
+		 PRIu64 ", or keep the weights", z->served->weights_text, g,
+		 prev->layout.start_step + ((uint64_t)g - prev->layout.start_samples) / b, b,
+		 (uint64_t)g - off, (uint64_t)g - off + b);
+	return -EINVAL;
+}
+
+/* Before the start: the mixture's weight history from the journal, and the weights this
+ * mount records. 0, or an exit status (the journal is abandoned). */
+static int prepare_mixture(struct zmount *z)
+{
+	struct journal_layout *rows = NULL;
+	size_t n = 0;
+	char why[4096];
+	int rc;
+
+	if (!z->served->is_mixture)
+		return 0;
+	rc = journal_layouts(z->journal, &rows, &n);
+	if (!rc)
+		rc = served_replay(z->served, rows, n, why, sizeof(why));
+	else
+		journal_last_error(z->journal, why, sizeof(why));
+	if (!rc)
+		rc = check_weight_change(z, rows, n, planned_start(z->journal, &z->cfg->resume),
+					 why, sizeof(why));
+	if (!rc && (rc = journal_set_weights(z->journal, z->served->weights_text)))
+		journal_last_error(z->journal, why, sizeof(why));
+	free(rows);
+	if (!rc)
+		return 0;
+	die_msg("cannot start the mixture with journal %s: %s", z->cfg->journal,
+		*why ? why : strerror(-rc));
+	journal_abandon(z->journal);
+	z->journal = NULL;
+	return rc == -EINVAL ? 2 : 1;
+}
+
 /* Open the journal, check it belongs to this dataset and seed, and resolve the resume
  * rule into the layout's S0/G0 (recording the layout). z->journal stays open for the
  * mount's life. 0, or an exit status. */
@@ -149,8 +231,12 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 		die_msg("%s", err);
 		return 1;
 	}
+	if ((rc = prepare_mixture(z)))
+		return rc;
 	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
 			   z->resume_applied, sizeof(z->resume_applied));
+	if (!rc && served_start(z->served, z->cfg->layout.start_samples))
+		rc = -ENOMEM;
 	if (rc) {
 		char rule[64];
 
@@ -171,15 +257,13 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 
 /* A finite stream (epochs=E) that is already over at the layout's start: say so before
  * serving. */
-static void warn_if_stream_over(const struct mount_config *cfg, const struct dataset_info *info)
+static void warn_if_stream_over(const struct mount_config *cfg, const struct order *ord)
 {
-	struct order ord;
 	uint64_t limit;
 
 	if (!cfg->epochs)
 		return;
-	order_init(&ord, info->samples, cfg->seed, cfg->shuffle);
-	limit = order_limit(&ord, cfg->epochs);
+	limit = order_limit(ord, cfg->epochs);
 	if (!layout_step_in_stream(&cfg->layout, limit, cfg->layout.start_step))
 		zmount_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
 			", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
@@ -455,7 +539,8 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	struct buf readme = BUF_INIT;
 	int rc;
 
-	order_init(&sc.order, z->info->samples, z->cfg->seed, z->cfg->shuffle);
+	sc.order = z->served->order;
+	order_validation(&sc.order, &sc.validation); /* leaves n = 0 without a split */
 	if (o->singlethread)
 		z->cfg->max_threads = 1; /* -s: the one thread must never wait in a claim */
 	rc = server_new(z->ds, &sc, z->journal, &z->srv);
@@ -541,14 +626,31 @@ static int parse_command_line(struct fuse_args *args, struct mount_options *o)
 	return 0;
 }
 
+/* A mixture spec's default journal: mix.json -> mix.journal.sqlite beside it. 0 or
+ * -ENOMEM. */
+static int mixture_journal_path(struct mount_config *cfg, const char *spec)
+{
+	size_t n = strlen(spec);
+
+	if (n > 5 && !strcmp(spec + n - 5, ".json"))
+		n -= 5;
+	cfg->journal = malloc(n + sizeof(".journal.sqlite"));
+	if (!cfg->journal)
+		return -ENOMEM;
+	memcpy(cfg->journal, spec, n);
+	strcpy(cfg->journal + n, ".journal.sqlite");
+	return 0;
+}
+
 /* The mount's state before the journal: what it serves and its locks. */
-static void zmount_setup(struct zmount *z, struct dataset *ds, struct mount_config *cfg,
+static void zmount_setup(struct zmount *z, struct served *st, struct mount_config *cfg,
 		      const char *dataset)
 {
 	pthread_condattr_t ca;
 
-	z->ds = ds;
-	z->info = dataset_info(ds);
+	z->served = st;
+	z->ds = st->ds;
+	z->info = dataset_info(st->ds);
 	z->cfg = cfg;
 	z->dataset_path = dataset;
 	z->ready = mount_ready;
@@ -568,7 +670,7 @@ int cmd_mount(int argc, char **argv)
 	struct mount_options o = { 0 };
 	struct mount_config cfg;
 	struct journal_ident ident = { 0 };
-	struct dataset *ds = NULL;
+	struct served st = { 0 };
 	struct fuse_session *se;
 	struct zmount z = { 0 };
 	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
@@ -602,11 +704,21 @@ int cmd_mount(int argc, char **argv)
 		}
 		strcpy(mp, o.mountpoint);
 	}
-	if (dataset_open(dataset, &ds, why, sizeof(why))) {
+	if (served_open(dataset, &st, why, sizeof(why))) {
 		die_msg("cannot open dataset %s: %s", dataset, why);
 		goto out_cfg;
 	}
-	if (mount_config_check_dataset(&cfg, ds, why, sizeof(why))) {
+	rc = served_set_order(&st, cfg.seed, cfg.shuffle, cfg.weights, cfg.validation, why,
+			      sizeof(why));
+	if (!rc && st.is_mixture && !cfg.journal)
+		rc = mixture_journal_path(&cfg, dataset);
+	if (!rc)
+		rc = mount_config_check_dataset(&cfg, st.ds, why, sizeof(why));
+	if (rc == -ENOMEM) {
+		die_msg("out of memory");
+		goto out_ds;
+	}
+	if (rc) {
 		die_msg("invalid mount options: %s", why);
 		status = 2;
 		goto out_ds;
@@ -615,17 +727,14 @@ int cmd_mount(int argc, char **argv)
 		status = 0;
 		goto out_ds;
 	}
-	zmount_setup(&z, ds, &cfg, dataset);
-	memcpy(ident.fingerprint, z.info->fingerprint, sizeof(ident.fingerprint));
-	ident.seed = cfg.seed;
-	ident.shuffle = cfg.shuffle;
-	ident.samples = z.info->samples;
+	zmount_setup(&z, &st, &cfg, dataset);
+	served_ident(&st, &ident);
 	if (check_mountpoint(mp))
 		goto out_ds;
 	status = start_journal(&z, &ident);
 	if (status)
 		goto out_ds;
-	warn_if_stream_over(&cfg, z.info);
+	warn_if_stream_over(&cfg, &st.order);
 	status = 1;
 	if (add_fuse_defaults(&args, &o, dataset))
 		goto out_journal;
@@ -655,7 +764,7 @@ out_journal:
 	else
 		journal_abandon(z.journal); /* never served: leave no journal it created */
 out_ds:
-	dataset_close(ds);
+	served_close(&st);
 out_cfg:
 	mount_config_release(&cfg);
 	daemon_ready(status);

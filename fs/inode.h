@@ -3,9 +3,10 @@
  * number alone, so nothing is allocated per lookup and FORGET has nothing to free.
  *
  *   bits 63..60  node type (enum node)
- *   bits 59..40  rank, for nodes under /rank/<r> (ranks < 2^20)
+ *   bit  59      in NODE_ATDIR and NODE_AT: /rank/<r>/validation(/<t>) instead of at/
+ *   bits 58..40  rank, for nodes under /rank/<r> (ranks < 2^19)
  *   bits 39..0   step, for /rank/<r>/step/<t> (steps < 2^40); gsn G for
- *                /rank/<r>/at/<G> (G < 2^40)
+ *                /rank/<r>/at/<G> (G < 2^40); validation step t
  *   bits 59..0   sample id, for /samples/<id> (ids < 2^60)
  * The root is FUSE_ROOT_ID (1), which no encoded inode can equal.
  * COMPATIBILITY: only within one mount; inode numbers are not persisted.
@@ -31,12 +32,14 @@ enum node {
 };
 _Static_assert(NODE_COUNT <= 16, "node type takes 4 bits");
 
-#define INODE_RANK_BITS 20
+#define INODE_RANK_BITS 19
 #define INODE_STEP_BITS 40
 #define INODE_ID_BITS 60
 #define INODE_MAX_RANK ((UINT64_C(1) << INODE_RANK_BITS) - 1)
 #define INODE_MAX_STEP ((UINT64_C(1) << INODE_STEP_BITS) - 1)
 #define INODE_MAX_ID ((UINT64_C(1) << INODE_ID_BITS) - 1)
+/* The flag that makes NODE_ATDIR and NODE_AT the validation directory and its files. */
+#define INODE_VALIDATION (UINT64_C(1) << 59)
 
 static inline uint64_t inode_make(enum node type, uint64_t rank, uint64_t step)
 {
@@ -58,6 +61,13 @@ static inline enum node inode_type(uint64_t ino)
 static inline uint64_t inode_rank(uint64_t ino)
 {
 	return (ino >> INODE_STEP_BITS) & INODE_MAX_RANK;
+}
+
+static inline int inode_is_validation(uint64_t ino)
+{
+	enum node t = inode_type(ino);
+
+	return (t == NODE_ATDIR || t == NODE_AT) && (ino & INODE_VALIDATION);
 }
 
 static inline uint64_t inode_step(uint64_t ino)

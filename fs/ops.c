@@ -377,9 +377,13 @@ static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 		}
 		break;
 	case NODE_AT:
-		if (server_at_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
+		if (inode_is_validation(ino) ?
+		    server_validation_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0 :
+		    server_at_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
 			*pure = 1;
-		} else if (server_at(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
+		} else if ((inode_is_validation(ino) ?
+			    server_validation(z->srv, inode_rank(ino), inode_step(ino), &b) :
+			    server_at(z->srv, inode_rank(ino), inode_step(ino), &b)) == 0) {
 			size = batch_len(b);
 			*pure = 1;
 		}
@@ -443,7 +447,11 @@ static int node_attr(struct zmount *z, uint64_t ino, uint32_t pid, const struct 
 		return -ENOENT;
 	if (type == NODE_SAMPLE && inode_id(ino) >= z->info->samples)
 		return -ENOENT;
-	if (type == NODE_AT && !at_exists(z, inode_step(ino)))
+	if (type == NODE_AT && !(inode_is_validation(ino) ?
+				 inode_step(ino) < server_validation_steps(z->srv) :
+				 at_exists(z, inode_step(ino))))
+		return -ENOENT;
+	if (inode_is_validation(ino) && !server_validation_steps(z->srv))
 		return -ENOENT;
 	if (S_ISREG(st->st_mode)) {
 		int pure = f && (type == NODE_STEP || type == NODE_SAMPLE || type == NODE_AT);
@@ -484,8 +492,16 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
 		if (!strcmp(name, "state")) return inode_make(NODE_STATE, v, 0);
 		if (!strcmp(name, "step")) return inode_make(NODE_STEPDIR, v, 0);
 		if (!strcmp(name, "at")) return inode_make(NODE_ATDIR, v, 0);
+		if (!strcmp(name, "validation") && server_validation_steps(z->srv))
+			return inode_make(NODE_ATDIR, v, 0) | INODE_VALIDATION;
 		return 0;
 	case NODE_ATDIR:
+		if (inode_is_validation(parent)) {
+			if (parse_decimal(name, INODE_MAX_STEP, &v) ||
+			    v >= server_validation_steps(z->srv))
+				return 0;
+			return inode_make(NODE_AT, inode_rank(parent), v) | INODE_VALIDATION;
+		}
 		if (parse_decimal(name, INODE_MAX_STEP, &v) || !at_exists(z, v))
 			return 0;
 		return inode_make(NODE_AT, inode_rank(parent), v);
@@ -762,6 +778,22 @@ static void zmount_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 		dir_add(req, &d, "state", inode_make(NODE_STATE, r, 0), S_IFREG);
 		dir_add(req, &d, "step", inode_make(NODE_STEPDIR, r, 0), S_IFDIR);
 		dir_add(req, &d, "at", inode_make(NODE_ATDIR, r, 0), S_IFDIR);
+		if (server_validation_steps(z->srv))
+			dir_add(req, &d, "validation", inode_make(NODE_ATDIR, r, 0) | INODE_VALIDATION,
+				S_IFDIR);
+	} else if (type == NODE_ATDIR && inode_is_validation(ino)) {
+		/* its steps are listed (at/ has one name per gsn and lists none), from the
+		 * offset on: entries before it are skipped without a loop */
+		uint64_t t = d.off > d.index ? (uint64_t)(d.off - d.index) : 0;
+
+		d.index += (off_t)t;
+		for (; t < server_validation_steps(z->srv) && !d.full; t++) {
+			char name[24];
+
+			snprintf(name, sizeof(name), "%" PRIu64, t);
+			dir_add(req, &d, name, inode_make(NODE_AT, inode_rank(ino), t) |
+				INODE_VALIDATION, S_IFREG);
+		}
 	}
 	fuse_reply_buf(req, d.p, d.size);
 	free(d.p);
@@ -821,7 +853,9 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		rc = server_sample(z->srv, inode_id(ino), &f->batch);
 		break;
 	case NODE_AT:
-		rc = server_at(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
+		rc = inode_is_validation(ino) ?
+		     server_validation(z->srv, inode_rank(ino), inode_step(ino), &f->batch) :
+		     server_at(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
 		break;
 	case NODE_STATUS:
 		rc = render_status(z, &f->text);

@@ -29,6 +29,8 @@ static const struct fuse_opt option_table[] = {
 	OPT("sync=%s", sync),
 	OPT("workers=%s", workers),
 	OPT("max_threads=%s", max_threads),
+	OPT("weights=%s", weights),
+	OPT("validation=%s", validation),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -55,7 +57,13 @@ const char mount_options_help[] =
 	"  shuffle=global|none   order mode (default global)\n"
 	"  epochs=E              stop after E epochs (default 0: endless)\n"
 	"  format=lines|tar|npy|bin  batch encoding (default by dataset kind)\n"
-	"  journal=PATH          cursor journal (default DATASET/journal.sqlite)\n"
+	"  journal=PATH          cursor journal (default DATASET/journal.sqlite; for a\n"
+	"                        mixture spec mix.json: mix.journal.sqlite beside it)\n"
+	"  weights=LIST          a mixture's weights from this mount's start on, in source\n"
+	"                        order or by name: 0.5+0.5 or web:0.7+code:0.3 (default: the\n"
+	"                        spec's); changes only at a step boundary\n"
+	"  validation=F          hold out the fraction F (0.01 or 1/100, at most 0.5) of every\n"
+	"                        source for /rank/<r>/validation/ (default: none)\n"
 	"  resume=auto|fresh|samples:G[@S]|step:S  where the stream starts (default auto)\n"
 	"  prefetch=K            decoded micro-batches kept ready per rank (default 2)\n"
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
@@ -157,7 +165,8 @@ void mount_options_release(struct mount_options *o)
 {
 	char **strs[] = { &o->world_size, &o->global_batch, &o->micro_batch, &o->ranks,
 			  &o->seed, &o->shuffle, &o->epochs, &o->format, &o->journal, &o->resume,
-			  &o->prefetch, &o->sync, &o->workers, &o->max_threads, &o->dataset, &o->mountpoint,
+			  &o->prefetch, &o->sync, &o->workers, &o->max_threads, &o->weights,
+			  &o->validation, &o->dataset, &o->mountpoint,
 			  &o->bad_option };
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -258,6 +267,12 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		return WHY("sync=%s: expected normal or full", o->sync);
 	if (o->journal && !*o->journal)
 		return WHY("journal= needs a path");
+	if (o->weights && !*o->weights)
+		return WHY("weights= needs a list such as 0.7+0.3 or web:0.7+code:0.3");
+	if (o->validation && !*o->validation)
+		return WHY("validation= needs a fraction such as 0.01 or 1/100");
+	c->weights = o->weights;
+	c->validation = o->validation;
 	if (o->journal && !(c->journal = strdup(o->journal)))
 		return -ENOMEM;
 	if (o->ranks && !*o->ranks) {

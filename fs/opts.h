@@ -19,6 +19,7 @@
 struct mount_options {
 	char *world_size, *global_batch, *micro_batch, *ranks, *seed, *shuffle, *epochs;
 	char *format, *journal, *resume, *prefetch, *sync, *workers, *max_threads;
+	char *weights, *validation;   /* a mixture's weights; the held-out fraction */
 	int foreground, debug, singlethread, show_help, show_version;
 	int check_only;               /* --check: validate against the dataset, mount nothing */
 	int allow_other, default_permissions;
@@ -42,6 +43,9 @@ struct mount_config {
 	unsigned prefetch, workers;
 	unsigned max_threads;         /* FUSE requests served at once (fuse_loop_cfg_set_max_threads, 1-256) */
 	enum journal_sync sync;
+	const char *weights;          /* weights= as given (NULL: the spec's); borrowed from
+	                               * struct mount_options, like validation */
+	const char *validation;       /* validation= as given (NULL: no split) */
 };
 
 /* Parse argv into o; options fuse must see (allow_other, fsname=, ...) are kept in

@@ -79,7 +79,7 @@ static json_t *json_u64(uint64_t v)
 
 static json_t *layout_json(const struct journal_layout *jl)
 {
-	return json_pack("{s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s}",
+	json_t *j = json_pack("{s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s}",
 			 "world_size", json_u64(jl->layout.world_size),
 			 "global_batch", json_u64(jl->layout.global_batch),
 			 "micro_batch", json_u64(jl->layout.micro_batch),
@@ -89,6 +89,66 @@ static json_t *layout_json(const struct journal_layout *jl)
 			 "time", (json_int_t)jl->time,
 			 "host", jl->host,
 			 "resume", jl->resume);
+
+	if (j && jl->weights[0])
+		json_object_set_new(j, "weights", json_string(jl->weights));
+	return j;
+}
+
+/* Per source of a mixture: samples consumed (of every gsn below `consumed`) and epoch. */
+static json_t *mixture_json(struct zmount *z, uint64_t consumed)
+{
+	const struct served *st = z->served;
+	const struct mixture *mx = st->mix;
+	json_t *sources = json_array(), *segments = json_array();
+
+	for (size_t s = 0; s < st->k; s++) {
+		const struct dataset_info *si = dataset_source_info(st->ds, s);
+		uint64_t used = mixture_count(mx, s, consumed);
+		uint64_t n = mixture_source_order(mx, s)->n;
+
+		json_array_append_new(sources, json_pack(
+			"{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}",
+			"name", served_source_name(st, s),
+			"dataset", dataset_source_dir(st->ds, s),
+			"samples", json_u64(si->samples),
+			"weight", json_u64(st->weights[s]),
+			"consumed_samples", json_u64(used),
+			"epoch", json_u64(used / n),
+			"validation_samples", json_u64(st->holdout[s]),
+			"fingerprint", si->fingerprint));
+	}
+	for (size_t i = 0; i < mixture_segments(mx); i++) {
+		const uint64_t *a = mixture_segment_weights(mx, i);
+		json_t *w = json_array();
+
+		for (size_t s = 0; s < st->k; s++)
+			json_array_append_new(w, json_u64(a[s]));
+		json_array_append_new(segments, json_pack("{s:o, s:o}", "start_samples",
+							  json_u64(mixture_segment_start(mx, i)),
+							  "weights", w));
+	}
+	return json_pack("{s:s, s:o, s:o}", "weights", st->weights_text, "sources", sources,
+			 "segments", segments);
+}
+
+/* The epoch /status shows: a plain dataset's; a mixture's least advanced source with
+ * a weight now. */
+static uint64_t status_epoch(struct zmount *z, uint64_t consumed)
+{
+	const struct served *st = z->served;
+	uint64_t e = UINT64_MAX;
+
+	if (!st->is_mixture)
+		return consumed / st->order.n;
+	for (size_t s = 0; s < st->k; s++)
+		if (st->weights[s]) {
+			uint64_t es = mixture_count(st->mix, s, consumed) /
+				      mixture_source_order(st->mix, s)->n;
+
+			e = es < e ? es : e;
+		}
+	return e == UINT64_MAX ? 0 : e;
 }
 
 int render_status(struct zmount *z, struct buf *out)
@@ -157,7 +217,7 @@ int render_status(struct zmount *z, struct buf *out)
 			 "start_step", json_u64(c->layout.start_step),
 			 "start_samples", json_u64(c->layout.start_samples),
 			 "consumed_samples", json_u64(consumed),
-			 "epoch", json_u64(consumed / z->info->samples),
+			 "epoch", json_u64(status_epoch(z, consumed)),
 			 "resume", z->resume_applied,
 			 "seed", json_u64(c->order.seed),
 			 "shuffle", order_shuffle_name(c->order.shuffle),
@@ -170,6 +230,14 @@ int render_status(struct zmount *z, struct buf *out)
 			 "counters", counters,
 			 "overlapping_opens", overlaps,
 			 "last_error", last_error);
+	if (root) {
+		json_object_set_new(root, "mixture", z->served->is_mixture ?
+				    mixture_json(z, consumed) : json_null());
+		json_object_set_new(root, "validation", c->validation.n ? json_pack(
+			"{s:s, s:o, s:o}", "split", z->served->split + strlen("validation="),
+			"samples", json_u64(c->validation.n),
+			"steps", json_u64(server_validation_steps(z->srv))) : json_null());
+	}
 	if (root && z->info->kind == DATASET_TOKENS) {
 		/* what a loader needs to decode batches without the dataset's catalog */
 		json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
@@ -179,6 +247,27 @@ int render_status(struct zmount *z, struct buf *out)
 				    json_u64(z->info->eod_token) : json_null());
 	}
 	return dump_json(root, out);
+}
+
+/* A mixture's claim into jlast: for each sample its source's name, sample id within the
+ * source and that source's epoch. */
+static void add_sources(json_t *jlast, struct zmount *z, const struct claim_info *last)
+{
+	json_t *names = json_array(), *local = json_array(), *epochs = json_array();
+
+	for (uint64_t i = 0; i < last->count && last->ids; i++) {
+		uint64_t id, k, g = last->gsn + i;
+		size_t s = mixture_locate(z->served->mix, g, &k);
+
+		served_source_of(z->served, last->ids[i], &id);
+		json_array_append_new(names, json_string(served_source_name(z->served, s)));
+		json_array_append_new(local, json_u64(id));
+		json_array_append_new(epochs, json_u64(k / mixture_source_order(z->served->mix,
+										  s)->n));
+	}
+	json_object_set_new(jlast, "source", names);
+	json_object_set_new(jlast, "source_samples", local);
+	json_object_set_new(jlast, "source_epochs", epochs);
 }
 
 int render_state(struct zmount *z, uint64_t rank, struct buf *out)
@@ -199,6 +288,8 @@ int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 				  "step", json_u64(last.step), "micro", json_u64(last.micro),
 				  "gsn", json_u64(last.gsn), "count", json_u64(last.count),
 				  "epoch", json_u64(last.epoch), "samples", ids);
+		if (jlast && z->served->is_mixture)
+			add_sources(jlast, z, &last);
 	}
 	free(last.ids);
 	root = json_pack("{s:o, s:o, s:o, s:o}", "rank", json_u64(rank), "step", json_u64(step),
@@ -250,6 +341,25 @@ int render_metrics(struct zmount *z, struct buf *out)
 		rc = buf_printf(out, "zephon_rank_overlapping_opens_total{rank=\"%" PRIu64 "\"} %"
 				PRIu64 "\n", ov[i].rank, ov[i].opens);
 	free(ov);
+	if (!rc && z->served->is_mixture) {
+		uint64_t consumed = server_consumed(z->srv);
+
+		rc = buf_printf(out, "# HELP zephon_source_consumed_samples Samples of the source "
+				"below consumed_samples.\n"
+				"# TYPE zephon_source_consumed_samples gauge\n");
+		for (size_t s = 0; s < z->served->k && !rc; s++)
+			rc = buf_printf(out, "zephon_source_consumed_samples{source=\"%s\"} %" PRIu64
+					"\n", served_source_name(z->served, s),
+					mixture_count(z->served->mix, s, consumed));
+		if (!rc)
+			rc = buf_printf(out, "# HELP zephon_source_epoch The source's epoch at "
+					"consumed_samples.\n# TYPE zephon_source_epoch gauge\n");
+		for (size_t s = 0; s < z->served->k && !rc; s++)
+			rc = buf_printf(out, "zephon_source_epoch{source=\"%s\"} %" PRIu64 "\n",
+					served_source_name(z->served, s),
+					mixture_count(z->served->mix, s, consumed) /
+					mixture_source_order(z->served->mix, s)->n);
+	}
 	if (!rc)
 		rc = buf_printf(out, "# HELP zephon_journal_wait_seconds How long the oldest claim "
 				"still committing has waited for the journal (0: none); a value that "

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "opts.h"
 #include "serve.h"
+#include "served.h"
 
 #define ZMOUNT_PID_SLOTS 256
 
@@ -35,6 +36,7 @@ struct next_overlap {
 #define ZMOUNT_HOLD_BUCKETS 256
 
 struct zmount {
+	struct served *served;         /* the dataset or mixture and its order (core/served.h) */
 	const struct dataset *ds;
 	const struct dataset_info *info;
 	struct journal *journal;

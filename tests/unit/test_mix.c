@@ -149,7 +149,7 @@ static void test_parse(void)
 
 	REQUIRE(mix_weights_parse("0.5,0.25,0.25", names, 3, w, why, sizeof why) == 0);
 	CHECK(w[0] == 0.5 && w[1] == 0.25 && w[2] == 0.25);
-	REQUIRE(mix_weights_parse("books:1,web:2,code:3", names, 3, w, why, sizeof why) == 0);
+	REQUIRE(mix_weights_parse("books:1+web:2,code:3", names, 3, w, why, sizeof why) == 0);
 	CHECK(w[0] == 2 && w[1] == 3 && w[2] == 1);
 	static const struct { const char *text, *why; } bad[] = {
 		{"0.5,0.5", "2 weights for 3 sources"},

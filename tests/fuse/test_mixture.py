@@ -1,0 +1,265 @@
+"""Weighted mixtures, curricula and the validation split (README "Mixtures", docs/design.md
+§11), through real mounts. The records name their source and index ({"src": "a", "i": k}),
+so what a reader gets is checked from the bytes themselves, not from the code that
+served them:
+  - every prefix of n samples holds within 1 of n * w_s of each source;
+  - each source's samples come in epochs that cover it once, in a new order each epoch;
+  - the rank-order concatenation of a step is the same for every (W, m) and equals
+    `zephon batch`;
+  - a weight change at a remount keeps the stream before it, continues each source where
+    it was, and resumes exactly at another world size;
+  - bad specs, weights and journals are refused with a message and change nothing;
+  - the validation split is disjoint from training, the same for any seed and world size.
+"""
+import json
+import pathlib
+
+import pytest
+
+from conftest import Mount, pack, read_all, run, write_tokens
+
+SIZES = {'a': 50, 'b': 7, 'c': 20}
+
+
+def records(data):
+    return [json.loads(l) for l in data.splitlines()]
+
+
+def spec(path, weights, sources=None, **extra):
+    srcs = [{'name': n, 'dataset': str(d), 'weight': w}
+            for (n, d), w in zip((sources or {}).items(), weights)]
+    path.write_text(json.dumps({'sources': srcs, **extra}))
+    return path
+
+
+@pytest.fixture(scope='module')
+def sources(tmp_path_factory):
+    d = tmp_path_factory.mktemp('mix')
+    out = {}
+    for name, n in SIZES.items():
+        (d / (name + '.jsonl')).write_text(
+            ''.join('{"src": "%s", "i": %d}\n' % (name, k) for k in range(n)))
+        out[name] = pack(d / name, [d / (name + '.jsonl')])
+    return out
+
+
+def steps(m, world_size, first, count):
+    """Steps [first, first + count) as the rank-order concatenation of their shares."""
+    out = []
+    for t in range(first, first + count):
+        for r in range(world_size):
+            out += records(read_all(m.path('rank', r, 'step', t)))
+    return out
+
+
+def at_step(m, world_size, g):
+    """The B samples from gsn g (/rank/<r>/at/<g>, every rank in order)."""
+    out = []
+    for r in range(world_size):
+        out += records(read_all(m.path('rank', r, 'at', g)))
+    return out
+
+
+def check_prefix_bound(seq, weights):
+    total = sum(weights.values())
+    counts = dict.fromkeys(weights, 0)
+    for n, r in enumerate(seq, 1):
+        counts[r['src']] += 1
+        for s, w in weights.items():
+            assert abs(counts[s] - n * w / total) < 1, (n, s, counts)
+
+
+def test_proportions_epochs_and_layouts(sources, tmp_path):
+    mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
+    with Mount(mix, tmp_path / 'm1', 'global_batch=10,seed=4') as m:
+        seq = steps(m, 1, 0, 40)
+        st = json.loads(read_all(m.path('status')))
+        assert st['samples'] == sum(SIZES.values())
+        assert [s['name'] for s in st['mixture']['sources']] == ['a', 'b', 'c']
+        assert st['mixture']['weights'] == '5,3,2'
+    check_prefix_bound(seq, {'a': 5, 'b': 3, 'c': 2})
+    for name, n in SIZES.items():
+        mine = [r['i'] for r in seq if r['src'] == name]
+        epochs = [mine[k:k + n] for k in range(0, len(mine) - n + 1, n)]
+        assert len(epochs) >= 2
+        for e in epochs:
+            assert sorted(e) == list(range(n)), (name, e)
+        assert epochs[0] != epochs[1], name
+    # the concatenation of a step over ranks is the same for every layout, and the same
+    # as zephon batch
+    for opts in ('world_size=2,global_batch=10', 'world_size=5,global_batch=10,micro_batch=1'):
+        with Mount(mix, tmp_path / 'm2', opts + ',seed=4,journal=%s' % (tmp_path / 'j2')) as m:
+            w = int(opts.split(',')[0].split('=')[1])
+            assert steps(m, w, 0, 6) == seq[:60], opts
+    want = run('batch', mix, '-o', 'global_batch=10,seed=4', '--rank', 0, '--step', 3).stdout
+    assert records(want) == seq[30:40]
+
+
+def test_next_state_status_and_metrics(sources, tmp_path):
+    mix = spec(tmp_path / 'mix.json', [1, 1, 2], sources)
+    with Mount(mix, tmp_path / 'm', 'world_size=2,global_batch=8,micro_batch=2') as m:
+        got = []
+        for _ in range(4):
+            for r in range(2):
+                batch = records(read_all(m.path('rank', r, 'next')))
+                state = json.loads(read_all(m.path('rank', r, 'state')))['last']
+                assert state['source'] == [x['src'] for x in batch]
+                assert state['source_samples'] == [x['i'] for x in batch]
+                got += batch
+        st = json.loads(read_all(m.path('status')))
+        metrics = read_all(m.path('metrics')).decode()
+    assert st['consumed_samples'] == 16
+    consumed = {s['name']: s['consumed_samples'] for s in st['mixture']['sources']}
+    assert consumed == {s: sum(1 for r in got if r['src'] == s) for s in SIZES}
+    assert sum(consumed.values()) == 16
+    for s, n in consumed.items():
+        assert 'zephon_source_consumed_samples{source="%s"} %d' % (s, n) in metrics
+    assert (tmp_path / 'mix.journal.sqlite').exists()
+
+
+def test_curriculum_keeps_the_past_and_resumes_elastically(sources, tmp_path):
+    mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
+    j = tmp_path / 'j.sqlite'
+    opts = 'world_size=2,global_batch=4,seed=9,journal=%s' % j
+    with Mount(mix, tmp_path / 'm', opts) as m:
+        for _ in range(5):
+            for r in range(2):
+                read_all(m.path('rank', r, 'next'))
+        before = [at_step(m, 2, g) for g in range(0, 40, 4)]
+    # from step 5 (gsn 20) on, b gets nothing and a and c share evenly
+    with Mount(mix, tmp_path / 'm', opts + ',weights=c:1+a:1+b:0') as m:
+        st = json.loads(read_all(m.path('status')))
+        assert st['start_samples'] == 20
+        assert [s['start_samples'] for s in st['mixture']['segments']] == [0, 20]
+        past = [at_step(m, 2, g) for g in range(0, 20, 4)]
+        assert past == before[:5]
+        after = steps(m, 2, 5, 10)
+    assert all(r['src'] != 'b' for r in after)
+    check_prefix_bound(after, {'a': 1, 'c': 1})
+    show = run('journal', 'show', '--json', j).stdout.decode()
+    assert '5,3,2' in show and '1,0,1' in show
+    # an elastic resume at another world size across the change: the same stream
+    with Mount(mix, tmp_path / 'm', 'world_size=4,global_batch=4,seed=9,journal=%s,'
+               'resume=samples:20,weights=a:1+b:0+c:1' % j) as m:
+        st = json.loads(read_all(m.path('status')))
+        assert [s['start_samples'] for s in st['mixture']['segments']] == [0, 20]
+        ref = steps(m, 4, st['start_step'], 10)
+        assert [at_step(m, 4, g) for g in range(0, 20, 4)] == before[:5]
+    assert ref == after
+
+
+def test_weight_change_inside_a_step_is_refused(sources, tmp_path):
+    mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
+    j = tmp_path / 'j.sqlite'
+    with Mount(mix, tmp_path / 'm', 'global_batch=4,journal=%s' % j) as m:
+        for _ in range(3):
+            read_all(m.path('rank', 0, 'next'))
+    show = run('journal', 'show', '--json', j).stdout
+    (tmp_path / 'm2').mkdir()
+    p = run('mount', mix, tmp_path / 'm2', '-f', '-o',
+            'global_batch=4,journal=%s,resume=samples:6,weights=1+1+1' % j, check=False)
+    assert p.returncode == 2, p.stderr
+    assert 'step boundary' in p.stderr and 'samples:4' in p.stderr, p.stderr
+    assert run('journal', 'show', '--json', j).stdout == show
+    # the same weights inside a step are no change: accepted
+    with Mount(mix, tmp_path / 'm2', 'global_batch=4,journal=%s,resume=samples:6' % j):
+        pass
+
+
+def test_bad_input_is_refused_and_changes_nothing(sources, tmp_path):
+    (tmp_path / 'm').mkdir()
+
+    def refused(mixfile, opts, why, code=None):
+        p = run('mount', mixfile, tmp_path / 'm', '-f', '-o', opts, check=False)
+        assert p.returncode != 0 and why in p.stderr, (opts, p.stderr)
+        if code is not None:
+            assert p.returncode == code, p.stderr
+        return p
+
+    good = spec(tmp_path / 'good.json', [1, 1, 1], sources)
+    bad_specs = [
+        ({'sources': [{'dataset': str(sources['a']), 'weight': -1}]}, 'weight'),
+        ({'sources': [{'dataset': str(sources['a']), 'weight': 'x'}]}, 'weight'),
+        ({'sources': [{'dataset': str(sources['a']), 'weight': 0}]}, 'sum'),
+        ({'sources': [{'dataset': str(tmp_path / 'nope'), 'weight': 1}]}, 'nope'),
+        ({'sources': [{'dataset': str(sources['a']), 'weight': 1, 'wieght': 2}]}, 'wieght'),
+        ({'sources': []}, 'sources'),
+    ]
+    for k, (body, why) in enumerate(bad_specs):
+        f = tmp_path / ('bad%d.json' % k)
+        f.write_text(json.dumps(body))
+        refused(f, 'global_batch=2', why)
+        assert not (tmp_path / ('bad%d.journal.sqlite' % k)).exists()
+    (tmp_path / 'notjson.json').write_text('{"sources": [')
+    refused(tmp_path / 'notjson.json', 'global_batch=2', 'notjson.json')
+    # sources of another batch format
+    write_tokens(tmp_path / 't.bin', 400)
+    toks = pack(tmp_path / 'toks', [tmp_path / 't.bin'], '--format', 'bin', '--dtype',
+                'uint16', '--seq-len', 8)
+    mixed = spec(tmp_path / 'mixed.json', [1, 1], {'a': sources['a'], 't': toks})
+    refused(mixed, 'global_batch=2', 'differ in')
+    for opts, why in (('weights=1+2', '2 weights for 3 sources'),
+                      ('weights=a:1+b:1+d:1', 'no source is named "d"'),
+                      ('weights=-1+1+1', '>= 0'),
+                      ('weights=0+0+0', 'sum to 0'),
+                      ('validation=0.7', 'validation=0.7'),
+                      ('validation=abc', 'validation=abc')):
+        refused(good, 'global_batch=2,' + opts, why, code=2)
+    assert not (tmp_path / 'good.journal.sqlite').exists()
+    refused(sources['a'], 'weights=1', 'applies to a mixture spec only', code=2)
+    # a journal of another mixture
+    j = tmp_path / 'j.sqlite'
+    with Mount(good, tmp_path / 'm', 'global_batch=3,journal=%s' % j):
+        pass
+    other = spec(tmp_path / 'other.json', [1, 1, 1],
+                 {'c': sources['c'], 'b': sources['b'], 'a': sources['a']})
+    show = run('journal', 'show', '--json', j).stdout
+    refused(other, 'global_batch=3,journal=%s' % j, 'fingerprint')
+    refused(good, 'global_batch=3,journal=%s,validation=0.1' % j, 'validation')
+    assert run('journal', 'show', '--json', j).stdout == show
+
+
+def test_validation_split(sources, tmp_path):
+    ds = sources['a']               # 50 samples: 10 held out with 0.2
+    views = {}
+    for seed, w in ((1, 1), (2, 2), (3, 5)):
+        opts = 'world_size=%d,global_batch=10,seed=%d,validation=0.2,journal=%s' % (
+            w, seed, tmp_path / ('j%d' % seed))
+        with Mount(ds, tmp_path / 'm', opts) as m:
+            st = json.loads(read_all(m.path('status')))
+            assert st['validation'] == {'split': '1/5', 'samples': 10, 'steps': 1}
+            assert sorted(p.name for p in m.path('rank', 0, 'validation').iterdir()) == ['0']
+            val = []
+            for r in range(w):
+                val += records(read_all(m.path('rank', r, 'validation', 0)))
+            train = steps(m, w, 0, 8)         # two epochs of the 40 training samples
+            assert not m.path('rank', 0, 'validation', 1).exists()
+            again = []
+            for r in range(w):
+                again += records(read_all(m.path('rank', r, 'validation', 0)))
+            assert again == val
+            assert json.loads(read_all(m.path('status')))['cursors']['0']['step'] == 0
+        held = {x['i'] for x in val}
+        assert len(held) == 10
+        for e in range(2):
+            ids = [x['i'] for x in train[40 * e:40 * (e + 1)]]
+            assert sorted(ids) == sorted(set(range(50)) - held)
+        views[seed] = val
+    # the same held-out samples, in the same order, for every seed and world size
+    assert views[1] == views[2] == views[3]
+
+
+def test_mixture_validation_is_each_sources_split(sources, tmp_path):
+    mix = spec(tmp_path / 'mix.json', [1, 1, 1], sources)
+    with Mount(mix, tmp_path / 'm', 'global_batch=2,validation=1/5') as m:
+        st = json.loads(read_all(m.path('status')))
+        # 50/5 + 7/5 + 20/5 = 10 + 1 + 4
+        assert st['validation']['samples'] == 15
+        assert [s['validation_samples'] for s in st['mixture']['sources']] == [10, 1, 4]
+        val = []
+        for t in range(st['validation']['steps']):
+            val += records(read_all(m.path('rank', 0, 'validation', t)))
+        train = steps(m, 1, 0, 60)
+    assert [x['src'] for x in val] == ['a'] * 10 + ['b'] + ['c'] * 3
+    held = {(x['src'], x['i']) for x in val}
+    assert not held & {(x['src'], x['i']) for x in train}
