@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import fractions
 import json
+import math
+import numbers
 import os
+import re
 import subprocess
 import tempfile
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 from ._exe import PathLike, ZephonError, find_executable
 
@@ -29,6 +33,68 @@ def format_options(options: Mapping[str, Any]) -> str:
                              "option syntax cannot carry; use another path or value")
         parts.append(s)
     return ",".join(parts)
+
+
+Weights = Union[Mapping[str, float], Sequence[float], str]
+
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _number(what: str, v: Any) -> str:
+    """A weight or fraction as the mount reads it: an int as is, anything else real as
+    the shortest decimal that reads back as the same double (the mount turns it into the
+    nearest fraction of small denominator, so ``1/3`` is exactly a third)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ValueError(f"{what} {v!r} is not a number; give an int or a float")
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"{what} {v!r} is not a finite number; give a number >= 0")
+    return repr(f)
+
+
+def format_weights(weights: Weights) -> str:
+    """A mixture's weights as the ``weights=`` option writes them: ``{"web": 0.7, "code":
+    0.3}`` -> ``"web:0.7+code:0.3"`` (by source name), ``[0.7, 0.3]`` -> ``"0.7+0.3"`` (in
+    the spec's source order); a string is passed as it is. Raises ``ValueError`` for an
+    empty list, a name that is not a source name (letters, digits, ``_.-``) or a weight
+    that is not a finite number; the mount itself refuses unknown names, negative
+    weights and weights that are all 0."""
+    if isinstance(weights, str):
+        return weights
+    if isinstance(weights, Mapping):
+        parts = []
+        for name, w in weights.items():
+            if not isinstance(name, str) or not _SOURCE_NAME.fullmatch(name):
+                raise ValueError(f"weights: {name!r} is not a source name (letters, digits "
+                                 "and _.- only); name the sources as the mixture spec does")
+            parts.append(f"{name}:{_number(f'the weight of {name}', w)}")
+    else:
+        parts = [_number("weight", w) for w in weights]
+    if not parts:
+        raise ValueError("weights: the list is empty; give one weight per source")
+    return "+".join(parts)
+
+
+def format_validation(validation: float | fractions.Fraction | str) -> str:
+    """The ``validation=`` option: a fraction of every source held out, ``0.01`` ->
+    ``"0.01"``, ``Fraction(1, 100)`` -> ``"1/100"``; a string is passed as it is. The
+    mount refuses a fraction outside (0, 1/2]."""
+    if isinstance(validation, str):
+        return validation
+    if isinstance(validation, fractions.Fraction):
+        return f"{validation.numerator}/{validation.denominator}"
+    return _number("validation", validation)
+
+
+def _mixture_options(options: dict[str, Any], weights: Weights | None,
+                     validation: float | fractions.Fraction | str | None) -> dict[str, Any]:
+    if weights is not None:
+        options["weights"] = format_weights(weights)
+    if validation is not None:
+        options["validation"] = format_validation(validation)
+    return options
 
 
 def format_ranks(ranks: Iterable[int] | str) -> str:
@@ -67,17 +133,20 @@ def _fusermount_u(mp: str) -> None:
 
 
 class Mount:
-    """A live mount of a dataset, served by a ``zephon mount -f`` child of this process.
+    """A live mount of a dataset or a mixture spec, served by a ``zephon mount -f`` child of
+    this process.
 
     Use it as a context manager (see :func:`mount`): leaving the block unmounts, also on an
     exception. ``path`` is the mountpoint; ``status()`` reads ``/status``.
     """
 
     def __init__(self, dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = None,
-                 timeout: float = 60.0, **options: Any) -> None:
+                 timeout: float = 60.0, weights: Weights | None = None,
+                 validation: float | fractions.Fraction | str | None = None,
+                 **options: Any) -> None:
         self.dataset = os.path.abspath(os.fspath(dataset))
         self.path = os.path.abspath(os.fspath(mountpoint))
-        self.options = format_options(options)
+        self.options = format_options(_mixture_options(dict(options), weights, validation))
         self.timeout = timeout
         self._exe = find_executable(zephon)
         self._proc: subprocess.Popen | None = None
@@ -155,18 +224,30 @@ class Mount:
 
 
 def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = None,
-          timeout: float = 60.0, **options: Any) -> Mount:
-    """Mount ``dataset`` at ``mountpoint`` with mount options given as keywords, for a
-    ``with`` block::
+          timeout: float = 60.0, weights: Weights | None = None,
+          validation: float | fractions.Fraction | str | None = None,
+          **options: Any) -> Mount:
+    """Mount ``dataset`` (a packed dataset directory, or a mixture spec file such as
+    ``mix.json``) at ``mountpoint`` with mount options given as keywords, for a ``with``
+    block::
 
         with zephon.mount("/data/ds", "/tmp/z", world_size=4, global_batch=16, seed=1) as m:
             print(m.status()["start_step"])
+        with zephon.mount("mix.json", "/tmp/z", weights={"web": 0.5, "code": 0.5},
+                          validation=0.01, world_size=4, global_batch=16) as m:
+            print(m.status()["mixture"]["weights"], m.status()["validation"]["steps"])
 
     Keywords are the options of ``zephon mount -o`` (``True`` for a bare flag such as
-    ``allow_other``). The mount is live when the block starts and unmounted when it ends,
-    also on an exception. A failed mount raises :class:`ZephonError` with zephon's reason.
+    ``allow_other``). ``weights`` (a mixture's weights from this mount's start: a dict by
+    source name or a list in the spec's order, see :func:`format_weights`) and
+    ``validation`` (the fraction of every source held out, :func:`format_validation`) are
+    written in the option's syntax. The mount is live when the block starts and unmounted
+    when it ends, also on an exception. A failed mount raises :class:`ZephonError` with
+    zephon's reason (an unknown source name in ``weights``, a ``validation`` out of range,
+    another mixture's journal...).
     """
-    return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, **options)
+    return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, weights=weights,
+                 validation=validation, **options)
 
 
 class _Waiter:
@@ -191,6 +272,8 @@ class _Waiter:
 def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
                dp_ranks: Iterable[int] | str, local_rank: int | None = None,
                timeout: float = 120.0, zephon: PathLike | None = None,
+               weights: Weights | None = None,
+               validation: float | fractions.Fraction | str | None = None,
                **options: Any) -> Mount | _Waiter:
     """One mount per node for the data-parallel ranks of that node.
 
@@ -201,8 +284,10 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
     the lock file ``MOUNTPOINT.lock`` meanwhile; the others wait, up to ``timeout`` seconds,
     until ``/status`` answers with this dataset, DP degree and ranks. Returns a context
     manager; leaving it unmounts in the mounting process only, so leave it after a barrier
-    (``torch.distributed.barrier()``) when other processes still read. Other keywords are
-    mount options (``global_batch``, ``micro_batch``, ``seed``, ``journal``, ``resume``...).
+    (``torch.distributed.barrier()``) when other processes still read. ``dataset`` may be a
+    mixture spec file; ``weights`` and ``validation`` are as for :func:`mount`. Other
+    keywords are mount options (``global_batch``, ``micro_batch``, ``seed``, ``journal``,
+    ``resume``...).
     """
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -218,7 +303,7 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             m = Mount(dataset, mp, zephon=zephon, timeout=timeout, world_size=dp_degree,
-                      ranks=ranks, **options)
+                      ranks=ranks, weights=weights, validation=validation, **options)
             return m.start()
         finally:
             lock.close()

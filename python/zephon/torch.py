@@ -21,6 +21,11 @@ checkpoint: after a ``state_dict()`` (a checkpoint being saved), the next batch 
 writes ``checkpoint samples:G@S`` to ``/control``, as does ``load_state_dict()``. Only the
 process of the lowest DP rank the mount serves writes it (one per node).
 
+A mixture mount (a spec file, several datasets by weight) reads the same way; its state
+carries the mixture's fingerprint. A finite stream (``epochs=E``) ends where the mount says
+(no ``at/`` file past it): for a mixture, when the first source would begin epoch E.
+:class:`ZephonValidationLoader` reads the mount's validation split (``validation=F``).
+
 Only token datasets are served (``zephon pack --format tokens``); for ``lines`` and ``tar``
 datasets read ``/rank/<r>/step/<t>`` files yourself. Such a mount is refused with a
 ``ValueError``.
@@ -61,52 +66,25 @@ def _parse_ranks(text: str) -> list[int]:
     return out
 
 
-class ZephonLoader:
-    """One DP rank's token micro-batches from a Zephon mount, as ``int64`` tensors.
-
-    Args:
-        mount: the mountpoint (``zephon mount`` of a token dataset).
-        dp_rank: this process's data-parallel rank (peers in tensor, pipeline or context
-            parallelism share it and get identical batches).
-        dp_world_size: the data-parallel degree; must be the mount's ``world_size``.
-        micro_batch: samples per yielded tensor; must divide the per-rank step share
-            ``global_batch / world_size``. Default: ``tokens_per_batch / seq_len`` when
-            that is given, else the mount's ``micro_batch``.
-        **options:
-            tokens_per_batch (int): the trainer's tokens per micro-batch and rank; must be
-                ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
-            global_batch (int): the trainer's samples per optimizer step; must be the
-                mount's ``global_batch``.
-            write_marks (bool, default True): let this process write position marks to
-                the mount's ``control`` (only the lowest DP rank of the mount does).
-
-    Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
-    (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
-    one token), ``micro_batch``, ``global_batch``, ``dp_rank``, ``dp_world_size``,
-    ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored),
-    ``eod_token`` (the end-of-document token id that ``zephon pack --eod-token`` put after
-    every document, or ``None``: datasets packed without it, or before it existed).
-
-    Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
-    fit the trainer's configuration or the dataset is not a token dataset, and ``OSError``
-    when the mount does not answer.
-    """
+class _TokenMount:
+    """What both loaders read from ``/status`` and check against the trainer's layout;
+    see :class:`ZephonLoader` for the arguments, attributes and errors."""
 
     def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
                  micro_batch: int | None = None, **options: Any) -> None:
         tokens_per_batch = options.pop("tokens_per_batch", None)
         want_global = options.pop("global_batch", None)
-        self._write_marks = bool(options.pop("write_marks", True))
         if options:
-            raise TypeError(f"ZephonLoader: unknown options {sorted(options)}")
+            raise TypeError(f"{type(self).__name__}: unknown options {sorted(options)}")
         self.mount = os.path.abspath(os.fspath(mount))
         with open(os.path.join(self.mount, "status"), "rb") as f:
             st = json.loads(f.read())
         self._status = st
         if st.get("kind") != "tokens":
             raise ValueError(f"the dataset {st.get('dataset')} is a {st.get('kind')} dataset; "
-                             "ZephonLoader reads token datasets only (zephon pack --format "
-                             "tokens --seq-len L); read rank/R/step/T files for other kinds")
+                             f"{type(self).__name__} reads token datasets only (zephon pack "
+                             "--format tokens --seq-len L); read rank/R/step/T files for other "
+                             "kinds")
         if "seq_len" not in st:
             raise ValueError(f"the mount at {self.mount} does not say its window length "
                              "(/status has no seq_len): its zephon is older than this package")
@@ -158,9 +136,77 @@ class ZephonLoader:
                              f"share of a step, global_batch {self.global_batch} / world_size "
                              f"{world} = {share} samples; choose a divisor")
         self._share = share
-        self._epochs = int(st.get("epochs", 0))
-        self._samples = int(st["samples"])
-        self._marker = self._write_marks and self.dp_rank == min(served)
+        self._served = served
+
+    def _read(self, path: str) -> np.ndarray:
+        """This rank's share of a step from the pure file ``path``, ``[share, window]``."""
+        with open(path, "rb", buffering=0) as f:
+            data = f.read()
+        return self._decode(data, path)
+
+    def _decode(self, data: bytes, path: str) -> np.ndarray:
+        off = 0
+        if self.format == "npy":
+            fp = io.BytesIO(data)
+            version = np.lib.format.read_magic(fp)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+            else:
+                raise OSError(f"{path}: npy version {version} is not read")
+            off = fp.tell()
+            if tuple(shape) != (self._share, self.window) or np.dtype(dtype) != self.dtype:
+                raise OSError(f"{path}: expected {self._share} x {self.window} {self.dtype}, "
+                              f"got {shape} {dtype}")
+        arr = np.frombuffer(data, dtype=self.dtype, offset=off)
+        if arr.size != self._share * self.window:
+            raise OSError(f"{path}: {arr.size} tokens, expected {self._share} x {self.window}")
+        return arr.reshape(self._share, self.window)
+
+
+class ZephonLoader(_TokenMount):
+    """One DP rank's token micro-batches from a Zephon mount, as ``int64`` tensors.
+
+    Args:
+        mount: the mountpoint (``zephon mount`` of a token dataset, or of a mixture spec of
+            token datasets).
+        dp_rank: this process's data-parallel rank (peers in tensor, pipeline or context
+            parallelism share it and get identical batches).
+        dp_world_size: the data-parallel degree; must be the mount's ``world_size``.
+        micro_batch: samples per yielded tensor; must divide the per-rank step share
+            ``global_batch / world_size``. Default: ``tokens_per_batch / seq_len`` when
+            that is given, else the mount's ``micro_batch``.
+        **options:
+            tokens_per_batch (int): the trainer's tokens per micro-batch and rank; must be
+                ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
+            global_batch (int): the trainer's samples per optimizer step; must be the
+                mount's ``global_batch``.
+            write_marks (bool, default True): let this process write position marks to
+                the mount's ``control`` (only the lowest DP rank of the mount does).
+
+    Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
+    (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
+    one token), ``micro_batch``, ``global_batch``, ``dp_rank``, ``dp_world_size``,
+    ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored),
+    ``eod_token`` (the end-of-document token id that ``zephon pack --eod-token`` put after
+    every document, or ``None``: datasets packed without it, or before it existed).
+
+    Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
+    fit the trainer's configuration or the dataset is not a token dataset, and ``OSError``
+    when the mount does not answer.
+    """
+
+    def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
+                 micro_batch: int | None = None, **options: Any) -> None:
+        self._write_marks = bool(options.pop("write_marks", True))
+        super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
+                         micro_batch=micro_batch, **options)
+        st = self._status
+        # a finite stream's end is the mount's to say (a mixture ends when its first
+        # source would begin epoch E, a split shortens each epoch): no at/ file past it
+        self._finite = int(st.get("epochs", 0)) > 0
+        self._marker = self._write_marks and self.dp_rank == min(self._served)
         # the position: the step that starts at gsn _gsn, numbered _step; each rank has
         # taken _offset samples of its share of it
         self._gsn = int(st["start_samples"])
@@ -181,10 +227,12 @@ class ZephonLoader:
         if self._pending_mark is not None:
             self._write_mark(*self._pending_mark)
             self._pending_mark = None
-        if self._offset == 0 and self._epochs and \
-                self._gsn + self.global_batch > self._epochs * self._samples:
-            raise StopIteration
-        share = self._read_share(self._gsn)
+        try:
+            share = self._read_share(self._gsn)
+        except FileNotFoundError:
+            if self._finite and self._offset == 0:
+                raise StopIteration from None
+            raise
         rows = share[self._offset:self._offset + self.micro_batch]
         out = torch.from_numpy(rows.astype(np.int64))
         self._offset += self.micro_batch
@@ -201,32 +249,9 @@ class ZephonLoader:
     def _read_share(self, gsn: int) -> np.ndarray:
         if self._cache is not None and self._cache[0] == gsn:
             return self._cache[1]
-        with open(self.share_path(gsn), "rb", buffering=0) as f:
-            data = f.read()
-        arr = self._decode(data)
+        arr = self._read(self.share_path(gsn))
         self._cache = (gsn, arr)
         return arr
-
-    def _decode(self, data: bytes) -> np.ndarray:
-        off = 0
-        if self.format == "npy":
-            fp = io.BytesIO(data)
-            version = np.lib.format.read_magic(fp)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
-            else:
-                raise OSError(f"{self.share_path(self._gsn)}: npy version {version} is not read")
-            off = fp.tell()
-            if tuple(shape) != (self._share, self.window) or np.dtype(dtype) != self.dtype:
-                raise OSError(f"{self.share_path(self._gsn)}: expected {self._share} x "
-                              f"{self.window} {self.dtype}, got {shape} {dtype}")
-        arr = np.frombuffer(data, dtype=self.dtype, offset=off)
-        if arr.size != self._share * self.window:
-            raise OSError(f"{self.share_path(self._gsn)}: {arr.size} tokens, expected "
-                          f"{self._share} x {self.window}")
-        return arr.reshape(self._share, self.window)
 
     # ---- state ----
 
@@ -306,3 +331,55 @@ class ZephonLoader:
             warnings.warn(f"could not record the position samples:{gsn}@{step} in the mount's "
                           f"journal ({e}); resume=auto may not agree with the checkpoint, "
                           "which still positions the loader", RuntimeWarning, stacklevel=3)
+
+
+class ZephonValidationLoader(_TokenMount):
+    """One DP rank's share of the mount's validation stream (``zephon mount -o
+    validation=F``), as ``int64`` micro-batches ``[micro_batch, window]``.
+
+    Each iteration (``for batch in loader``) reads every validation step from the first:
+    ``/rank/<dp_rank>/validation/0`` .. ``steps - 1``, each split into micro-batches. The
+    files are pure: reading them claims nothing, and no training position (the mount's
+    cursors, a :class:`ZephonLoader`'s state) moves, so read it all at every evaluation.
+    The rank-order concatenation of each step is the same for every DP degree at the same
+    ``global_batch``; the samples are held out of training for every seed and layout.
+
+    Arguments and attributes as :class:`ZephonLoader` (no ``write_marks``); also ``steps``
+    (validation steps, ``/status`` ``validation.steps``: the held-out samples in whole
+    global batches), ``samples`` (held-out samples of the whole mount) and ``split`` (the
+    held-out fraction as the mount read it, e.g. ``"1/100"``). ``len(loader)`` is the micro-batches one
+    iteration yields.
+
+    Raises ``ValueError`` as :class:`ZephonLoader` does, and when the mount has no
+    validation split or its held-out samples make no whole step.
+    """
+
+    def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
+                 micro_batch: int | None = None, **options: Any) -> None:
+        super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
+                         micro_batch=micro_batch, **options)
+        val = self._status.get("validation")
+        if not val:
+            raise ValueError(f"the mount at {self.mount} has no validation split; mount with "
+                             "validation=F (the fraction of every source held out, e.g. "
+                             "validation=0.01) to read one")
+        self.split: str = str(val["split"])
+        self.samples: int = int(val["samples"])
+        self.steps: int = int(val["steps"])
+        if self.steps < 1:
+            raise ValueError(f"the mount's validation split holds {self.samples} samples, less "
+                             f"than one global batch of {self.global_batch}: no validation "
+                             "step; mount with a larger validation= or a smaller global_batch")
+
+    def path(self, t: int) -> str:
+        """The pure file with this rank's share of validation step ``t``."""
+        return os.path.join(self.mount, "rank", str(self.dp_rank), "validation", str(t))
+
+    def __len__(self) -> int:
+        return self.steps * (self._share // self.micro_batch)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        for t in range(self.steps):
+            share = self._read(self.path(t))
+            for k in range(0, self._share, self.micro_batch):
+                yield torch.from_numpy(share[k:k + self.micro_batch].astype(np.int64))

@@ -58,9 +58,10 @@ from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
-from .torch import ZephonLoader
+from .torch import ZephonLoader, ZephonValidationLoader
 
-__all__ = ["ZephonDataLoader", "PretokenizedTokenizer", "trainer_batch"]
+__all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
+           "trainer_batch"]
 
 TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
 
@@ -123,6 +124,8 @@ class ZephonDataLoader(BaseDataLoader):
     ``eod_token`` other than the dataset's.
     """
 
+    _loader_cls: type = ZephonLoader
+
     @dataclass(kw_only=True, slots=True)
     class Config(BaseDataLoader.Config):
         mount: str = ""
@@ -154,12 +157,12 @@ class ZephonDataLoader(BaseDataLoader):
             if num_tokens_per_batch is not None and int(num_tokens_per_batch) != micro * self.seq_len:
                 raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
                                  f"local_batch_size {micro} x seq_len {self.seq_len}")
-            self._loader = ZephonLoader(mount, dp_rank=self.dp_rank,
+            self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
                                         dp_world_size=self.dp_world_size, micro_batch=micro)
         else:
             # 1-D batches of num_tokens_per_batch tokens: a whole number of samples
             self.flat = True
-            probe = ZephonLoader(mount, dp_rank=self.dp_rank, dp_world_size=self.dp_world_size,
+            probe = self._loader_cls(mount, dp_rank=self.dp_rank, dp_world_size=self.dp_world_size,
                                  micro_batch=1)
             self.seq_len = probe.window - 1 if probe.overlap else probe.window
             tokens = int(num_tokens_per_batch)
@@ -171,7 +174,7 @@ class ZephonDataLoader(BaseDataLoader):
                 raise ValueError(f"the mount's samples have {self.seq_len} input tokens, more "
                                  f"than max_context_length {max_context_length}; pack with "
                                  "a shorter --seq-len or raise max_context_length")
-            self._loader = ZephonLoader(mount, dp_rank=self.dp_rank,
+            self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
                                         dp_world_size=self.dp_world_size,
                                         micro_batch=tokens // self.seq_len)
         w = self._loader.window
@@ -235,6 +238,55 @@ class ZephonDataLoader(BaseDataLoader):
         if not state_dict:
             return
         self._loader.load_state_dict(state_dict)
+
+
+class ZephonValidationDataLoader(ZephonDataLoader):
+    """One DP rank's TorchTitan batches of the mount's validation stream (``zephon mount -o
+    validation=F``), for TorchTitan's ``Validator``::
+
+        config.validator = Validator.Config(
+            enable=True, freq=100, steps=-1,
+            dataloader=ZephonValidationDataLoader.Config(mount="/mnt/z"))
+
+    The validator builds it anew at every evaluation, with the keyword arguments the
+    trainer's loader gets; batches are :class:`ZephonDataLoader`'s, read from
+    ``/rank/<r>/validation/<t>`` (:class:`zephon.torch.ZephonValidationLoader`), which
+    claim nothing and leave the training position where it is. ``steps=-1`` reads the
+    whole split once (every DP rank gets the same number of batches, so no rank waits on
+    another); with ``steps=N`` the validator sets ``infinite`` and the split is read again
+    from its start when it runs out. Nothing to checkpoint: the state is empty.
+
+    Raises ``ValueError`` as :class:`ZephonDataLoader` does, and when the mount has no
+    validation split.
+    """
+
+    _loader_cls = ZephonValidationLoader
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(ZephonDataLoader.Config):
+        infinite: bool = False
+        """Read the validation split again from its start when it runs out (TorchTitan's
+        validator sets it when ``validator.steps`` is not -1)."""
+
+    @property
+    def loader(self) -> ZephonValidationLoader:
+        """The underlying :class:`zephon.torch.ZephonValidationLoader`."""
+        return self._loader
+
+    def __iter__(self) -> Iterator[TrainerBatch]:
+        while True:
+            for windows in self._loader:
+                yield trainer_batch(windows, self.seq_len, eod_token=self.eod_token,
+                                    flat=self.flat)
+            if not self.config.infinite:
+                return
+
+    def state_dict(self) -> dict[str, Any]:
+        """Empty: every evaluation reads the split from its start."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore (see :meth:`state_dict`)."""
 
 
 class PretokenizedTokenizer(BaseTokenizer):
