@@ -4,9 +4,10 @@
  *
  *   bits 63..60  node type (enum node)
  *   bit  59      in NODE_ATDIR and NODE_AT: /rank/<r>/validation(/<t>) instead of at/
- *   bits 58..40  rank, for nodes under /rank/<r> (ranks < 2^19)
+ *   bit  58      in NODE_ATDIR and NODE_AT: /rank/<r>/from(/<G>) instead of at/
+ *   bits 57..40  rank, for nodes under /rank/<r> (ranks < 2^18)
  *   bits 39..0   step, for /rank/<r>/step/<t> (steps < 2^40); gsn G for
- *                /rank/<r>/at/<G> (G < 2^40); validation step t
+ *                /rank/<r>/at/<G> and /rank/<r>/from/<G> (G < 2^40); validation step t
  *   bits 59..0   sample id, for /samples/<id> (ids < 2^60)
  * The root is FUSE_ROOT_ID (1), which no encoded inode can equal.
  * COMPATIBILITY: only within one mount; inode numbers are not persisted.
@@ -32,7 +33,7 @@ enum node {
 };
 _Static_assert(NODE_COUNT <= 16, "node type takes 4 bits");
 
-#define INODE_RANK_BITS 19
+#define INODE_RANK_BITS 18
 #define INODE_STEP_BITS 40
 #define INODE_ID_BITS 60
 #define INODE_MAX_RANK ((UINT64_C(1) << INODE_RANK_BITS) - 1)
@@ -40,6 +41,8 @@ _Static_assert(NODE_COUNT <= 16, "node type takes 4 bits");
 #define INODE_MAX_ID ((UINT64_C(1) << INODE_ID_BITS) - 1)
 /* The flag that makes NODE_ATDIR and NODE_AT the validation directory and its files. */
 #define INODE_VALIDATION (UINT64_C(1) << 59)
+/* The flag that makes them /rank/<r>/from and its files. */
+#define INODE_FROM (UINT64_C(1) << 58)
 
 static inline uint64_t inode_make(enum node type, uint64_t rank, uint64_t step)
 {
@@ -68,6 +71,13 @@ static inline int inode_is_validation(uint64_t ino)
 	enum node t = inode_type(ino);
 
 	return (t == NODE_ATDIR || t == NODE_AT) && (ino & INODE_VALIDATION);
+}
+
+static inline int inode_is_from(uint64_t ino)
+{
+	enum node t = inode_type(ino);
+
+	return (t == NODE_ATDIR || t == NODE_AT) && (ino & INODE_FROM);
 }
 
 static inline uint64_t inode_step(uint64_t ino)

@@ -42,6 +42,12 @@ struct open_file {
 	uint32_t tid;
 	int holding;
 	struct open_file *hold_prev, *hold_next;
+	/* from/<G>: rank's shares of the steps from gsn from_gsn on, from_share bytes each,
+	 * from_size in all; batch holds share from_k (the one read last); from_mu orders the
+	 * reads of one handle, which may come on several threads */
+	int is_from;
+	uint64_t from_gsn, from_share, from_size, from_k;
+	pthread_mutex_t from_mu;
 };
 
 static void next_unhold_locked(struct zmount *z, struct open_file *f);
@@ -94,6 +100,8 @@ static void open_file_free(struct zmount *z, struct open_file *f, int deliver)
 		claims_sub(z);
 	server_batch_free(z->srv, f->batch);
 	buf_release(&f->text);
+	if (f->is_from)
+		pthread_mutex_destroy(&f->from_mu);
 	free(f);
 }
 
@@ -258,7 +266,28 @@ static struct zmount *zmount_of(fuse_req_t req)
 /* Bytes of a handle's content. */
 static uint64_t file_len(const struct open_file *f)
 {
+	if (f->is_from)
+		return f->from_size;
 	return f->batch ? batch_len(f->batch) : f->text.len;
+}
+
+/* from/<g> of rank: the bytes of one share and of the whole file (every full step from g
+ * to the end of the stream; an endless stream is cut where the size would pass 2^62).
+ * 0, -ENOTSUP (lines and tar: shares differ in size), or server_at_len()'s errors. */
+static int from_sizes(struct zmount *z, uint64_t rank, uint64_t g, uint64_t *share,
+		      uint64_t *size)
+{
+	const struct server_config *sc = server_get_config(z->srv);
+	uint64_t limit = order_limit(&sc->order, z->cfg->epochs), steps;
+	int rc = server_at_len(z->srv, rank, g, share);
+
+	if (rc)
+		return rc;
+	steps = limit > g ? (limit - g) / sc->layout.global_batch : 0;
+	if (*share && steps > (UINT64_C(1) << 62) / *share)
+		steps = (UINT64_C(1) << 62) / *share;
+	*size = steps * *share;
+	return 0;
 }
 
 static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
@@ -377,6 +406,13 @@ static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 		}
 		break;
 	case NODE_AT:
+		if (inode_is_from(ino)) {
+			uint64_t share;
+
+			if (from_sizes(z, inode_rank(ino), inode_step(ino), &share, &size) == 0)
+				*pure = 1;
+			break;
+		}
 		if (inode_is_validation(ino) ?
 		    server_validation_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0 :
 		    server_at_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
@@ -494,6 +530,9 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
 		if (!strcmp(name, "at")) return inode_make(NODE_ATDIR, v, 0);
 		if (!strcmp(name, "validation") && server_validation_steps(z->srv))
 			return inode_make(NODE_ATDIR, v, 0) | INODE_VALIDATION;
+		if (!strcmp(name, "from") &&
+		    (z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN))
+			return inode_make(NODE_ATDIR, v, 0) | INODE_FROM;
 		return 0;
 	case NODE_ATDIR:
 		if (inode_is_validation(parent)) {
@@ -504,7 +543,7 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
 		}
 		if (parse_decimal(name, INODE_MAX_STEP, &v) || !at_exists(z, v))
 			return 0;
-		return inode_make(NODE_AT, inode_rank(parent), v);
+		return inode_make(NODE_AT, inode_rank(parent), v) | (parent & INODE_FROM);
 	case NODE_STEPDIR:
 		if (parse_decimal(name, INODE_MAX_STEP, &v) || !step_exists(z, v))
 			return 0;
@@ -781,6 +820,8 @@ static void zmount_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 		if (server_validation_steps(z->srv))
 			dir_add(req, &d, "validation", inode_make(NODE_ATDIR, r, 0) | INODE_VALIDATION,
 				S_IFDIR);
+		if (z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN)
+			dir_add(req, &d, "from", inode_make(NODE_ATDIR, r, 0) | INODE_FROM, S_IFDIR);
 	} else if (type == NODE_ATDIR && inode_is_validation(ino)) {
 		/* its steps are listed (at/ has one name per gsn and lists none), from the
 		 * offset on: entries before it are skipped without a loop */
@@ -853,6 +894,14 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		rc = server_sample(z->srv, inode_id(ino), &f->batch);
 		break;
 	case NODE_AT:
+		if (inode_is_from(ino)) {
+			f->is_from = 1;
+			f->rank = inode_rank(ino);
+			f->from_gsn = inode_step(ino);
+			pthread_mutex_init(&f->from_mu, NULL);
+			rc = from_sizes(z, f->rank, f->from_gsn, &f->from_share, &f->from_size);
+			break;
+		}
 		rc = inode_is_validation(ino) ?
 		     server_validation(z->srv, inode_rank(ino), inode_step(ino), &f->batch) :
 		     server_at(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
@@ -967,6 +1016,62 @@ static void touch_pages(void *ctx)
 	}
 }
 
+/* A read of from/<G>: the shares it spans, each built as at/<G + k B> is (a handle keeps
+ * the last one, so a share read in several requests is built once), copied into one
+ * reply. Replies: buf, EIO (a sample failed its checksum or could not be read: logged),
+ * ENOMEM. */
+static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
+		      off_t off)
+{
+	uint64_t b = server_get_config(z->srv)->layout.global_batch, pos, end;
+	char *out;
+	size_t n = 0;
+	int rc = 0;
+
+	if (off < 0 || (uint64_t)off >= f->from_size || !f->from_share) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	pos = (uint64_t)off;
+	end = f->from_size - pos < size ? f->from_size : pos + size;
+	out = malloc(end - pos);
+	if (!out) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&f->from_mu);
+	while (pos < end && !rc) {
+		uint64_t k = pos / f->from_share, within = pos % f->from_share, take;
+
+		if (!f->batch || f->from_k != k) {
+			server_batch_free(z->srv, f->batch);
+			f->batch = NULL;
+			rc = server_at(z->srv, f->rank, f->from_gsn + k * b, &f->batch);
+			if (!rc && batch_len(f->batch) != f->from_share)
+				rc = -EIO; /* npy and bin shares all have one size */
+			f->from_k = k;
+		}
+		if (rc)
+			break;
+		take = f->from_share - within < end - pos ? f->from_share - within : end - pos;
+		memcpy(out + n, (const char *)f->batch->data.data + within, take);
+		n += take;
+		pos += take;
+	}
+	pthread_mutex_unlock(&f->from_mu);
+	if (rc && !n) {
+		fuse_reply_err(req, claim_errno(z, rc));
+	} else {
+		/* a failure after some shares: the reader gets those, and the error at the
+		 * next read */
+		fuse_reply_buf(req, out, n);
+		pthread_mutex_lock(&z->lock);
+		z->bytes_read += n;
+		pthread_mutex_unlock(&z->lock);
+	}
+	free(out);
+}
+
 /* Replies: buf (the bytes at [off, off + size) of the handle's content; short or empty
  * at its end). Any offset is honoured. */
 static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -979,6 +1084,11 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)ino;
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
+	if (f->is_from) {
+		read_from(z, req, f, size, off);
+		open_file_put(z, f);
+		return;
+	}
 	if (f->batch && f->batch->nviews && off >= 0) {
 		/* Samples go from the dataset's mapping to the reader in the kernel's one
 		 * copy (fuse_reply_iov). */

@@ -1,5 +1,7 @@
-"""Addressing by gsn (/rank/<r>/at/<G>), `checkpoint samples:G@S`, and pack --overlap 1."""
+"""Addressing by gsn (/rank/<r>/at/<G> and from/<G>), `checkpoint samples:G@S`, and pack
+--overlap 1."""
 import errno
+import io
 import json
 
 import numpy as np
@@ -74,3 +76,46 @@ def test_at_ends_with_a_finite_stream(overlapping, tmp_path):
         assert len(read_all(m.path('rank', 0, 'at', 90))) > 0
         with pytest.raises(FileNotFoundError):
             read_all(m.path('rank', 0, 'at', 91))
+
+
+def test_from_is_the_shares_of_every_step_back_to_back(overlapping, tmp_path):
+    """/rank/<r>/from/<G>: at/<G>, at/<G+B>, ... in one file, for loaders that read many
+    steps per read: any offset, reads across shares, the size of the stream's end."""
+    ds, _ = overlapping
+    opts = 'world_size=2,global_batch=8,micro_batch=2,seed=3,epochs=2,format=npy'
+    with Mount(ds, tmp_path / 'mnt', '%s,journal=%s' % (opts, tmp_path / 'j.sqlite')) as m:
+        assert 'from' in [p.name for p in m.path('rank', 0).iterdir()]
+        share = len(read_all(m.path('rank', 1, 'at', 5)))
+        f = m.path('rank', 1, 'from', 5)
+        steps = (2 * 99 - 5) // 8
+        assert f.stat().st_size == steps * share
+        data = b''
+        with open(f, 'rb', buffering=0) as fh:
+            while True:
+                chunk = fh.read(3 * share + 17)   # reads that end inside a share
+                if not chunk:
+                    break
+                data += chunk
+        want = b''.join(read_all(m.path('rank', 1, 'at', 5 + 8 * k)) for k in range(steps))
+        assert data == want
+        with open(m.path('rank', 0, 'from', 0), 'rb', buffering=0) as fh:
+            fh.seek(4 * share + 7)
+            got = fh.read(share)
+        assert got == (read_all(m.path('rank', 0, 'at', 32))[7:] +
+                       read_all(m.path('rank', 0, 'at', 40))[:7])
+        # the same bytes as np.load of each share
+        arr = np.load(io.BytesIO(data[:share]))
+        assert arr.shape == (4, 11)
+        assert not m.path('rank', 0, 'from', 2 * 99 - 7).exists()   # no full step left
+        assert not m.path('rank', 2, 'from', 0).exists()             # rank 2 not served
+        assert read_all(m.path('status'))                             # claims nothing
+        st = json.loads(read_all(m.path('status')))
+        assert st['counters']['claims'] == 0
+    lines_ds = tmp_path / 'l'
+    (tmp_path / 'l.txt').write_text(''.join('line %d\n' % k for k in range(20)))
+    pack(lines_ds, [tmp_path / 'l.txt'])
+    with Mount(lines_ds, tmp_path / 'mnt2', 'global_batch=4,journal=%s' % (
+            tmp_path / 'j2.sqlite')) as m:
+        # lines batches differ in size: no from/ (read at/ or step/)
+        assert not m.path('rank', 0, 'from').exists()
+        assert 'from' not in [p.name for p in m.path('rank', 0).iterdir()]

@@ -42,6 +42,22 @@ def dataset(tmp_path_factory):
     return ds, Reference(ds)
 
 
+@pytest.fixture(scope='module')
+def mixture(tmp_path_factory):
+    """Three sources of 20, 7 and 15 records, weights 0.5, 0.3, 0.2; record "i" is unique
+    across them (source k's records are 100 * k + j)."""
+    d = tmp_path_factory.mktemp('elastic-mix')
+    srcs = []
+    for k, n in enumerate((20, 7, 15)):
+        (d / ('s%d.jsonl' % k)).write_text(''.join('{"i": %d}\n' % (100 * k + j)
+                                                   for j in range(n)))
+        srcs.append({'name': 's%d' % k, 'dataset': str(pack(d / ('s%d' % k),
+                                                             [d / ('s%d.jsonl' % k)])),
+                     'weight': (0.5, 0.3, 0.2)[k]})
+    (d / 'mix.json').write_text(json.dumps({'sources': srcs}))
+    return d / 'mix.json', Reference(d / 'mix.json')
+
+
 class Reference:
     """The uninterrupted single-rank stream, sample ids by gsn, as `zephon batch` gives
     it; made longer whenever a history reads past it (how far a reader thread gets
@@ -86,6 +102,7 @@ class History:
         self.mounts = []          # [(Mount, ranks, journal)]
         self.round = 0
         self.prev_nodes = 1
+        self.whole_epochs = True  # a mixture has per-source epochs, not N-sample ones
 
     # -- the model ---------------------------------------------------------------
     def gsn(self, rank, step, micro):
@@ -304,7 +321,7 @@ class History:
         # Below the final resume point every gsn was served: each epoch there is whole.
         _, g_end = self.resume_point()
         assert all(g in self.served for g in range(g_end)), 'gap below the resume point'
-        for e in range(g_end // N):
+        for e in range(g_end // N if self.whole_epochs else 0):
             assert sorted(self.served[g] for g in range(e * N, (e + 1) * N)) == list(range(N))
 
 
@@ -316,8 +333,18 @@ def history_seeds():
 
 @pytest.mark.parametrize('seed', history_seeds())
 def test_elastic_history(dataset, tmp_path, seed):
-    ds, ref = dataset
+    run_history(*dataset, tmp_path, seed)
+
+
+@pytest.mark.parametrize('seed', history_seeds()[:12])
+def test_elastic_mixture_history(mixture, tmp_path, seed):
+    """The same histories over a weighted mixture of three datasets (README "Mixtures")."""
+    run_history(*mixture, tmp_path, seed, whole_epochs=False)
+
+
+def run_history(ds, ref, tmp_path, seed, whole_epochs=True):
     h = History(ds, ref, tmp_path, seed)
+    h.whole_epochs = whole_epochs
     try:
         h.run()
     except BaseException:

@@ -263,3 +263,59 @@ def test_mixture_validation_is_each_sources_split(sources, tmp_path):
     assert [x['src'] for x in val] == ['a'] * 10 + ['b'] + ['c'] * 3
     held = {(x['src'], x['i']) for x in val}
     assert not held & {(x['src'], x['i']) for x in train}
+
+
+def test_weight_change_across_a_kill_and_a_batch_change(sources, tmp_path):
+    """Weights 5:3:2, then 1:1:1 from a remount; the daemon is killed with -9 mid-run
+    and resumed at another world size and global batch. Every claim, placed at its gsn,
+    is the W=1 stream that `zephon batch` replays from the journal's weight history, and
+    the records themselves keep each segment's bound and each source's epochs."""
+    mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
+    j = tmp_path / 'j.sqlite'
+    served = {}
+
+    def claims(m, w, b, rounds):
+        st = json.loads(read_all(m.path('status')))
+        g0, share = st['start_samples'], b // w
+        for k in range(rounds):
+            for r in range(w):
+                got = records(read_all(m.path('rank', r, 'next')))
+                for i, x in enumerate(got):
+                    served[g0 + k * b + r * share + i] = x
+        return g0
+
+    with Mount(mix, tmp_path / 'm', 'world_size=2,global_batch=4,seed=2,journal=%s' % j) as m:
+        claims(m, 2, 4, 3)
+    m = Mount(mix, tmp_path / 'm', 'world_size=2,global_batch=4,seed=2,journal=%s,'
+              'weights=1+1+1' % j).start()
+    g_change = claims(m, 2, 4, 4)
+    assert g_change == 12
+    m.kill9()
+    m.stop()
+    with Mount(mix, tmp_path / 'm', 'world_size=3,global_batch=6,micro_batch=1,seed=2,'
+               'journal=%s,weights=1+1+1' % j) as m:
+        st = json.loads(read_all(m.path('status')))
+        assert [s['start_samples'] for s in st['mixture']['segments']] == [0, 12]
+        g1 = st['start_samples']
+        assert 12 < g1 <= 28 and (g1 - 12) % 4 == 0
+        for k in range(5):
+            for r in range(3):
+                for i in range(2):
+                    x = records(read_all(m.path('rank', r, 'next')))
+                    served[g1 + k * 6 + r * 2 + i] = x[0]
+    end = max(served) + 1
+    ref = records(run('batch', mix, '-o', 'global_batch=%d,seed=2,journal=%s' % (end, j),
+                      '--rank', 0, '--step', 0).stdout)
+    for g, x in served.items():
+        assert x == ref[g], g
+    assert all(g in served for g in range(end))
+    check_prefix_bound(ref[:12], {'a': 5, 'b': 3, 'c': 2})
+    check_prefix_bound(ref[12:end], {'a': 1, 'b': 1, 'c': 1})
+    for name, n in SIZES.items():
+        mine = [x['i'] for x in ref[:end] if x['src'] == name]
+        for k in range(0, len(mine) - n + 1, n):
+            assert sorted(mine[k:k + n]) == list(range(n)), name
+    # without the journal, zephon batch serves the spec's weights throughout
+    plain = records(run('batch', mix, '-o', 'global_batch=%d,seed=2' % end, '--rank', 0,
+                        '--step', 0).stdout)
+    assert plain[:12] == ref[:12] and plain[12:end] != ref[12:end]
