@@ -559,14 +559,76 @@ uint64_t mixture_sample(const struct mixture *mx, uint64_t gsn, uint64_t *epoch,
 	return mx->offset[s] + order_sample(&mx->src[s], k, epoch);
 }
 
+/* Gsns mixture_fill() sorts by source at once; its buffers live on the stack. */
+#define MIX_FILL_CHUNK 512
+
+/* ids[0..run) for gsn [gsn, gsn + run), all in segment g, run <= MIX_FILL_CHUNK. The
+ * slots of one source in a segment hold its consecutive source gsns, so each source's
+ * share of the run is one order_fill() (one key schedule per source and epoch, the
+ * permutation's lanes busy) instead of one order_sample() per gsn; then the ids go back
+ * to their slots. */
+static int fill_run(const struct mixture *mx, const struct mix_segment *g, uint64_t gsn,
+		    size_t run, uint64_t *ids)
+{
+	const struct mix_schedule *m = g->sched;
+	uint64_t n = gsn - g->start, q = n / m->period, r = n % m->period;
+	uint64_t tmp[MIX_FILL_CHUNK], first[MIX_MAX_SOURCES];
+	size_t cnt[MIX_MAX_SOURCES] = {0}, at[MIX_MAX_SOURCES], nseen = 0, pos = 0;
+	uint8_t src[MIX_FILL_CHUNK], seen[MIX_MAX_SOURCES];
+
+	for (size_t i = 0; i < run; i++) {
+		size_t s = m->src[r];
+
+		if (!cnt[s]) {
+			first[s] = g->base[s] + q * m->a[s] + m->rank[r];
+			seen[nseen++] = (uint8_t)s;
+		}
+		cnt[s]++;
+		src[i] = (uint8_t)s;
+		if (++r == m->period) {
+			r = 0;
+			q++;
+		}
+	}
+	for (size_t i = 0; i < nseen; i++) {
+		size_t s = seen[i];
+		int rc = order_fill(&mx->src[s], first[s], cnt[s], tmp + pos);
+
+		if (rc)
+			return rc;
+		at[s] = pos;
+		pos += cnt[s];
+	}
+	for (size_t i = 0; i < run; i++) {
+		size_t s = src[i];
+
+		ids[i] = mx->offset[s] + tmp[at[s]++];
+	}
+	return 0;
+}
+
 int mixture_fill(const struct mixture *mx, uint64_t gsn, size_t count, uint64_t *ids)
 {
 	uint64_t end;
 
 	if (__builtin_add_overflow(gsn, (uint64_t)count, &end) || end > ORDER_MAX_GSN)
 		return -EOVERFLOW;
-	for (size_t i = 0; i < count; i++)
-		ids[i] = mixture_sample(mx, gsn + i, NULL, NULL);
+	while (count) {
+		size_t i = mixture_segment_at(mx, gsn), run = count;
+		uint64_t seg_end = i + 1 < mx->nseg ? mx->seg[i + 1].start : ORDER_MAX_GSN;
+		int rc;
+
+		if (run > MIX_FILL_CHUNK)
+			run = MIX_FILL_CHUNK;
+		if (run > seg_end - gsn)
+			run = (size_t)(seg_end - gsn);
+		rc = fill_run(mx, &mx->seg[i], gsn, run, ids);
+		if (rc)
+			return rc;
+		gsn += run;
+		ids += run;
+		count -= run;
+	}
 	return 0;
 }
 

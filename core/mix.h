@@ -129,8 +129,8 @@ uint64_t mixture_gsn_of(const struct mixture *mx, size_t s, uint64_t k);
 uint64_t mixture_sample(const struct mixture *mx, uint64_t gsn, uint64_t *epoch,
 			size_t *source);
 
-/* ids[i] = mixture_sample(gsn + i) for i < count. 0, or -EOVERFLOW (past 2^62),
- * -ENOMEM. */
+/* ids[i] = mixture_sample(gsn + i) for i < count, each source's share of a run keyed
+ * once per epoch (order_fill()). 0, or -EOVERFLOW (past 2^62). */
 int mixture_fill(const struct mixture *mx, uint64_t gsn, size_t count, uint64_t *ids);
 
 /* The first gsn at which some source begins its epoch `epochs` (0: ORDER_MAX_GSN): a

@@ -290,6 +290,55 @@ static void test_curriculum(void)
 	mixture_free(mr);
 }
 
+/* mixture_fill() equals mixture_sample() one gsn at a time: runs of every length up to
+ * past its internal chunk, at random gsns, across weight segments (one that starts a
+ * gsn after another and one that gives a source nothing), epochs of small sources and
+ * sources with a validation split. */
+static void test_fill(void)
+{
+	const uint64_t n[4] = {1000, 13, 300, 1}, a0[4] = {5, 3, 2, 1}, a1[4] = {1, 0, 1, 7},
+		       a2[4] = {2, 2, 1, 1}, a3[4] = {0, 0, 0, 1};
+	struct order o;
+	struct mixture *mx = make(4, n, a0, 11, &o);
+	struct order src[4];
+	uint64_t *ids = malloc(3000 * sizeof *ids), off[4];
+
+	REQUIRE(ids);
+	REQUIRE(mixture_set_weights(mx, 700, a1) == 0);
+	REQUIRE(mixture_set_weights(mx, 701, a2) == 0);
+	REQUIRE(mixture_set_weights(mx, 1500, a3) == 0);
+	REQUIRE(mixture_set_weights(mx, 1503, a0) == 0);
+	CHECK_EQ_U64(mixture_segments(mx), 5);
+	for (int t = 0; t < 400; t++) {
+		size_t count = t < 40 ? (size_t)t : 1 + (size_t)(rnd() % 2999);
+		uint64_t gsn = t % 3 ? rnd() % 2500 : 650 + rnd() % 900;
+
+		REQUIRE(mixture_fill(mx, gsn, count, ids) == 0);
+		for (size_t i = 0; i < count; i++)
+			CHECK_EQ_U64(ids[i], mixture_sample(mx, gsn + i, NULL, NULL));
+	}
+	/* far out, and the end of the gsn space */
+	REQUIRE(mixture_fill(mx, ORDER_MAX_GSN - 1000, 1000, ids) == 0);
+	for (size_t i = 0; i < 1000; i++)
+		CHECK_EQ_U64(ids[i], mixture_sample(mx, ORDER_MAX_GSN - 1000 + i, NULL, NULL));
+	CHECK(mixture_fill(mx, ORDER_MAX_GSN - 10, 11, ids) == -EOVERFLOW);
+	mixture_free(mx);
+
+	/* sources with held-out samples: training ids come through each source's split */
+	for (size_t s = 0; s < 3; s++) {
+		REQUIRE(order_init(&src[s], n[s] + 10, mixture_source_seed(3, s),
+				   ORDER_SHUFFLE_GLOBAL) == 0);
+		REQUIRE(order_set_holdout(&src[s], 10, 77 + s) == 0);
+		off[s] = s * 2000;
+	}
+	REQUIRE(mixture_new(3, src, off, a0, &mx) == 0);
+	REQUIRE(mixture_fill(mx, 123, 2900, ids) == 0);
+	for (size_t i = 0; i < 2900; i++)
+		CHECK_EQ_U64(ids[i], mixture_sample(mx, 123 + i, NULL, NULL));
+	mixture_free(mx);
+	free(ids);
+}
+
 /* The rank-order concatenation of a step's micro-batches is the same for every layout. */
 static void test_layouts(void)
 {
@@ -376,6 +425,7 @@ int main(void)
 	test_parse();
 	test_coverage();
 	test_curriculum();
+	test_fill();
 	test_layouts();
 	test_split();
 	return check_status();
