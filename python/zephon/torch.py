@@ -1,10 +1,11 @@
 """PyTorch loader over a Zephon mount whose state restores at any data-parallel degree.
 
 :class:`ZephonLoader` yields one data-parallel (DP) rank's micro-batches of a token dataset
-as ``int64`` tensors of shape ``[micro_batch, window]``. It reads the mount's pure files
-``/rank/<r>/at/<G>`` (rank r's share of the global step that starts at gsn G), which claim
-nothing and are the same bytes whoever reads them: tensor, pipeline and context parallel
-peers that share a DP rank get identical batches, and the position is the loader's own.
+as ``int64`` tensors of shape ``[micro_batch, window]``. It reads the mount's pure file
+``/rank/<r>/from/<G>`` (rank r's shares of the global steps from gsn G on, back to back;
+several steps per read), which claims nothing and is the same bytes whoever reads it:
+tensor, pipeline and context parallel peers that share a DP rank get identical batches,
+and the position is the loader's own.
 
 Its state (``state_dict()``) is the position of the global stream, the same on every rank:
 ``consumed_samples`` (the gsn where the current step starts: every gsn below it went into
@@ -212,7 +213,7 @@ class ZephonLoader(_TokenMount):
         self._gsn = int(st["start_samples"])
         self._step = int(st["start_step"])
         self._offset = 0
-        self._cache: tuple[int, np.ndarray] | None = None
+        self._run: _Run | None = None
         self._pending_mark: tuple[int, int] | None = None
 
     # ---- iteration ----
@@ -246,12 +247,21 @@ class ZephonLoader(_TokenMount):
         """The pure file with this rank's share of the step that starts at ``gsn``."""
         return os.path.join(self.mount, "rank", str(self.dp_rank), "at", str(gsn))
 
+    def run_path(self, gsn: int) -> str:
+        """The pure file with this rank's shares of every step from ``gsn`` on, back to
+        back (``/rank/<r>/from/<G>``)."""
+        return os.path.join(self.mount, "rank", str(self.dp_rank), "from", str(gsn))
+
     def _read_share(self, gsn: int) -> np.ndarray:
-        if self._cache is not None and self._cache[0] == gsn:
-            return self._cache[1]
-        arr = self._read(self.share_path(gsn))
-        self._cache = (gsn, arr)
-        return arr
+        """This rank's share of the step at ``gsn``, ``[share, window]``: from the
+        ``from/<G>`` file when gsn is a step of it, read ``readahead`` steps at a time (one
+        open, read and release for all of them instead of a lookup, open, read and release
+        per step); from ``from/<gsn>`` otherwise (after load_state_dict). Raises
+        FileNotFoundError past the end of a finite stream."""
+        run = self._run
+        if run is None or gsn < run.base or (gsn - run.base) % self.global_batch:
+            run = self._run = _Run(self.run_path(gsn), gsn, self)
+        return run.share((gsn - run.base) // self.global_batch)
 
     # ---- state ----
 
@@ -331,6 +341,72 @@ class ZephonLoader(_TokenMount):
             warnings.warn(f"could not record the position samples:{gsn}@{step} in the mount's "
                           f"journal ({e}); resume=auto may not agree with the checkpoint, "
                           "which still positions the loader", RuntimeWarning, stacklevel=3)
+
+
+class _Run:
+    """Reads of ``from/<base>``: share k is at offset k * size; ``readahead`` shares are
+    read at once and kept (at most 4 MiB), each block with its own open and close, so the
+    loader holds no file of the mount between reads and never keeps it from unmounting
+    (the name's lookup is cached by the kernel: one open, one read and one release per
+    block)."""
+
+    MAX_BYTES = 4 << 20
+
+    def __init__(self, path: str, base: int, loader: _TokenMount) -> None:
+        self.path, self.base, self.loader = path, base, loader
+        self.header = b""
+        self.size = loader._share * loader.window * loader.dtype.itemsize
+        self.readahead = 1
+        self.first = 0          # index of the first share in buf
+        self.count = 0          # shares in buf
+        self.buf = b""
+        self._sized = False
+
+    def _read(self, k: int) -> bytes:
+        fd = os.open(self.path, os.O_RDONLY)   # FileNotFoundError: no full step at base
+        try:
+            if not self._sized:
+                if self.loader.format == "npy":
+                    self.header = self._npy_header(os.pread(fd, 4096, 0))
+                    self.size += len(self.header)
+                self.readahead = max(1, min(8, self.MAX_BYTES // self.size))
+                self._sized = True
+            return os.pread(fd, self.size * self.readahead, k * self.size)
+        finally:
+            os.close(fd)
+
+    def _npy_header(self, head: bytes) -> bytes:
+        """The npy header every share of the file starts with, checked for shape and
+        dtype."""
+        fp = io.BytesIO(head)
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            raise OSError(f"{self.path}: npy version {version} is not read")
+        ld = self.loader
+        if tuple(shape) != (ld._share, ld.window) or np.dtype(dtype) != ld.dtype:
+            raise OSError(f"{self.path}: expected {ld._share} x {ld.window} {ld.dtype}, "
+                          f"got {shape} {dtype}")
+        return head[:fp.tell()]
+
+    def share(self, k: int) -> np.ndarray:
+        if not self.first <= k < self.first + self.count:
+            self.buf = self._read(k)
+            self.first, self.count = k, len(self.buf) // self.size
+            if not self.count:
+                raise FileNotFoundError(f"{self.path}: the stream ends before its step {k}")
+        off = (k - self.first) * self.size
+        h = len(self.header)
+        if h and self.buf[off:off + h] != self.header:
+            raise OSError(f"{self.path}: share {k} does not start with the npy header of "
+                          "the first one")
+        ld = self.loader
+        arr = np.frombuffer(self.buf, dtype=ld.dtype, count=ld._share * ld.window,
+                            offset=off + h)
+        return arr.reshape(ld._share, ld.window)
 
 
 class ZephonValidationLoader(_TokenMount):

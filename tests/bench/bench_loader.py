@@ -4,7 +4,7 @@ usage: ZEPHON=build/fs/zephon python tests/bench/bench_loader.py DATASET MOUNTPO
 DATASET: a token dataset of 2049-token windows (pack --seq-len 2048 --overlap 1). One mount
 of world_size=1, global_batch=8, micro_batch=8: a step is one 8 x 2049 batch.
   plain:  np.load(rank/0/step/t) -> int64 tensor
-  loader: next(ZephonLoader)     -> int64 tensor (reads rank/0/at/G)
+  loader: next(ZephonLoader)     -> int64 tensor (reads rank/0/from/G, 8 steps a read)
 Alternating rounds of STEPS steps each; prints the median time per step of each and the
 overhead. A benchmark, not a test: nothing here can fail on timing.
 """
