@@ -957,12 +957,18 @@ static int build_share_of(struct server *s, const struct order *o, const struct 
 {
 	struct sample_reader *r = reader_get(s);
 	uint64_t bad = 0;
-	int rc;
+	int rc = -ENOTSUP;
 
 	if (!r)
 		return -ENOMEM;
-	rc = batch_build(r, s->info, o, l, s->cfg.format, rank, step, 0,
-			 layout_micros(l), out, &bad);
+	/* the samples as views of the dataset's mappings where the encoding allows: the
+	 * kernel's copy is then the only one */
+	if (encode_views_possible(s->info, s->cfg.format))
+		rc = build_batch(r, s->info, o, l, s->cfg.format, rank, step, 0, layout_micros(l),
+				 1, (struct buf)BUF_INIT, out, &bad);
+	if (rc == -ENOTSUP)
+		rc = build_batch(r, s->info, o, l, s->cfg.format, rank, step, 0, layout_micros(l),
+				 0, pool_take(s), out, &bad);
 	reader_put(s, r);
 	if (rc == -EIO) {
 		char msg[96];

@@ -1016,16 +1016,18 @@ static void touch_pages(void *ctx)
 	}
 }
 
-/* A read of from/<G>: the shares it spans, each built as at/<G + k B> is (a handle keeps
- * the last one, so a share read in several requests is built once), copied into one
- * reply. Replies: buf, EIO (a sample failed its checksum or could not be read: logged),
- * ENOMEM. */
+/* A read of from/<G>: the shares it spans, each built as at/<G + k B> is (its samples are
+ * views of the dataset's mappings where the encoding allows), replied as one iovec list:
+ * the kernel's copy is the only one. The handle keeps the last share, so a share read in
+ * two requests is built once. Replies: iov, EIO (a sample failed its checksum or could
+ * not be read, or a shard was cut under the mount: logged), ENOMEM. */
 static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
 		      off_t off)
 {
 	uint64_t b = server_get_config(z->srv)->layout.global_batch, pos, end;
-	char *out;
-	size_t n = 0;
+	struct batch **held = NULL;       /* shares built for this read */
+	struct iovec *iov = NULL;
+	size_t nheld = 0, cap_held = 0, niov = 0, cap_iov = 0, n = 0;
 	int rc = 0;
 
 	if (off < 0 || (uint64_t)off >= f->from_size || !f->from_share) {
@@ -1034,42 +1036,66 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 	}
 	pos = (uint64_t)off;
 	end = f->from_size - pos < size ? f->from_size : pos + size;
-	out = malloc(end - pos);
-	if (!out) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
 	pthread_mutex_lock(&f->from_mu);
 	while (pos < end && !rc) {
-		uint64_t k = pos / f->from_share, within = pos % f->from_share, take;
+		uint64_t k = pos / f->from_share, within = pos % f->from_share;
+		size_t take = (size_t)(f->from_share - within < end - pos ? f->from_share - within
+								 : end - pos), got;
+		struct batch *sh = f->batch && f->from_k == k ? f->batch : NULL;
 
-		if (!f->batch || f->from_k != k) {
-			server_batch_free(z->srv, f->batch);
-			f->batch = NULL;
-			rc = server_at(z->srv, f->rank, f->from_gsn + k * b, &f->batch);
-			if (!rc && batch_len(f->batch) != f->from_share)
+		if (!sh) {
+			if (ARRAY_GROW(held, cap_held, nheld + 1)) {
+				rc = -ENOMEM;
+				break;
+			}
+			rc = server_at(z->srv, f->rank, f->from_gsn + k * b, &sh);
+			if (!rc && batch_len(sh) != f->from_share) {
+				server_batch_free(z->srv, sh);
 				rc = -EIO; /* npy and bin shares all have one size */
-			f->from_k = k;
+			}
+			if (rc)
+				break;
+			held[nheld++] = sh;
 		}
-		if (rc)
+		if (ARRAY_GROW(iov, cap_iov, niov + 2 + sh->nviews)) {
+			rc = -ENOMEM;
 			break;
-		take = f->from_share - within < end - pos ? f->from_share - within : end - pos;
-		memcpy(out + n, (const char *)f->batch->data.data + within, take);
-		n += take;
+		}
+		niov += batch_slice(sh, within, take, iov + niov, 2 + sh->nviews, &got);
+		n += got;
 		pos += take;
 	}
-	pthread_mutex_unlock(&f->from_mu);
-	if (rc && !n) {
-		fuse_reply_err(req, claim_errno(z, rc));
-	} else {
-		/* a failure after some shares: the reader gets those, and the error at the
-		 * next read */
-		fuse_reply_buf(req, out, n);
-		pthread_mutex_lock(&z->lock);
-		z->bytes_read += n;
-		pthread_mutex_unlock(&z->lock);
+	if (!rc) {
+		struct touch_args t = { iov, niov };
+
+		/* a shard cut under the mount fails this read here, not the daemon */
+		if (guard_run(touch_pages, &t)) {
+			zmount_log(LOG_ERR, "rank %" PRIu64 ": a shard of from/%" PRIu64 " can no "
+				   "longer be read (truncated or an I/O error); this read fails with EIO",
+				   f->rank, f->from_gsn);
+			rc = -EIO;
+		}
 	}
-	free(out);
+	if (rc) {
+		fuse_reply_err(req, claim_errno(z, rc));
+		n = 0;
+	} else {
+		fuse_reply_iov(req, iov, (int)niov); /* the kernel has the bytes when it returns */
+	}
+	/* the handle keeps the last share built; every other one goes */
+	if (nheld && !rc) {
+		server_batch_free(z->srv, f->batch);
+		f->batch = held[--nheld];
+		f->from_k = (pos - 1) / f->from_share;
+	}
+	pthread_mutex_unlock(&f->from_mu);
+	for (size_t i = 0; i < nheld; i++)
+		server_batch_free(z->srv, held[i]);
+	free(held);
+	free(iov);
+	pthread_mutex_lock(&z->lock);
+	z->bytes_read += n;
+	pthread_mutex_unlock(&z->lock);
 }
 
 /* Replies: buf (the bytes at [off, off + size) of the handle's content; short or empty

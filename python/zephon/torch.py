@@ -344,13 +344,14 @@ class ZephonLoader(_TokenMount):
 
 
 class _Run:
-    """Reads of ``from/<base>``: share k is at offset k * size; ``readahead`` shares are
-    read at once and kept (at most 4 MiB), each block with its own open and close, so the
+    """Reads of ``from/<base>``: share k is at offset k * size; ``readahead`` shares (up
+    to 32, at most 2 MiB) are read at once and kept, each block with its own open and close, so the
     loader holds no file of the mount between reads and never keeps it from unmounting
     (the name's lookup is cached by the kernel: one open, one read and one release per
     block)."""
 
-    MAX_BYTES = 4 << 20
+    MAX_BYTES = 2 << 20
+    MAX_SHARES = 32
 
     def __init__(self, path: str, base: int, loader: _TokenMount) -> None:
         self.path, self.base, self.loader = path, base, loader
@@ -369,7 +370,7 @@ class _Run:
                 if self.loader.format == "npy":
                     self.header = self._npy_header(os.pread(fd, 4096, 0))
                     self.size += len(self.header)
-                self.readahead = max(1, min(8, self.MAX_BYTES // self.size))
+                self.readahead = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
                 self._sized = True
             return os.pread(fd, self.size * self.readahead, k * self.size)
         finally:
