@@ -166,6 +166,7 @@ class Mount:
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                       stderr=self._log, start_new_session=True)
         deadline = time.monotonic() + self.timeout
+        delay = 0.001   # a mount is live within milliseconds: poll fast first, then back off
         while True:
             rc = self._proc.poll()
             if rc is not None:
@@ -183,7 +184,8 @@ class Mount:
                 self.stop()
                 raise ZephonError(f"the mount of {self.dataset} at {self.path} did not answer "
                                   f"within {self.timeout:g} s; its log: {self.log()[-2000:]}")
-            time.sleep(0.02)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.02)
 
     @property
     def pid(self) -> int | None:
