@@ -344,8 +344,10 @@ class ZephonLoader(_TokenMount):
 
 
 class _Run:
-    """Reads of ``from/<base>``: share k is at offset k * size; ``readahead`` shares (up
-    to 32, at most 2 MiB) are read at once and kept, each block with its own open and close, so the
+    """Reads of ``from/<base>``: share k is at offset k * size; ``readahead`` shares are
+    read at once and kept: 1 for the first block (a resumed trainer's first batch waits
+    for one share, not 32), then 4 times more each block up to 32 (at most 2 MiB); each
+    block with its own open and close, so the
     loader holds no file of the mount between reads and never keeps it from unmounting
     (the name's lookup is cached by the kernel: one open, one read and one release per
     block)."""
@@ -358,6 +360,7 @@ class _Run:
         self.header = b""
         self.size = loader._share * loader.window * loader.dtype.itemsize
         self.readahead = 1
+        self.limit = 1          # readahead once the first block is read
         self.first = 0          # index of the first share in buf
         self.count = 0          # shares in buf
         self.buf = b""
@@ -370,9 +373,11 @@ class _Run:
                 if self.loader.format == "npy":
                     self.header = self._npy_header(os.pread(fd, 4096, 0))
                     self.size += len(self.header)
-                self.readahead = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
+                self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
                 self._sized = True
-            return os.pread(fd, self.size * self.readahead, k * self.size)
+            data = os.pread(fd, self.size * self.readahead, k * self.size)
+            self.readahead = min(self.readahead * 4, self.limit)
+            return data
         finally:
             os.close(fd)
 
