@@ -145,21 +145,24 @@ class _TokenMount:
             data = f.read()
         return self._decode(data, path)
 
+    def _npy_header_len(self, data: bytes, path: str) -> int:
+        """The length of the npy header that ``data`` (a share) starts with, after
+        checking its shape ``[share, window]`` and dtype. Raises OSError."""
+        fp = io.BytesIO(data)
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+        else:
+            raise OSError(f"{path}: npy version {version} is not read")
+        if tuple(shape) != (self._share, self.window) or np.dtype(dtype) != self.dtype:
+            raise OSError(f"{path}: expected {self._share} x {self.window} {self.dtype}, "
+                          f"got {shape} {dtype}")
+        return fp.tell()
+
     def _decode(self, data: bytes, path: str) -> np.ndarray:
-        off = 0
-        if self.format == "npy":
-            fp = io.BytesIO(data)
-            version = np.lib.format.read_magic(fp)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
-            else:
-                raise OSError(f"{path}: npy version {version} is not read")
-            off = fp.tell()
-            if tuple(shape) != (self._share, self.window) or np.dtype(dtype) != self.dtype:
-                raise OSError(f"{path}: expected {self._share} x {self.window} {self.dtype}, "
-                              f"got {shape} {dtype}")
+        off = self._npy_header_len(data, path) if self.format == "npy" else 0
         arr = np.frombuffer(data, dtype=self.dtype, offset=off)
         if arr.size != self._share * self.window:
             raise OSError(f"{path}: {arr.size} tokens, expected {self._share} x {self.window}")
@@ -371,7 +374,8 @@ class _Run:
         try:
             if not self._sized:
                 if self.loader.format == "npy":
-                    self.header = self._npy_header(os.pread(fd, 4096, 0))
+                    head = os.pread(fd, 4096, 0)
+                    self.header = head[:self.loader._npy_header_len(head, self.path)]
                     self.size += len(self.header)
                 self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
                 self._sized = True
@@ -380,23 +384,6 @@ class _Run:
             return data
         finally:
             os.close(fd)
-
-    def _npy_header(self, head: bytes) -> bytes:
-        """The npy header every share of the file starts with, checked for shape and
-        dtype."""
-        fp = io.BytesIO(head)
-        version = np.lib.format.read_magic(fp)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
-        else:
-            raise OSError(f"{self.path}: npy version {version} is not read")
-        ld = self.loader
-        if tuple(shape) != (ld._share, ld.window) or np.dtype(dtype) != ld.dtype:
-            raise OSError(f"{self.path}: expected {ld._share} x {ld.window} {ld.dtype}, "
-                          f"got {shape} {dtype}")
-        return head[:fp.tell()]
 
     def share(self, k: int) -> np.ndarray:
         if not self.first <= k < self.first + self.count:
