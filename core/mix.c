@@ -24,12 +24,26 @@ static uint64_t gcd(uint64_t a, uint64_t b)
 	return a;
 }
 
-/* The fraction p/q of smallest q <= 10^6 within MIX_WEIGHT_TOLERANCE of x >= 0, from the
- * convergents of x's continued fraction. 0, or -1 when there is none. */
+/* The fraction p/q of x >= 0 with q <= 10^6 within MIX_WEIGHT_TOLERANCE of it: a decimal
+ * p/10^k first (weights are written in decimal: 0.999999 is 999999/10^6, although
+ * 999998/999999 is as close to the double), else the convergent of x's continued
+ * fraction of smallest q (0.3333333333 is 1/3). 0, or -1 when there is none. */
 static int as_fraction(double x, uint64_t *p, uint64_t *q)
 {
 	double r = x;
 	uint64_t p0 = 0, q0 = 1, p1 = 1, q1 = 0;
+
+	for (uint64_t k = 1; k <= 1000000; k *= 10) {
+		double v = nearbyint(x * (double)k);
+
+		if (v < 1e15 && fabs(v / (double)k - x) <= MIX_WEIGHT_TOLERANCE * fmax(x, 1e-300)) {
+			uint64_t g = gcd((uint64_t)v, k);
+
+			*p = (uint64_t)v / (g ? g : 1);
+			*q = k / (g ? g : 1);
+			return 0;
+		}
+	}
 
 	for (int i = 0; i < 64; i++) {
 		double fl = floor(r);

@@ -92,7 +92,8 @@ static int parse_fraction(const char *text, uint64_t *num, uint64_t *den, char *
 		two[0] = w;
 		two[1] = 1 - w;
 		if (mix_weights_exact(two, 2, pq, sub, sizeof sub))
-			return WHY("validation=%s: %s", text, sub);
+			return WHY("validation=%s: not a fraction with a denominator up to 10^6; "
+				   "round it (e.g. 0.001 or 1/1000)", text);
 		*num = pq[0];
 		*den = pq[0] + pq[1];
 	}
@@ -123,8 +124,13 @@ static int resolve_weights(struct served *st, const char *weights_opt, uint64_t 
 			return WHY("%s", sub);
 	}
 	rc = mix_weights_exact(w, st->k, a, sub, sizeof sub);
-	if (rc)
-		return WHY("%s%s", weights_opt ? "weights: " : "", sub);
+	if (rc && weights_opt)
+		return WHY("weights=%s: %s", weights_opt, sub);
+	if (rc) {
+		snprintf(why, why_len, "mixture spec %s: the weights of its sources (1 = sources[0]): "
+			 "%s", st->path, sub);
+		return -EBADMSG;
+	}
 	return 0;
 }
 
@@ -172,11 +178,16 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 			order_set_holdout(&src[s], st->holdout[s], order_split_key(si->fingerprint));
 		off[s] = st->is_mixture ? dataset_source_offset(st->ds, s) : 0;
 	}
+	if (validation_opt && !st->holdout_total)
+		return WHY("validation=%s holds out no sample (floor(N * %" PRIu64 "/%" PRIu64 ") is 0 "
+			   "for every source): give a larger fraction, or leave validation= out",
+			   validation_opt, st->split_num, st->split_den);
 	if (!st->is_mixture) {
 		st->order = src[0];
 		st->weights[0] = 1;
 		return 0;
 	}
+	st->weights_given = weights_opt != NULL;
 	rc = resolve_weights(st, weights_opt, st->weights, why, why_len);
 	if (rc)
 		return rc;
@@ -240,6 +251,7 @@ int served_replay(struct served *st, const struct journal_layout *rows, size_t n
 		if (!strcmp(rows[i].rule, "fresh"))
 			from = i;
 	/* before the first recorded row: the weights of that row (or this mount's) */
+	st->history = 0;
 	rc = mixture_set_weights(st->mix, 0, st->weights);
 	for (size_t i = from; !rc && i < n; i++) {
 		if (!rows[i].weights[0])
@@ -248,24 +260,70 @@ int served_replay(struct served *st, const struct journal_layout *rows, size_t n
 			return WHY("the journal's layout %" PRId64 " records weights \"%s\", which do "
 				   "not fit the mixture's %zu sources", rows[i].id, rows[i].weights,
 				   st->k);
-		rc = mixture_set_weights(st->mix, i == from ? 0 : rows[i].layout.start_samples, a);
+		rc = mixture_set_weights(st->mix, st->history ? rows[i].layout.start_samples : 0, a);
+		st->history++;
 	}
 	return rc;
 }
 
 int served_changes_weights(const struct served *st, uint64_t g0)
 {
-	if (!st->is_mixture)
+	if (!served_records_weights(st))
 		return 0;
 	return memcmp(mixture_segment_weights(st->mix, mixture_segment_at(st->mix, g0)),
 		      st->weights, st->k * sizeof *st->weights) != 0;
 }
 
+int served_records_weights(const struct served *st)
+{
+	return st->is_mixture && (st->weights_given || !st->history);
+}
+
 int served_start(struct served *st, uint64_t g0)
 {
+	const uint64_t *now;
+	size_t len = 0;
+
 	if (!st->is_mixture)
 		return 0;
-	return mixture_set_weights(st->mix, g0, st->weights);
+	if (served_records_weights(st))
+		return mixture_set_weights(st->mix, g0, st->weights);
+	/* the recorded history goes on: show the weights in force at the start */
+	now = mixture_segment_weights(st->mix, mixture_segment_at(st->mix, g0));
+	for (size_t s = 0; s < st->k; s++) {
+		st->weights[s] = now[s];
+		len += (size_t)snprintf(st->weights_text + len, sizeof st->weights_text - len,
+					"%s%" PRIu64, s ? "," : "", now[s]);
+	}
+	return 0;
+}
+
+int served_check_change(const struct served *st, const struct journal_layout *rows,
+			size_t n, uint64_t g, int fresh, char *why, size_t why_len)
+{
+	const struct journal_layout *prev = NULL;
+	uint64_t off, b;
+
+	if (fresh || !served_changes_weights(st, g))
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!strcmp(rows[i].rule, "fresh"))
+			prev = NULL;
+		if (rows[i].layout.start_samples <= g)
+			prev = &rows[i];
+	}
+	if (!prev)
+		return 0;
+	b = prev->layout.global_batch;
+	off = (g - prev->layout.start_samples) % b;
+	if (!off)
+		return 0;
+	return WHY("weights=%s changes the mixture at samples %" PRIu64 ", inside step %" PRIu64
+		   " of the layout before it (global_batch %" PRIu64 "): weights change only at a "
+		   "step boundary; resume at samples:%" PRIu64 " or samples:%" PRIu64 ", or keep "
+		   "the weights", st->weights_text, g,
+		   prev->layout.start_step + (g - prev->layout.start_samples) / b, b, g - off,
+		   g - off + b);
 }
 
 size_t served_source_of(const struct served *st, uint64_t id, uint64_t *local)

@@ -28,6 +28,8 @@ struct served {
 	struct mixspec spec;       /* is_mixture: the sources as the spec names them */
 	size_t k;                  /* sources (1 for a plain dataset) */
 	uint64_t *weights;         /* [k] integer weights this mount serves from its start */
+	int weights_given;         /* weights= was given (else the spec's, or the history's) */
+	size_t history;            /* layout rows whose weights served_replay() applied */
 	char weights_text[JOURNAL_WEIGHTS_MAX]; /* the same as "7,3" ("" for a plain dataset) */
 	struct mixture *mix;       /* is_mixture: the weight segments; owned */
 	struct order order;        /* the order of the union's ids (order.mix = mix) */
@@ -45,11 +47,13 @@ struct served {
 int served_open(const char *path, struct served *st, char *err, size_t errlen);
 void served_close(struct served *st);
 
-/* Build the order: seed and shuffle; weights_opt (NULL: the spec's; else a weight list
- * mix_weights_parse() reads, by source name or position; only for a mixture) and
- * validation_opt (NULL: no split; else a fraction in (0, 1/2], "0.01" or "1/100", of
- * every source held out; each source keeps at least one training sample). 0, or
- * -EINVAL with a one-line reason in why, -ENOMEM. */
+/* Build the order: seed and shuffle; weights_opt (NULL: the spec's, or the journal's
+ * history, see served_records_weights(); else a weight list mix_weights_parse() reads,
+ * by source name or position; only for a mixture) and validation_opt (NULL: no split;
+ * else a fraction in (0, 1/2], "0.01" or "1/100", of every source held out; each source
+ * keeps at least one training sample; a fraction that holds out nothing is refused).
+ * 0, or -EINVAL (an option; a one-line reason in why), -EBADMSG (the spec's own weights
+ * cannot be made exact), -ENOMEM. */
 int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffle,
 		     const char *weights_opt, const char *validation_opt,
 		     char *why, size_t why_len);
@@ -65,11 +69,25 @@ void served_ident(const struct served *st, struct journal_ident *out);
 int served_replay(struct served *st, const struct journal_layout *rows, size_t n,
 		  char *why, size_t why_len);
 
-/* Would this mount change the weights in force at gsn g0? 1 or 0 (0 for a plain
- * dataset). */
+/* Does this mount set weights from its start (and record them in its layout row)? Yes
+ * when weights= was given, or when the journal has no weight history (a new journal, or
+ * resume=fresh: the spec's weights). Otherwise the recorded history goes on as it was,
+ * and the row records none. 1 or 0 (0 for a plain dataset). */
+int served_records_weights(const struct served *st);
+
+/* Would this mount change the weights in force at gsn g0? 1 or 0. */
 int served_changes_weights(const struct served *st, uint64_t g0);
 
-/* Serve st->weights from gsn g0 on (the mount's resolved G0). 0, -ENOMEM. */
+/* Refuse a weight change inside a step: a start at gsn g (fresh: resume=fresh, which
+ * has no steps before it) that changes the weights in force there, when g is not on a
+ * step boundary of the latest of rows (journal_layouts(), after the latest fresh start)
+ * with start_samples <= g. 0, or -EINVAL with why naming the two boundaries around g. */
+int served_check_change(const struct served *st, const struct journal_layout *rows,
+			size_t n, uint64_t g, int fresh, char *why, size_t why_len);
+
+/* This mount's weights from gsn g0 on (the resolved G0) when it sets them
+ * (served_records_weights()); otherwise st->weights becomes the weights in force at g0,
+ * for /status. 0, -ENOMEM. */
 int served_start(struct served *st, uint64_t g0);
 
 /* Source of union id and its local id (a plain dataset: 0 and id). */

@@ -160,26 +160,54 @@ static int resolve_layout(const struct mount_options *o, struct mount_config *cf
 	return 0;
 }
 
-/* A mixture's weight history: replayed from the journal that journal= names (the
- * journal of the run whose batches are asked for); without it the weights given (or
- * the spec's) hold from gsn 0. 0, -EINVAL (why), -ENOMEM, or the journal's error. */
-static int replay_journal(struct served *st, const char *path, char *why, size_t why_len)
+/* A mixture's weights as the run that journal= names served them: the journal must be
+ * this stream's (the identity a mount checks), its weight history is replayed, and
+ * weights= then changes them from the layout's start as a mount would (refused inside a
+ * step). Without journal= the weights given (or the spec's) hold from gsn 0. 0, -EINVAL
+ * (why), -ENOMEM, or the journal's error (why). */
+static int replay_journal(struct served *st, const char *path, const struct layout *l,
+			  char *why, size_t why_len)
 {
 	struct journal *j = NULL;
 	struct journal_layout *rows = NULL;
+	struct journal_ident have, want;
 	size_t n = 0;
 	int rc;
 
 	if (!st->is_mixture || !path)
-		return 0;
+		return st->is_mixture ? served_start(st, 0) : 0;
 	rc = journal_open_readonly(path, &j, why, why_len);
+	if (rc == -EBUSY) {
+		snprintf(why, why_len, "journal %s is held by a live mount: zephon batch reads it "
+			 "only when no mount has it open (read the mount's /status instead, whose "
+			 "mixture.segments are the same history, or copy the file)", path);
+		return rc;
+	}
+	if (!rc) {
+		journal_identity(j, &have);
+		served_ident(st, &want);
+		if (strcmp(have.fingerprint, want.fingerprint) || have.seed != want.seed ||
+		    have.shuffle != want.shuffle || strcmp(have.split, want.split)) {
+			snprintf(why, why_len, "journal %s belongs to another stream (fingerprint %s, "
+				 "seed %" PRIu64 ", shuffle %s%s%s) than these options give (fingerprint "
+				 "%s, seed %" PRIu64 ", shuffle %s%s%s)", path, have.fingerprint,
+				 have.seed, order_shuffle_name(have.shuffle), *have.split ? ", " : "",
+				 have.split, want.fingerprint, want.seed,
+				 order_shuffle_name(want.shuffle), *want.split ? ", " : "", want.split);
+			rc = -EINVAL;
+		}
+	}
 	if (!rc && (rc = journal_layouts(j, &rows, &n)))
 		journal_last_error(j, why, why_len);
 	if (!rc)
 		rc = served_replay(st, rows, n, why, why_len);
+	if (!rc)
+		rc = served_check_change(st, rows, n, l->start_samples, 0, why, why_len);
+	if (!rc)
+		rc = served_start(st, l->start_samples);
 	free(rows);
 	journal_close(j);
-	return rc ? -EINVAL : 0;
+	return rc == -ENOMEM ? rc : rc ? -EINVAL : 0;
 }
 
 /* Open the dataset, build the claim of *a and write its bytes to stdout. The exit
@@ -206,7 +234,7 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 	if (!rc)
 		rc = mount_config_check_dataset(cfg, ds, why, sizeof(why));
 	if (!rc)
-		rc = replay_journal(&st, o->journal, why, sizeof(why));
+		rc = replay_journal(&st, o->journal, &cfg->layout, why, sizeof(why));
 	if (rc) {
 		die_msg("batch: invalid options: %s", rc == -ENOMEM ? "out of memory" : why);
 		status = 2;

@@ -9,6 +9,7 @@
 
 #include "catalog.h"
 #include "cmd.h"
+#include "mixspec.h"
 #include "dataset.h"
 
 static void usage(FILE *f)
@@ -182,6 +183,12 @@ int cmd_info(int argc, char **argv)
 	}
 	if (argc - optind != 1) {
 		die_msg("info: give exactly one DATASET; usage: zephon info DATASET [--json]");
+		return 2;
+	}
+	if (mixspec_is_spec(argv[optind])) {
+		die_msg("info: %s is a mixture spec, not a dataset directory: run zephon info on "
+			"each dataset it names (a mount's /status lists them under mixture.sources)",
+			argv[optind]);
 		return 2;
 	}
 	rc = dataset_open(argv[optind], &ds, err, sizeof(err));

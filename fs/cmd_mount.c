@@ -154,39 +154,6 @@ static int64_t planned_start(struct journal *j, const struct journal_resume *rul
 	}
 }
 
-/* A mixture's weights may change only at a step boundary: refuse a start at gsn g
- * inside a step of the layout before it when this mount changes the weights in force
- * there. 0, or -EINVAL with why. */
-static int check_weight_change(const struct zmount *z, const struct journal_layout *rows,
-			       size_t n, int64_t g, char *why, size_t why_len)
-{
-	const struct journal_layout *prev = NULL;
-	uint64_t off, b;
-
-	if (g < 0 || z->cfg->resume.rule == RESUME_FRESH ||
-	    !served_changes_weights(z->served, (uint64_t)g))
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		if (!strcmp(rows[i].rule, "fresh"))
-			prev = NULL;
-		if (rows[i].layout.start_samples <= (uint64_t)g)
-			prev = &rows[i];
-	}
-	if (!prev)
-		return 0;
-	b = prev->layout.global_batch;
-	off = ((uint64_t)g - prev->layout.start_samples) % b;
-	if (!off)
-		return 0;
-	snprintf(why, why_len, "weights=%s changes the mixture at samples %" PRId64 ", inside "
-		 "step %" PRIu64 " of the layout before it (global_batch %" PRIu64 "): weights "
-		 "change only at a step boundary; resume at samples:%" PRIu64 " or samples:%"
-		 PRIu64 ", or keep the weights", z->served->weights_text, g,
-		 prev->layout.start_step + ((uint64_t)g - prev->layout.start_samples) / b, b,
-		 (uint64_t)g - off, (uint64_t)g - off + b);
-	return -EINVAL;
-}
-
 /* Before the start: the mixture's weight history from the journal, and the weights this
  * mount records. 0, or an exit status (the journal is abandoned). */
 static int prepare_mixture(struct zmount *z)
@@ -203,10 +170,16 @@ static int prepare_mixture(struct zmount *z)
 		rc = served_replay(z->served, rows, n, why, sizeof(why));
 	else
 		journal_last_error(z->journal, why, sizeof(why));
-	if (!rc)
-		rc = check_weight_change(z, rows, n, planned_start(z->journal, &z->cfg->resume),
-					 why, sizeof(why));
-	if (!rc && (rc = journal_set_weights(z->journal, z->served->weights_text)))
+	if (!rc) {
+		int64_t g = planned_start(z->journal, &z->cfg->resume);
+
+		if (g >= 0)
+			rc = served_check_change(z->served, rows, n, (uint64_t)g,
+						 z->cfg->resume.rule == RESUME_FRESH, why, sizeof(why));
+	}
+	/* a row records weights only where this mount sets them */
+	if (!rc && (rc = journal_set_weights(z->journal, served_records_weights(z->served) ?
+					     z->served->weights_text : NULL)))
 		journal_last_error(z->journal, why, sizeof(why));
 	free(rows);
 	if (!rc)
@@ -716,6 +689,10 @@ int cmd_mount(int argc, char **argv)
 		rc = mount_config_check_dataset(&cfg, st.ds, why, sizeof(why));
 	if (rc == -ENOMEM) {
 		die_msg("out of memory");
+		goto out_ds;
+	}
+	if (rc == -EBADMSG) { /* the spec's own content */
+		die_msg("cannot open dataset %s: %s", dataset, why);
 		goto out_ds;
 	}
 	if (rc) {

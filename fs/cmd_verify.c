@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "mixspec.h"
 #include "dataset.h"
 
 struct verify_ui {
@@ -92,6 +93,12 @@ int cmd_verify(int argc, char **argv)
 	}
 	if (argc - optind != 1) {
 		die_msg("verify: give exactly one DATASET; usage: zephon verify DATASET");
+		return 2;
+	}
+	if (mixspec_is_spec(argv[optind])) {
+		die_msg("verify: %s is a mixture spec, not a dataset directory: run zephon verify on "
+			"each dataset it names (a mount's /status lists them under mixture.sources)",
+			argv[optind]);
 		return 2;
 	}
 	rc = dataset_open(argv[optind], &ds, err, sizeof(err));

@@ -90,6 +90,8 @@ class _TokenMount:
             raise ValueError(f"the mount at {self.mount} does not say its window length "
                              "(/status has no seq_len): its zephon is older than this package")
         self.fingerprint: str = st["fingerprint"]
+        val = st.get("validation")
+        self.split: str = val["split"] if val else ""   # "1/100", or "" without a split
         self.seed: int = int(st["seed"])
         self.shuffle: str = st["shuffle"]
         self.overlap: int = int(st.get("overlap", 0))
@@ -274,7 +276,8 @@ class ZephonLoader(_TokenMount):
         ``consumed_samples`` (gsn where the current step starts), ``step``,
         ``step_offset`` (samples of the current step's share each rank has taken; 0 at a
         step boundary), ``dp_world_size``, ``global_batch``, ``fingerprint``, ``seed``,
-        ``shuffle``, ``window``, ``overlap``, ``version``.
+        ``shuffle``, ``split`` (the validation split, ``"1/100"``, or ``""``), ``window``,
+        ``overlap``, ``version``.
 
         Reads and writes nothing (torch.distributed.checkpoint calls it to plan a load);
         it notes the position, and the next batch taken writes it as a mark to the
@@ -290,6 +293,7 @@ class ZephonLoader(_TokenMount):
             "fingerprint": self.fingerprint,
             "seed": self.seed,
             "shuffle": self.shuffle,
+            "split": self.split,
             "window": self.window,
             "overlap": self.overlap,
         }
@@ -320,6 +324,12 @@ class ZephonLoader(_TokenMount):
                              "the state's seed and shuffle")
         if window != self.window:
             raise ValueError(f"the state's windows are {window} tokens, the mount's {self.window}")
+        split = str(state.get("split", ""))    # states from before splits have none
+        if split != self.split:
+            fix = f"validation={split}" if split else "no validation= option"
+            raise ValueError(f"the state was saved with validation split {split or 'none'}, "
+                             f"but the mount has {self.split or 'none'}: their training "
+                             f"streams differ; mount with {fix}")
         if offset:
             if (w, b) != (self.dp_world_size, self.global_batch):
                 raise ValueError(

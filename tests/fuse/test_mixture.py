@@ -148,6 +148,43 @@ def test_curriculum_keeps_the_past_and_resumes_elastically(sources, tmp_path):
     assert ref == after
 
 
+def test_a_remount_without_weights_goes_on_with_the_recorded_curriculum(sources, tmp_path):
+    """weights= changes the mixture from a mount's start; a mount without it continues
+    the weights the journal recorded, changes included, even when it resumes before one."""
+    mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
+    j = tmp_path / 'j.sqlite'
+    opts = 'global_batch=4,seed=3,journal=%s' % j
+    with Mount(mix, tmp_path / 'm', opts) as m:
+        for _ in range(3):
+            read_all(m.path('rank', 0, 'next'))
+    with Mount(mix, tmp_path / 'm', opts + ',weights=1+1+1') as m:
+        for _ in range(2):
+            read_all(m.path('rank', 0, 'next'))
+        want = [x for g in range(12, 44, 4) for x in at_step(m, 1, g)]
+    for extra in ('', ',resume=samples:4'):
+        with Mount(mix, tmp_path / 'm', opts + extra) as m:
+            st = json.loads(read_all(m.path('status')))
+            assert [(g['start_samples'], g['weights']) for g in st['mixture']['segments']] == \
+                [(0, [5, 3, 2]), (12, [1, 1, 1])]
+            assert st['mixture']['weights'] == ('1,1,1' if not extra else '5,3,2')
+            assert [x for g in range(12, 44, 4) for x in at_step(m, 1, g)] == want
+    rows = json.loads(run('journal', 'show', '--json', j).stdout)['layouts']
+    assert [r['weights'] for r in rows] == ['5,3,2', '1,1,1', None, None]
+    # zephon batch replays the same history, and weights= there changes it as a mount would
+    got = records(run('batch', mix, '-o', opts + ',resume=samples:12@3', '--rank', 0,
+                      '--step', 3).stdout)
+    assert got == want[:4]
+    alt = records(run('batch', mix, '-o', opts + ',resume=samples:12@3,weights=0+0+1',
+                      '--rank', 0, '--step', 3).stdout)
+    assert {x['src'] for x in alt} == {'c'}
+    p = run('batch', mix, '-o', opts + ',resume=samples:6@1,weights=0+0+1', '--rank', 0,
+            '--step', 1, check=False)
+    assert p.returncode == 2 and 'step boundary' in p.stderr, p.stderr
+    p = run('batch', mix, '-o', 'global_batch=4,seed=4,journal=%s' % j, '--rank', 0,
+            '--step', 0, check=False)
+    assert p.returncode == 2 and 'belongs to another stream' in p.stderr, p.stderr
+
+
 def test_weight_change_inside_a_step_is_refused(sources, tmp_path):
     mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
     j = tmp_path / 'j.sqlite'
@@ -203,10 +240,18 @@ def test_bad_input_is_refused_and_changes_nothing(sources, tmp_path):
                       ('weights=-1+1+1', '>= 0'),
                       ('weights=0+0+0', 'sum to 0'),
                       ('validation=0.7', 'validation=0.7'),
-                      ('validation=abc', 'validation=abc')):
+                      ('validation=abc', 'validation=abc'),
+                      ('validation=1e-9', 'not a fraction with a denominator up to 10^6'),
+                      ('validation=0.01', 'holds out no sample')):
         refused(good, 'global_batch=2,' + opts, why, code=2)
     assert not (tmp_path / 'good.journal.sqlite').exists()
     refused(sources['a'], 'weights=1', 'applies to a mixture spec only', code=2)
+    tiny = spec(tmp_path / 'tiny.json', [1e-12, 1], {'a': sources['a'], 'b': sources['b']})
+    p = refused(tiny, 'global_batch=2', 'mixture spec %s: the weights' % tiny, code=1)
+    assert 'invalid mount options' not in p.stderr
+    for cmd in ('info', 'verify'):
+        p = run(cmd, good, check=False)
+        assert p.returncode == 2 and 'is a mixture spec, not a dataset directory' in p.stderr
     # a journal of another mixture
     j = tmp_path / 'j.sqlite'
     with Mount(good, tmp_path / 'm', 'global_batch=3,journal=%s' % j):

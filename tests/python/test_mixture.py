@@ -239,6 +239,24 @@ def test_validation_moves_no_training_position(mix, mounts):
 
 
 class TestRefusals:
+    def test_a_state_of_another_split_is_refused(self, mix, mounts, tmp_path):
+        """The split changes the training stream (each epoch permutes the others), so a
+        state saved under one split does not position a mount of another."""
+        with_split = mounts(mix, world_size=2, global_batch=8, validation=0.1)
+        state = ZephonLoader(with_split.path, dp_rank=0, dp_world_size=2).state_dict()
+        assert state['split'] == '1/10'
+        plain = mounts(mix, world_size=2, global_batch=8, journal=str(tmp_path / 'j2.sqlite'))
+        loader = ZephonLoader(plain.path, dp_rank=0, dp_world_size=2, write_marks=False)
+        before = loader.state_dict()
+        with pytest.raises(ValueError, match=r'validation split 1/10, but the mount has none'):
+            loader.load_state_dict(state)
+        assert loader.state_dict() == before
+        other = dict(before, split='1/10')
+        with pytest.raises(ValueError, match=r'mount with validation=1/10'):
+            loader.load_state_dict(other)
+        old = {k: v for k, v in before.items() if k != 'split'}   # a state from before splits
+        loader.load_state_dict(old)
+
     def test_validation_loader_without_a_split(self, mix, mounts):
         m = mounts(mix, world_size=2, global_batch=8)
         assert m.status()['validation'] is None
