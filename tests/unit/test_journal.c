@@ -31,19 +31,6 @@ static struct journal *open_ok(const char *path)
 	return j;
 }
 
-static void sql_exec(const char *path, const char *sql)
-{
-	sqlite3 *db;
-	char *msg = NULL;
-
-	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-	if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-		fprintf(stderr, "sql_exec(%s): %s\n", sql, msg);
-		exit(1);
-	}
-	sqlite3_close(db);
-}
-
 /* A journal with a little history: two layouts, claims, a mark. Returns its path. */
 static char *make_history(const char *name)
 {

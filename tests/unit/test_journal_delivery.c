@@ -12,7 +12,6 @@
 
 #include "check.h"
 
-extern const char schema_journal_sql[]; /* schema/journal.sql: version 1, never edited */
 
 static char *dir;
 static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, "" };
@@ -41,18 +40,9 @@ static char *make_v1(const char *name)
 		"'auto: the journal has no layout yet -> step 0, samples:0');"
 		"INSERT INTO cursor VALUES (1, 0, 5, 1), (1, 1, 3, 0), (1, 2, 4, 1), (1, 3, 6, 0);"
 		"PRAGMA user_version = 1;";
-	char *p = path_in(dir, name), app[64];
-	sqlite3 *db;
+	char *p = path_in(dir, name);
 
-	unlink(p);
-	snprintf(app, sizeof(app), "PRAGMA application_id = %d;", (int)JOURNAL_APPLICATION_ID);
-	REQUIRE(sqlite3_open(p, &db) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, "PRAGMA page_size = 1024;", NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, app, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, schema_journal_sql, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, rows, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode = WAL;", NULL, NULL, NULL) == SQLITE_OK);
-	sqlite3_close(db);
+	make_old_journal(p, NULL, rows);
 	return p;
 }
 

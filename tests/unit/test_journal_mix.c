@@ -13,7 +13,6 @@
 
 #include "check.h"
 
-extern const char schema_journal_sql[]; /* schema/journal.sql: version 1, never edited */
 
 static char *dir;
 static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, "" };
@@ -28,19 +27,6 @@ static struct journal *open_id(const char *path, const struct journal_ident *id)
 		exit(1);
 	}
 	return j;
-}
-
-static void sql_exec(const char *path, const char *sql)
-{
-	sqlite3 *db;
-	char *msg = NULL;
-
-	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-	if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-		fprintf(stderr, "sql_exec(%s): %s\n", sql, msg);
-		exit(1);
-	}
-	sqlite3_close(db);
 }
 
 /* The weights of layout row i (oldest first) as journal_layouts() reads them; "?" when
@@ -238,19 +224,9 @@ static char *make_v2(const char *name)
 		"'auto: the journal has no layout yet -> step 0, samples:0');"
 		"INSERT INTO cursor VALUES (1, 0, 3, 0, 2, 0), (1, 1, 2, 1, 2, 1);"
 		"PRAGMA user_version = 2;";
-	char *p = path_in(dir, name), app[64];
-	sqlite3 *db;
+	char *p = path_in(dir, name);
 
-	unlink(p);
-	snprintf(app, sizeof(app), "PRAGMA application_id = %d;", (int)JOURNAL_APPLICATION_ID);
-	REQUIRE(sqlite3_open(p, &db) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, "PRAGMA page_size = 1024;", NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, app, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, schema_journal_sql, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, step2, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, rows, NULL, NULL, NULL) == SQLITE_OK);
-	REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode = WAL;", NULL, NULL, NULL) == SQLITE_OK);
-	sqlite3_close(db);
+	make_old_journal(p, step2, rows);
 	return p;
 }
 

@@ -161,6 +161,43 @@ static inline int start_text(struct journal *j, const char *rule, uint64_t W, ui
 	return rc;
 }
 
+/* Run sql on the database at path with a connection of its own; exits on failure. */
+static inline void sql_exec(const char *path, const char *sql)
+{
+	sqlite3 *db;
+	char *msg = NULL;
+
+	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+	if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+		fprintf(stderr, "sql_exec(%s): %s\n", sql, msg);
+		exit(1);
+	}
+	sqlite3_close(db);
+}
+
+extern const char schema_journal_sql[]; /* schema/journal.sql: version 1, never edited */
+
+/* A journal at path (replaced) as an older zephon left it: application_id, the released
+ * version-1 DDL, then `steps` (later migration steps, may be NULL) and `rows` (its data,
+ * ending with its PRAGMA user_version), in WAL mode like every journal. */
+static inline void make_old_journal(const char *path, const char *steps, const char *rows)
+{
+	char app[64];
+	sqlite3 *db;
+
+	unlink(path);
+	snprintf(app, sizeof(app), "PRAGMA application_id = %d;", (int)JOURNAL_APPLICATION_ID);
+	REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, "PRAGMA page_size = 1024;", NULL, NULL, NULL) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, app, NULL, NULL, NULL) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, schema_journal_sql, NULL, NULL, NULL) == SQLITE_OK);
+	if (steps)
+		REQUIRE(sqlite3_exec(db, steps, NULL, NULL, NULL) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, rows, NULL, NULL, NULL) == SQLITE_OK);
+	REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode = WAL;", NULL, NULL, NULL) == SQLITE_OK);
+	sqlite3_close(db);
+}
+
 /* The first column of the first row of sql, read from the journal at path with a
  * connection of its own; -1 when there is no row. */
 static inline int64_t sql_int(const char *path, const char *sql)
