@@ -21,29 +21,9 @@
 
 #include "catalog.h"
 #include "check.h"
+#include "test_files.h"
 #include "dataset.h"
 #include "pack.h"
-
-static char tmp[] = "/tmp/zephon-test-dssrc-XXXXXX";
-
-static char *path_in(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	char *s = p[k++ % 8];
-
-	snprintf(s, 512, "%s/%s", tmp, name);
-	return s;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-
-	REQUIRE(f);
-	REQUIRE(fwrite(data, 1, n, f) == n);
-	REQUIRE(fclose(f) == 0);
-}
 
 static int count_fds(void)
 {
@@ -555,7 +535,7 @@ int main(void)
 {
 	char cmd[600];
 
-	REQUIRE(mkdtemp(tmp));
+	scratch_init("dssrc");
 	test_union_reads();
 	test_single();
 	test_incompatible();

@@ -22,30 +22,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "test_files.h"
 #include "dataset.h"
 #include "encode.h"
 #include "pack.h"
-
-static char tmp[] = "/tmp/zephon-test-encode-XXXXXX";
-
-static char *path_in(const char *name)
-{
-	static char p[8][512];
-	static int k;
-	char *s = p[k++ % 8];
-
-	snprintf(s, 512, "%s/%s", tmp, name);
-	return s;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-
-	REQUIRE(f);
-	REQUIRE(fwrite(data, 1, n, f) == n);
-	REQUIRE(fclose(f) == 0);
-}
 
 static void pack(const char *out, const char *input, int compress, int have_dtype,
 		 enum token_dtype dtype, uint64_t seq_len)
@@ -646,7 +626,7 @@ int main(void)
 	/* Member names are UTF-8: read them back in a UTF-8 locale (libarchive converts
 	 * names to the locale's charset and warns in the C locale). */
 	REQUIRE(setlocale(LC_ALL, "C.UTF-8"));
-	REQUIRE(mkdtemp(tmp));
+	scratch_init("encode");
 	test_format_names();
 	test_format_check();
 	test_npy_header();

@@ -17,33 +17,13 @@
 
 #include "catalog.h"
 #include "check.h"
+#include "test_files.h"
 #include "dataset.h"
 #include "filegroup.h"
 #include "pack.h"
 #include "shard_index.h"
 #include "npy.h"
 #include "source.h"
-
-static char tmp[] = "/tmp/zephon-test-pack-XXXXXX";
-
-static void write_file(const char *path, const void *p, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-
-	REQUIRE(f);
-	REQUIRE(fwrite(p, 1, n, f) == n);
-	fclose(f);
-}
-
-static char *path_in(const char *name)
-{
-	static char p[4][512];
-	static int k;
-
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof(p[k]), "%s/%s", tmp, name);
-	return p[k];
-}
 
 static int do_pack(const char *in, const char *out, uint64_t shard_bytes, int compress,
 		   int no_dict, char *err)
@@ -567,7 +547,7 @@ static void test_parsers(void)
 
 int main(void)
 {
-	REQUIRE(mkdtemp(tmp));
+	scratch_init("pack");
 	test_parsers();
 	test_pack_errors();
 	test_megatron_idx_truncated_while_packed();
