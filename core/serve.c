@@ -1221,17 +1221,23 @@ int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out)
 	return build_share(s, &l, rank, 0, what, out);
 }
 
+/* The bytes of one rank's share of a step in npy and bin, which every share has (W and B
+ * are the mount's whatever the start gsn); -ENOTSUP for lines and tar, whose shares
+ * differ. */
+static int fixed_share_len(struct server *s, uint64_t *len)
+{
+	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
+		return -ENOTSUP;
+	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
+				layout_share(&s->cfg.layout), len);
+}
+
 int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len)
 {
 	struct layout l;
 	int rc = at_layout(s, rank, gsn, &l);
 
-	if (rc)
-		return rc;
-	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
-		return -ENOTSUP;
-	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
-				 layout_share(&l), len);
+	return rc ? rc : fixed_share_len(s, len);
 }
 
 uint64_t server_validation_steps(const struct server *s)
@@ -1263,11 +1269,7 @@ int server_validation_len(struct server *s, uint64_t rank, uint64_t t, uint64_t 
 	struct layout l;
 	int rc = validation_layout(s, rank, t, &l);
 
-	if (rc)
-		return rc;
-	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
-		return -ENOTSUP;
-	return encode_batch_len(NULL, s->info, s->cfg.format, NULL, layout_share(&l), len);
+	return rc ? rc : fixed_share_len(s, len);
 }
 
 int server_checkpoint_at(struct server *s, uint64_t gsn, uint64_t step)

@@ -99,7 +99,17 @@ static json_t *layout_json(const struct journal_layout *jl)
 }
 
 /* Per source of a mixture: samples consumed (of every gsn below `consumed`) and epoch. */
-static json_t *mixture_json(struct zmount *z, uint64_t consumed)
+/* Each source of a mixture: its samples below consumed (used[s]) and its epoch there. */
+static void source_progress(const struct served *sv, uint64_t consumed, uint64_t *used,
+			    uint64_t *epoch)
+{
+	for (size_t s = 0; s < sv->k; s++) {
+		used[s] = mixture_count(sv->mix, s, consumed);
+		epoch[s] = used[s] / mixture_source_order(sv->mix, s)->n;
+	}
+}
+
+static json_t *mixture_json(struct zmount *z, const uint64_t *used, const uint64_t *epoch)
 {
 	const struct served *st = z->served;
 	const struct mixture *mx = st->mix;
@@ -107,8 +117,6 @@ static json_t *mixture_json(struct zmount *z, uint64_t consumed)
 
 	for (size_t s = 0; s < st->k; s++) {
 		const struct dataset_info *si = dataset_source_info(st->ds, s);
-		uint64_t used = mixture_count(mx, s, consumed);
-		uint64_t n = mixture_source_order(mx, s)->n;
 
 		json_array_append_new(sources, json_pack(
 			"{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}",
@@ -116,8 +124,8 @@ static json_t *mixture_json(struct zmount *z, uint64_t consumed)
 			"dataset", dataset_source_dir(st->ds, s),
 			"samples", json_u64(si->samples),
 			"weight", json_u64(st->weights[s]),
-			"consumed_samples", json_u64(used),
-			"epoch", json_u64(used / n),
+			"consumed_samples", json_u64(used[s]),
+			"epoch", json_u64(epoch[s]),
 			"validation_samples", json_u64(st->holdout[s]),
 			"fingerprint", si->fingerprint));
 	}
@@ -136,8 +144,8 @@ static json_t *mixture_json(struct zmount *z, uint64_t consumed)
 }
 
 /* The epoch /status shows: a plain dataset's; a mixture's least advanced source with
- * a weight now. */
-static uint64_t status_epoch(struct zmount *z, uint64_t consumed)
+ * a weight now (epoch: source_progress()'s). */
+static uint64_t status_epoch(struct zmount *z, uint64_t consumed, const uint64_t *epoch)
 {
 	const struct served *st = z->served;
 	uint64_t e = UINT64_MAX;
@@ -145,12 +153,8 @@ static uint64_t status_epoch(struct zmount *z, uint64_t consumed)
 	if (!st->is_mixture)
 		return consumed / st->order.n;
 	for (size_t s = 0; s < st->k; s++)
-		if (st->weights[s]) {
-			uint64_t es = mixture_count(st->mix, s, consumed) /
-				      mixture_source_order(st->mix, s)->n;
-
-			e = es < e ? es : e;
-		}
+		if (st->weights[s] && epoch[s] < e)
+			e = epoch[s];
 	return e == UINT64_MAX ? 0 : e;
 }
 
@@ -159,9 +163,11 @@ int render_status(struct zmount *z, struct buf *out)
 	const struct server_config *c = server_get_config(z->srv);
 	json_t *root, *layouts, *cursors, *counters, *last_error, *overlaps = json_object();
 	struct server_stats st;
-	uint64_t consumed = server_consumed(z->srv);
+	uint64_t consumed = server_consumed(z->srv), used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
 	char ranks[256];
 
+	if (z->served->is_mixture)
+		source_progress(z->served, consumed, used, epoch);
 	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
 	server_get_stats(z->srv, &st);
 	layouts = json_array();
@@ -220,7 +226,7 @@ int render_status(struct zmount *z, struct buf *out)
 			 "start_step", json_u64(c->layout.start_step),
 			 "start_samples", json_u64(c->layout.start_samples),
 			 "consumed_samples", json_u64(consumed),
-			 "epoch", json_u64(status_epoch(z, consumed)),
+			 "epoch", json_u64(status_epoch(z, consumed, epoch)),
 			 "resume", z->resume_applied,
 			 "seed", json_u64(c->order.seed),
 			 "shuffle", order_shuffle_name(c->order.shuffle),
@@ -235,7 +241,7 @@ int render_status(struct zmount *z, struct buf *out)
 			 "last_error", last_error);
 	if (root) {
 		json_object_set_new(root, "mixture", z->served->is_mixture ?
-				    mixture_json(z, consumed) : json_null());
+				    mixture_json(z, used, epoch) : json_null());
 		json_object_set_new(root, "validation", c->validation.n ? json_pack(
 			"{s:s, s:o, s:o}", "split", z->served->split + strlen("validation="),
 			"samples", json_u64(c->validation.n),
@@ -345,23 +351,22 @@ int render_metrics(struct zmount *z, struct buf *out)
 				PRIu64 "\n", ov[i].rank, ov[i].opens);
 	free(ov);
 	if (!rc && z->served->is_mixture) {
-		uint64_t consumed = server_consumed(z->srv);
+		const struct served *sv = z->served;
+		uint64_t used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
 
+		source_progress(sv, server_consumed(z->srv), used, epoch);
 		rc = buf_printf(out, "# HELP zephon_source_consumed_samples Samples of the source "
 				"below consumed_samples.\n"
 				"# TYPE zephon_source_consumed_samples gauge\n");
-		for (size_t s = 0; s < z->served->k && !rc; s++)
+		for (size_t s = 0; s < sv->k && !rc; s++)
 			rc = buf_printf(out, "zephon_source_consumed_samples{source=\"%s\"} %" PRIu64
-					"\n", served_source_name(z->served, s),
-					mixture_count(z->served->mix, s, consumed));
+					"\n", served_source_name(sv, s), used[s]);
 		if (!rc)
 			rc = buf_printf(out, "# HELP zephon_source_epoch The source's epoch at "
 					"consumed_samples.\n# TYPE zephon_source_epoch gauge\n");
-		for (size_t s = 0; s < z->served->k && !rc; s++)
+		for (size_t s = 0; s < sv->k && !rc; s++)
 			rc = buf_printf(out, "zephon_source_epoch{source=\"%s\"} %" PRIu64 "\n",
-					served_source_name(z->served, s),
-					mixture_count(z->served->mix, s, consumed) /
-					mixture_source_order(z->served->mix, s)->n);
+					served_source_name(sv, s), epoch[s]);
 	}
 	if (!rc)
 		rc = buf_printf(out, "# HELP zephon_journal_wait_seconds How long the oldest claim "
