@@ -228,6 +228,13 @@ struct journal_point {
  * (read-only handle). */
 int journal_set_weights(struct journal *j, const char *weights);
 
+/* Parse a weights text as journal_set_weights() takes it and journal_layouts() gives it
+ * (non-empty): out (room for MIX_MAX_SOURCES values; may be NULL) receives the weights,
+ * *count (may be NULL) how many. 0, or -EINVAL with the broken rule in why (naming the
+ * weight by its 1-based position; why may be NULL). */
+int journal_weights_parse(const char *text, uint64_t *out, size_t *count, char *why,
+			  size_t why_len);
+
 /* Start a mount: resolve `rule` against the history into S0/G0 of *l (W, B, m are given
  * by the caller in *l), record the layout row (with journal_set_weights()'s weights)
  * and set every served rank's cursor to (S0, 0), all in one transaction. Rules:

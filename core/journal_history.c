@@ -301,7 +301,7 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 		jnl_copy_str(e->rule, sizeof(e->rule), (const char *)sqlite3_column_text(st, 9));
 		jnl_copy_str(e->resume, sizeof(e->resume), (const char *)sqlite3_column_text(st, 10));
 		w = (const char *)sqlite3_column_text(st, 11);
-		if (w && (!*w || jnl_weights_check(w, NULL, 0))) { /* not what we write */
+		if (w && (!*w || journal_weights_parse(w, NULL, NULL, NULL, 0))) { /* not what we write */
 			rc = SQLITE_CORRUPT;
 			break;
 		}

@@ -115,9 +115,6 @@ int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b)
 
 /* ---- weights (journal_start.c) ---- */
 
-/* Is text (non-empty) a weights text as journal_set_weights() documents it? 0, or
- * -EINVAL with the broken rule in why (naming the weight by its 1-based position). */
-int jnl_weights_check(const char *text, char *why, size_t why_len);
 
 /* ---- history rows (journal_history.c) ---- */
 

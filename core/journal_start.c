@@ -38,7 +38,8 @@ _Static_assert(JOURNAL_WEIGHTS_MAX >= MIX_MAX_SOURCES * 8,
 	       "journal_layout.weights holds every valid weights text");
 #define WEIGHT_LIMIT (UINT64_C(1) << 20)
 
-int jnl_weights_check(const char *text, char *why, size_t why_len)
+int journal_weights_parse(const char *text, uint64_t *out, size_t *count, char *why,
+			  size_t why_len)
 {
 	uint64_t sum = 0;
 	size_t k = 0;
@@ -72,11 +73,15 @@ int jnl_weights_check(const char *text, char *why, size_t why_len)
 		if (k > MIX_MAX_SOURCES)
 			return err_set(why, why_len, -EINVAL, "more than %d weights; a mixture has "
 				       "at most %d sources", MIX_MAX_SOURCES, MIX_MAX_SOURCES);
+		if (out)
+			out[k - 1] = w;
 		sum += w;
 		if (!*c)
 			break;
 		c++;
 	}
+	if (count)
+		*count = k;
 	if (sum == 0)
 		return err_set(why, why_len, -EINVAL, "every weight is 0; give at least one "
 			       "source a positive weight");
@@ -94,7 +99,7 @@ int journal_set_weights(struct journal *j, const char *weights)
 	pthread_mutex_lock(&j->mu);
 	if (j->readonly)
 		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
-	else if (weights && *weights && jnl_weights_check(weights, why, sizeof(why)))
+	else if (weights && *weights && journal_weights_parse(weights, NULL, NULL, why, sizeof(why)))
 		rc = jfail(j, -EINVAL, "mixture weights: %s", why);
 	else
 		jnl_copy_str(j->weights, sizeof(j->weights), weights);

@@ -216,32 +216,10 @@ void served_ident(const struct served *st, struct journal_ident *out)
 	snprintf(out->split, sizeof out->split, "%s", st->split);
 }
 
-/* "7,3" into a[0..k): 0, or -EINVAL. */
-static int weights_from_text(const char *text, size_t k, uint64_t *a)
-{
-	const char *p = text;
-	uint64_t sum = 0;
-
-	for (size_t s = 0; s < k; s++) {
-		char *end;
-		unsigned long long v;
-
-		errno = 0;
-		v = strtoull(p, &end, 10);
-		if (errno || end == p || v > MIX_MAX_PERIOD || (*end != ',' && s + 1 < k) ||
-		    (s + 1 == k && *end))
-			return -EINVAL;
-		a[s] = v;
-		sum += v;
-		p = end + 1;
-	}
-	return sum ? 0 : -EINVAL;
-}
-
 int served_replay(struct served *st, const struct journal_layout *rows, size_t n,
 		  char *why, size_t why_len)
 {
-	size_t from = 0;
+	size_t from = 0, k;
 	uint64_t a[MIX_MAX_SOURCES];
 	int rc;
 
@@ -256,7 +234,7 @@ int served_replay(struct served *st, const struct journal_layout *rows, size_t n
 	for (size_t i = from; !rc && i < n; i++) {
 		if (!rows[i].weights[0])
 			continue;
-		if (weights_from_text(rows[i].weights, st->k, a))
+		if (journal_weights_parse(rows[i].weights, a, &k, NULL, 0) || k != st->k)
 			return WHY("the journal's layout %" PRId64 " records weights \"%s\", which do "
 				   "not fit the mixture's %zu sources", rows[i].id, rows[i].weights,
 				   st->k);
