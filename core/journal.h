@@ -169,6 +169,14 @@ void journal_abandon(struct journal *j);
 /* The identity stored in the journal. */
 void journal_identity(struct journal *j, struct journal_ident *out);
 
+/* Are a and b one identity (fingerprint, seed, shuffle and split; samples is not
+ * compared)? 1 or 0. journal_ident_text() writes one for messages: "fingerprint F, seed
+ * S, shuffle X[, split Y]" (the split only when there is one; out is always
+ * NUL-terminated; JOURNAL_IDENT_TEXT_MAX bytes hold it whole). */
+#define JOURNAL_IDENT_TEXT_MAX 192
+int journal_ident_same(const struct journal_ident *a, const struct journal_ident *b);
+void journal_ident_text(const struct journal_ident *id, char *out, size_t len);
+
 /* The reason of the latest failing call on j, from any thread ("" if none): the SQLite
  * message for -EIO, the broken rule for -EINVAL. Copied into out (NUL-terminated). */
 void journal_last_error(struct journal *j, char *out, size_t len);

@@ -196,7 +196,7 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 {
 	struct hist *hs;
 	struct journal_ident first = { 0 };
-	char a[JNL_IDENT_TEXT_MAX], b[JNL_IDENT_TEXT_MAX];
+	char a[JOURNAL_IDENT_TEXT_MAX], b[JOURNAL_IDENT_TEXT_MAX];
 	int rc = 0;
 	size_t loaded = 0;
 
@@ -213,9 +213,9 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 			break;
 		if (i == 0) {
 			first = j->ident;
-		} else if (!jnl_ident_same(&first, &j->ident)) {
-			jnl_ident_text(&first, a, sizeof(a));
-			jnl_ident_text(&j->ident, b, sizeof(b));
+		} else if (!journal_ident_same(&first, &j->ident)) {
+			journal_ident_text(&first, a, sizeof(a));
+			journal_ident_text(&j->ident, b, sizeof(b));
 			rc = jnl_fail(err, errlen, -ESTALE, "journals %s (%s) and %s (%s) belong to "
 				  "different datasets, orders or splits; pass the journals of one job",
 				  paths[0], a, paths[i], b);

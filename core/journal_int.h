@@ -106,13 +106,6 @@ int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
 /* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
 int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
 
-/* "fingerprint F, seed S, shuffle X[, split T]" for messages (the split only when
- * given; JNL_IDENT_TEXT_MAX holds it whole); whether two identities are the same
- * (samples is not compared). */
-#define JNL_IDENT_TEXT_MAX 192
-void jnl_ident_text(const struct journal_ident *id, char *out, size_t len);
-int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b);
-
 /* ---- weights (journal_start.c) ---- */
 
 

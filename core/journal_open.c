@@ -319,14 +319,14 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 	return 0;
 }
 
-void jnl_ident_text(const struct journal_ident *id, char *out, size_t len)
+void journal_ident_text(const struct journal_ident *id, char *out, size_t len)
 {
 	snprintf(out, len, "fingerprint %s, seed %" PRIu64 ", shuffle %s%s%s", id->fingerprint,
 		 id->seed, order_shuffle_name(id->shuffle), id->split[0] ? ", split " : "",
 		 id->split);
 }
 
-int jnl_ident_same(const struct journal_ident *a, const struct journal_ident *b)
+int journal_ident_same(const struct journal_ident *a, const struct journal_ident *b)
 {
 	return !strcmp(a->fingerprint, b->fingerprint) && a->seed == b->seed &&
 	       a->shuffle == b->shuffle && !strcmp(a->split, b->split);
@@ -667,7 +667,7 @@ static int open_create(struct opening *o, const struct journal_ident *want, char
 static int open_existing(struct opening *o, const struct journal_ident *want, char *err,
 			 size_t errlen)
 {
-	char a[JNL_IDENT_TEXT_MAX], b[JNL_IDENT_TEXT_MAX];
+	char a[JOURNAL_IDENT_TEXT_MAX], b[JOURNAL_IDENT_TEXT_MAX];
 	int src, rc;
 
 	/* BEGIN IMMEDIATE takes the write lock now: in EXCLUSIVE mode it stays ours until
@@ -677,9 +677,9 @@ static int open_existing(struct opening *o, const struct journal_ident *want, ch
 	if (src != SQLITE_OK)
 		return bad_file(o->db, src, o->path, err, errlen);
 	rc = validate(o->db, o->path, &o->have, &o->version, err, errlen);
-	if (!rc && want && !jnl_ident_same(&o->have, want)) {
-		jnl_ident_text(&o->have, a, sizeof(a));
-		jnl_ident_text(want, b, sizeof(b));
+	if (!rc && want && !journal_ident_same(&o->have, want)) {
+		journal_ident_text(&o->have, a, sizeof(a));
+		journal_ident_text(want, b, sizeof(b));
 		rc = jnl_fail(err, errlen, -ESTALE,
 			      "journal %s belongs to another dataset, order or split (%s) than this "
 			      "mount (%s), and no resume= rule can use it; pass journal=PATH naming "

@@ -186,14 +186,13 @@ static int replay_journal(struct served *st, const char *path, const struct layo
 	if (!rc) {
 		journal_identity(j, &have);
 		served_ident(st, &want);
-		if (strcmp(have.fingerprint, want.fingerprint) || have.seed != want.seed ||
-		    have.shuffle != want.shuffle || strcmp(have.split, want.split)) {
-			snprintf(why, why_len, "journal %s belongs to another stream (fingerprint %s, "
-				 "seed %" PRIu64 ", shuffle %s%s%s) than these options give (fingerprint "
-				 "%s, seed %" PRIu64 ", shuffle %s%s%s)", path, have.fingerprint,
-				 have.seed, order_shuffle_name(have.shuffle), *have.split ? ", " : "",
-				 have.split, want.fingerprint, want.seed,
-				 order_shuffle_name(want.shuffle), *want.split ? ", " : "", want.split);
+		if (!journal_ident_same(&have, &want)) {
+			char a[JOURNAL_IDENT_TEXT_MAX], b[JOURNAL_IDENT_TEXT_MAX];
+
+			journal_ident_text(&have, a, sizeof(a));
+			journal_ident_text(&want, b, sizeof(b));
+			snprintf(why, why_len, "journal %s belongs to another stream (%s) than these "
+				 "options give (%s)", path, a, b);
 			rc = -EINVAL;
 		}
 	}
