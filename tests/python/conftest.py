@@ -61,13 +61,13 @@ class Mounts:
     """Mounts made by a test: each unmounted at the end, its log checked for sanitizer
     reports."""
 
-    def __init__(self, tmp):
-        self.tmp, self.all, self.n = tmp, [], 0
+    def __init__(self, tmp, seed=SEED):
+        self.tmp, self.all, self.n, self.seed = tmp, [], 0, seed
 
     def __call__(self, ds, **options):
         self.n += 1
         options.setdefault('journal', self.tmp / 'journal.sqlite')
-        options.setdefault('seed', SEED)
+        options.setdefault('seed', self.seed)
         m = zephon.mount(ds, self.tmp / ('mnt%d' % self.n), **options)
         self.all.append(m)
         return m.start()

@@ -14,6 +14,7 @@ from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.config import ConfigManager, Configurable
 
 import zephon
+from conftest import Mounts
 from titan_helpers import EOD, documents, pack_tokens, reference, zrun
 from zephon.torchtitan import (PretokenizedTokenizer, ZephonDataLoader, positions_of,
                                trainer_batch)
@@ -31,17 +32,10 @@ def ds(tmp_path_factory):
 
 @pytest.fixture
 def mounts(tmp_path):
-    made = []
-
-    def make(dataset, **options):
-        options.setdefault('seed', SEED)
-        options.setdefault('journal', tmp_path / 'journal.sqlite')
-        m = zephon.mount(dataset, tmp_path / ('mnt%d' % len(made)), **options)
-        made.append(m)
-        return m.start()
-    yield make
-    for m in made:
-        m.stop()
+    """conftest's Mounts (unmounted and checked for sanitizer reports), with this file's SEED."""
+    ms = Mounts(tmp_path, seed=SEED)
+    yield ms
+    ms.close()
 
 
 def build(mp, dp_rank, dp, micro=2, seq=SEQ, extra=None, **config):

@@ -9,6 +9,7 @@ import torch
 from torchtitan.components.validate import Validator
 
 import zephon
+from conftest import Mounts
 from titan_helpers import documents, pack_tokens
 from zephon.torch import ZephonValidationLoader
 from zephon.torchtitan import ZephonDataLoader, ZephonValidationDataLoader, trainer_batch
@@ -25,17 +26,10 @@ def ds(tmp_path_factory):
 
 @pytest.fixture
 def mounts(tmp_path):
-    made = []
-
-    def make(dataset, **options):
-        options.setdefault('seed', 3)
-        options.setdefault('journal', tmp_path / ('j%d.sqlite' % len(made)))
-        m = zephon.mount(dataset, tmp_path / ('mnt%d' % len(made)), **options)
-        made.append(m)
-        return m.start()
-    yield make
-    for m in made:
-        m.stop()
+    """conftest's Mounts (unmounted and checked for sanitizer reports), seed 3."""
+    ms = Mounts(tmp_path, seed=3)
+    yield ms
+    ms.close()
 
 
 def validator_loader(mp, dp_rank, dp, steps=-1, micro=2):
