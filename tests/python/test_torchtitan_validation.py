@@ -8,7 +8,6 @@ import pytest
 import torch
 from torchtitan.components.validate import Validator
 
-import zephon
 from conftest import Mounts
 from titan_helpers import documents, pack_tokens
 from zephon.torch import ZephonValidationLoader
