@@ -13,7 +13,6 @@ from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.config import ConfigManager, Configurable
 
-import zephon
 from conftest import Mounts
 from titan_helpers import EOD, documents, pack_tokens, reference, zrun
 from zephon.torchtitan import (PretokenizedTokenizer, ZephonDataLoader, positions_of,
