@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "buf.h"
-#include "order.h"
+#include "order_one.h"
 #include "prp.h"
 
 #define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
@@ -570,7 +570,7 @@ uint64_t mixture_sample(const struct mixture *mx, uint64_t gsn, uint64_t *epoch,
 
 	if (source)
 		*source = s;
-	return mx->offset[s] + order_sample(&mx->src[s], k, epoch);
+	return mx->offset[s] + order_one_sample(&mx->src[s], k, epoch);
 }
 
 /* Gsns mixture_fill() sorts by source at once; its buffers live on the stack. */
@@ -578,8 +578,8 @@ uint64_t mixture_sample(const struct mixture *mx, uint64_t gsn, uint64_t *epoch,
 
 /* ids[0..run) for gsn [gsn, gsn + run), all in segment g, run <= MIX_FILL_CHUNK. The
  * slots of one source in a segment hold its consecutive source gsns, so each source's
- * share of the run is one order_fill() (one key schedule per source and epoch, the
- * permutation's lanes busy) instead of one order_sample() per gsn; then the ids go back
+ * share of the run is one order_one_fill() (one key schedule per source and epoch, the
+ * permutation's lanes busy) instead of one order_one_sample() per gsn; then the ids go back
  * to their slots. */
 static int fill_run(const struct mixture *mx, const struct mix_segment *g, uint64_t gsn,
 		    size_t run, uint64_t *ids)
@@ -606,7 +606,7 @@ static int fill_run(const struct mixture *mx, const struct mix_segment *g, uint6
 	}
 	for (size_t i = 0; i < nseen; i++) {
 		size_t s = seen[i];
-		int rc = order_fill(&mx->src[s], first[s], cnt[s], tmp + pos);
+		int rc = order_one_fill(&mx->src[s], first[s], cnt[s], tmp + pos);
 
 		if (rc)
 			return rc;

@@ -27,9 +27,9 @@
  * start_i on (a curriculum changes the weights at a step boundary). Segment i serves
  * the interleave of w^(i) from its start, continuing every source where the segments
  * before it left it (base_i[s] = samples of s in gsn [0, start_i)). Each source has its
- * own struct order over its own N_s samples and its own seed, so each source has its own
- * epochs and its own permutation per epoch: a small source repeated 3 times is seen in 3
- * orders, and the k-th sample of source s is sample perm_s(k / N_s)(k % N_s) of it.
+ * own plain struct order (order_one.h: never a mixture itself) over its own N_s samples
+ * and its own seed, so each source has its own epochs and its own permutation per epoch:
+ * a small source repeated 3 times is seen in 3 orders, and the k-th sample of source s is sample perm_s(k / N_s)(k % N_s) of it.
  *
  * Pure, no globals; read-only structures are thread-safe.
  */
@@ -130,7 +130,7 @@ uint64_t mixture_sample(const struct mixture *mx, uint64_t gsn, uint64_t *epoch,
 			size_t *source);
 
 /* ids[i] = mixture_sample(gsn + i) for i < count, each source's share of a run keyed
- * once per epoch (order_fill()). 0, or -EOVERFLOW (past 2^62). */
+ * once per epoch (order_one_fill()). 0, or -EOVERFLOW (past 2^62). */
 int mixture_fill(const struct mixture *mx, uint64_t gsn, size_t count, uint64_t *ids);
 
 /* The first gsn at which some source begins its epoch `epochs` (0: ORDER_MAX_GSN): a

@@ -7,6 +7,10 @@
  * A step t >= S0 of a layout covers gsn [G0 + (t - S0) * B, G0 + (t - S0 + 1) * B);
  * rank r owns [r * B/W, (r + 1) * B/W) of it, served as A = B/(W*m) micro-batches of m.
  *
+ * struct order and the order of one dataset are order_one.h's; the functions here take
+ * any order, a mixture's too: they hand off to mix.h when o->mix is set, so order stands
+ * above both order_one and mix (neither calls back up).
+ *
  * All arithmetic is 64-bit with overflow checks; N and every gsn stay below 2^62.
  * Pure, no globals, thread-safe.
  */
@@ -16,62 +20,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "prp.h"
-
-/* Largest gsn + 1 ever produced (and largest N). */
-#define ORDER_MAX_GSN PRP_MAX_N
-
-enum order_shuffle {
-	ORDER_SHUFFLE_GLOBAL = 0, /* perm(seed, epoch): a new permutation per epoch */
-	ORDER_SHUFFLE_NONE = 1,   /* identity: sample id = position in epoch */
-};
-
-struct mixture;
-
-/*
- * The validation split (docs/design.md §11): V = holdout samples of a dataset of `total`
- * samples never appear in training. Sample id x is held out when its position under the
- * split permutation, split(x)^-1, is below V; split is the PRP of [0, total) keyed by the
- * dataset's fingerprint alone (order_split_key()), so the held-out set is the same for
- * every seed, world size and layout. Training position p of an epoch (p < n = total - V)
- * is then sample split(V + perm(seed, epoch)(p)), and validation position j (j < V) is
- * sample split(j): a fixed validation stream.
- */
-struct order {
-	uint64_t n;               /* training samples per epoch, N (the dataset's samples
-	                           * without a validation split) */
-	uint64_t seed;
-	enum order_shuffle shuffle;
-	uint64_t holdout;         /* V: samples held out for validation (0: no split) */
-	struct prp split;         /* keyed over [0, n + V) when holdout > 0 */
-	const struct mixture *mix;/* a mixture of sources (mix.h): n is then the union's
-	                           * id space, and every call below defers to it. Not owned. */
-	int validation;           /* the validation stream instead (order_validation()):
-	                           * gsn j is validation position j, epoch 0 */
-};
-
-/* 0, or -EINVAL when n == 0, n > ORDER_MAX_GSN, or shuffle is unknown. No split, no
- * mixture. */
-int order_init(struct order *o, uint64_t n, uint64_t seed, enum order_shuffle shuffle);
-
-/* Hold out V = holdout of the o->n samples for validation (o has no split yet and
- * holdout < o->n): afterwards o->n = N - V. 0, or -EINVAL. */
-int order_set_holdout(struct order *o, uint64_t holdout, uint64_t split_key);
-
-/* The split key of a dataset: its fingerprint's first 16 hex digits. */
-uint64_t order_split_key(const char *fingerprint);
-
-/* The sample id of validation position j < o->holdout (no mixture). */
-uint64_t order_validation_sample(const struct order *o, uint64_t j);
+#include "order_one.h"
 
 /* The validation stream of o (a split, or a mixture whose sources have splits) as an
  * order of its own: gsn j is validation position j (mixture_validation_sample() for a
  * mixture), n the stream's length. 0, or -ENOENT (no sample is held out). */
 int order_validation(const struct order *o, struct order *out);
-
-/* Parse "global" | "none". 0 or -EINVAL. */
-int order_shuffle_parse(const char *s, enum order_shuffle *out);
-const char *order_shuffle_name(enum order_shuffle s);
 
 /* Sample id at gsn g (g < ORDER_MAX_GSN, asserted); *epoch receives g / N when non-NULL. */
 uint64_t order_sample(const struct order *o, uint64_t gsn, uint64_t *epoch);
