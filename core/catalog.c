@@ -12,7 +12,7 @@
 
 #include <sqlite3.h>
 
-#include "dataset.h"
+#include "buf.h"
 #include "parse.h"
 #include "sqlite_errno.h"
 

@@ -501,7 +501,6 @@ int dataset_open_sources(const char *const *dirs, size_t count, struct dataset *
 		ds->info = ds->src[0].info;
 	else if ((rc = union_info(ds)))
 		goto err_free;
-	ds->warm_window = dataset_warm_window(ds);
 	free(dirfd);
 	*out = ds;
 	return 0;

@@ -39,32 +39,9 @@
 
 #include "buf.h"
 #include "dtype.h"
+#include "shard_index.h"
 
 #define CATALOG_FORMAT_VERSION 1
-
-#define SHARD_INDEX_MAGIC "ZPHIDX\0\1" /* 8 bytes; the last byte is the index format */
-#define SHARD_INDEX_VERSION 2  /* 2: checksum is shard_index_checksum() (XXH3), was XXH32 */
-
-struct shard_index_header {
-	char magic[8];          /* SHARD_INDEX_MAGIC */
-	uint32_t version;       /* SHARD_INDEX_VERSION */
-	uint32_t entry_size;    /* sizeof(struct shard_index_entry) */
-	uint64_t count;         /* entries that follow */
-	uint64_t first_sample;  /* id of entry 0 */
-};
-_Static_assert(sizeof(struct shard_index_header) == 32, "index header is 32 bytes on disk");
-
-struct shard_index_entry {
-	uint64_t offset;        /* byte offset of the payload in the shard file */
-	uint32_t stored_len;    /* payload bytes in the shard file */
-	uint32_t raw_len;       /* decoded sample bytes */
-	uint32_t checksum;      /* shard_index_checksum() of the decoded sample */
-	uint32_t reserved;      /* 0 */
-};
-_Static_assert(sizeof(struct shard_index_entry) == 24, "index entry is 24 bytes on disk");
-
-/* Largest decoded sample accepted (raw_len is 32-bit on disk; keep batches sane). */
-#define SAMPLE_MAX_BYTES (UINT32_C(1) << 31)
 
 enum dataset_kind { DATASET_RECORDS, DATASET_TOKENS };
 enum dataset_content { CONTENT_TEXT, CONTENT_FILES, CONTENT_TOKENS };
@@ -189,7 +166,7 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
  * read the index pages of all of them, then their payloads (MADV_WILLNEED,
  * POSIX_FADV_WILLNEED), so that the disk reads overlap. A payload is read with a window
  * of 128 KiB around it when the dataset fits in half the memory, alone otherwise (see
- * warm_window() in dataset.c). Without it each
+ * warm_window() in dataset_warm.c). Without it each
  * sample of a dataset that is not in the page cache waits for two reads of its own, one
  * after the other, and a batch for all of them in turn. Once a probe
  * finds the pages in memory, the reader's next 7 batches are not probed. Hints only: no

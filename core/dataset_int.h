@@ -53,7 +53,6 @@ struct dataset {
 	size_t nsrc;
 	struct ds_shard *shards; /* every source's in order; first_sample ascending */
 	size_t nshards;
-	uint64_t warm_window;    /* see WARM_WINDOW; 0: the payload's own pages */
 };
 
 struct sample_reader {
@@ -62,6 +61,9 @@ struct sample_reader {
 	struct buf scratch;      /* compressed payload */
 	unsigned warm_hot;       /* sample_reader_warm(): probes in a row that found all in memory */
 	unsigned warm_skip;      /* batches it lets pass before its next probe */
+	int warm_known;          /* warm_window is set (at the first cold batch) */
+	uint64_t warm_window;    /* dataset_warm.c's window for r->ds, see WARM_WINDOW;
+	                          * 0: the payload's own pages */
 	char err[320];
 };
 
@@ -77,9 +79,5 @@ int dataset_entry_read(const struct ds_shard *s, uint64_t id, struct shard_index
 /* The fingerprint of a union of count sources whose fingerprints (32 hex digits each)
  * are fps[0..count), into out (dataset_open_sources() states the rule). 0 or -ENOMEM. */
 int dataset_union_fingerprint(const char *const *fps, size_t count, char out[33]);
-
-/* dataset_warm.c: how far around each payload of a cold batch sample_reader_warm()
- * reads (bytes; 0: the payload's own pages), chosen once at open. */
-uint64_t dataset_warm_window(const struct dataset *ds);
 
 #endif

@@ -18,7 +18,7 @@
  * figures in tests/bench/RESULTS.md). A larger one gets only the payloads' pages:
  * around them the window would read 32 times the bytes of 4 KiB samples, evicted before
  * they are used. */
-uint64_t dataset_warm_window(const struct dataset *ds)
+static uint64_t warm_window(const struct dataset *ds)
 {
 	uint64_t bytes = 0, mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 
@@ -92,7 +92,14 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 		return;
 	}
 	r->warm_hot = 0;
-	w = ds->warm_window ? ds->warm_window : page;
+	if (!r->warm_known) {
+		/* once per reader, here rather than in dataset_open(): the dataset stands below
+		 * its warming (no call back up), and a reader that never meets a cold batch
+		 * never sums the shards */
+		r->warm_window = warm_window(ds);
+		r->warm_known = 1;
+	}
+	w = r->warm_window ? r->warm_window : page;
 	/* every index page first, all of them in flight at once ... */
 	for (size_t i = 0; i < count; i++) {
 		uintptr_t at, end;

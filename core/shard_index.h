@@ -1,6 +1,7 @@
 /*
- * shard_index.h: checks and reads of a shard's offset index (the `.idx` file whose
- * layout dataset.h pins: struct shard_index_header, then `count` entries, little-endian).
+ * shard_index.h: the layout of a shard's offset index (the `.idx` file of dataset.h's
+ * directory: struct shard_index_header, then `count` entries, little-endian), pinned
+ * here, and the checks and reads of it.
  *
  * Index bytes come from disk and are untrusted: every function here bounds-checks what
  * it reads and never trusts a count or offset before checking it against the file size.
@@ -16,7 +17,29 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-#include "dataset.h"
+#define SHARD_INDEX_MAGIC "ZPHIDX\0\1" /* 8 bytes; the last byte is the index format */
+#define SHARD_INDEX_VERSION 2  /* 2: checksum is shard_index_checksum() (XXH3), was XXH32 */
+
+struct shard_index_header {
+	char magic[8];          /* SHARD_INDEX_MAGIC */
+	uint32_t version;       /* SHARD_INDEX_VERSION */
+	uint32_t entry_size;    /* sizeof(struct shard_index_entry) */
+	uint64_t count;         /* entries that follow */
+	uint64_t first_sample;  /* id of entry 0 */
+};
+_Static_assert(sizeof(struct shard_index_header) == 32, "index header is 32 bytes on disk");
+
+struct shard_index_entry {
+	uint64_t offset;        /* byte offset of the payload in the shard file */
+	uint32_t stored_len;    /* payload bytes in the shard file */
+	uint32_t raw_len;       /* decoded sample bytes */
+	uint32_t checksum;      /* shard_index_checksum() of the decoded sample */
+	uint32_t reserved;      /* 0 */
+};
+_Static_assert(sizeof(struct shard_index_entry) == 24, "index entry is 24 bytes on disk");
+
+/* Largest decoded sample accepted (raw_len is 32-bit on disk; keep batches sane). */
+#define SAMPLE_MAX_BYTES (UINT32_C(1) << 31)
 
 /* The index entry's checksum of a decoded sample of len bytes: the low 32 bits of
  * XXH3_64bits (seed 0) of its bytes (xxHash, https://github.com/Cyan4973/xxHash, the
