@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "journal_weights.h"
 #include "order.h"
 
 /* COMPATIBILITY: the on-disk schema version (PRAGMA user_version). A journal with a
@@ -69,10 +70,6 @@ struct journal_ident {
 	                             * "" for none; compared as text. Meta key `split`,
 	                             * absent when "" (so journals without it read as "") */
 };
-
-/* Longest weights text of a layout, with its NUL: MIX_MAX_SOURCES weights of up to 7
- * digits (below 2^20) and their commas. */
-#define JOURNAL_WEIGHTS_MAX 2048
 
 enum journal_sync { JOURNAL_SYNC_NORMAL, JOURNAL_SYNC_FULL };
 
@@ -236,12 +233,6 @@ struct journal_point {
  * (read-only handle). */
 int journal_set_weights(struct journal *j, const char *weights);
 
-/* Parse a weights text as journal_set_weights() takes it and journal_layouts() gives it
- * (non-empty): out (room for MIX_MAX_SOURCES values; may be NULL) receives the weights,
- * *count (may be NULL) how many. 0, or -EINVAL with the broken rule in why (naming the
- * weight by its 1-based position; why may be NULL). */
-int journal_weights_parse(const char *text, uint64_t *out, size_t *count, char *why,
-			  size_t why_len);
 
 /* Start a mount: resolve `rule` against the history into S0/G0 of *l (W, B, m are given
  * by the caller in *l), record the layout row (with journal_set_weights()'s weights)

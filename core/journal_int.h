@@ -106,9 +106,6 @@ int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
 /* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
 int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
 
-/* ---- weights (journal_start.c) ---- */
-
-
 /* ---- history rows (journal_history.c) ---- */
 
 /* Rows (rank, step, micro[, delivered_step, delivered_micro]) of `sql` with ?1 = key,

@@ -33,64 +33,6 @@ static int layout_reached(void *ctx, const struct hev *e, uint64_t step)
 	return yes;
 }
 
-/* A weight is below 2^20: 7 digits; with its comma, 8 characters per source. */
-_Static_assert(JOURNAL_WEIGHTS_MAX >= MIX_MAX_SOURCES * 8,
-	       "journal_layout.weights holds every valid weights text");
-#define WEIGHT_LIMIT (UINT64_C(1) << 20)
-
-int journal_weights_parse(const char *text, uint64_t *out, size_t *count, char *why,
-			  size_t why_len)
-{
-	uint64_t sum = 0;
-	size_t k = 0;
-	const char *c = text;
-
-	for (;;) {
-		const char *d = c, *e;
-		uint64_t w = 0;
-		int len;
-
-		while (*c >= '0' && *c <= '9') {
-			if (w < WEIGHT_LIMIT) /* saturates: never overflows */
-				w = w * 10 + (uint64_t)(*c - '0');
-			c++;
-		}
-		e = c;
-		while (*c && *c != ',')
-			c++;
-		len = c - d > 24 ? 24 : (int)(c - d); /* the weight, for the message */
-		k++;
-		if (e == d || e != c)
-			return err_set(why, why_len, -EINVAL, "weight %zu (\"%.*s\") is not a "
-				       "decimal integer; give integer weights separated by commas, "
-				       "as \"7,3,0\"", k, len, d);
-		if (c - d > 1 && *d == '0')
-			return err_set(why, why_len, -EINVAL, "weight %zu (\"%.*s\") has a leading "
-				       "zero; write it without", k, len, d);
-		if (w >= WEIGHT_LIMIT)
-			return err_set(why, why_len, -EINVAL, "weight %zu (\"%.*s\") is not below "
-				       "2^20; give the reduced integer weights", k, len, d);
-		if (k > MIX_MAX_SOURCES)
-			return err_set(why, why_len, -EINVAL, "more than %d weights; a mixture has "
-				       "at most %d sources", MIX_MAX_SOURCES, MIX_MAX_SOURCES);
-		if (out)
-			out[k - 1] = w;
-		sum += w;
-		if (!*c)
-			break;
-		c++;
-	}
-	if (count)
-		*count = k;
-	if (sum == 0)
-		return err_set(why, why_len, -EINVAL, "every weight is 0; give at least one "
-			       "source a positive weight");
-	if (sum > MIX_MAX_PERIOD)
-		return err_set(why, why_len, -EINVAL, "the weights sum to %" PRIu64 ", past %"
-			       PRIu64 "; give the reduced integer weights", sum, MIX_MAX_PERIOD);
-	return 0;
-}
-
 int journal_set_weights(struct journal *j, const char *weights)
 {
 	char why[sizeof(j->err)];

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "journal_weights.h"
 
 #define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
 
@@ -140,7 +141,6 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 {
 	struct order src[MIX_MAX_SOURCES];
 	uint64_t off[MIX_MAX_SOURCES];
-	size_t len = 0;
 	int rc;
 
 	if (weights_opt && !st->is_mixture)
@@ -191,9 +191,7 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 	rc = resolve_weights(st, weights_opt, st->weights, why, why_len);
 	if (rc)
 		return rc;
-	for (size_t s = 0; s < st->k; s++)
-		len += (size_t)snprintf(st->weights_text + len, sizeof st->weights_text - len,
-					"%s%" PRIu64, s ? "," : "", st->weights[s]);
+	journal_weights_format(st->weights, st->k, st->weights_text);
 	mixture_free(st->mix);
 	st->mix = NULL;
 	rc = mixture_new(st->k, src, off, st->weights, &st->mix);
@@ -260,7 +258,6 @@ int served_records_weights(const struct served *st)
 int served_start(struct served *st, uint64_t g0)
 {
 	const uint64_t *now;
-	size_t len = 0;
 
 	if (!st->is_mixture)
 		return 0;
@@ -268,11 +265,9 @@ int served_start(struct served *st, uint64_t g0)
 		return mixture_set_weights(st->mix, g0, st->weights);
 	/* the recorded history goes on: show the weights in force at the start */
 	now = mixture_segment_weights(st->mix, mixture_segment_at(st->mix, g0));
-	for (size_t s = 0; s < st->k; s++) {
+	for (size_t s = 0; s < st->k; s++)
 		st->weights[s] = now[s];
-		len += (size_t)snprintf(st->weights_text + len, sizeof st->weights_text - len,
-					"%s%" PRIu64, s ? "," : "", now[s]);
-	}
+	journal_weights_format(st->weights, st->k, st->weights_text);
 	return 0;
 }
 

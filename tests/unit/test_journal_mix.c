@@ -190,13 +190,25 @@ static void test_bad_weights(void)
 		/* 255 weights of 7 digits, the longest text the digit rules allow: read to
 		 * its end (refused for its sum, not for a weight cut short) */
 		char longest[JOURNAL_WEIGHTS_MAX];
-		size_t len = 0;
+		uint64_t a[255];
 
 		for (n = 0; n < 255; n++)
-			len += (size_t)snprintf(longest + len, sizeof(longest) - len, "%s1000000",
-						n ? "," : "");
-		CHECK(len == 255 * 8 - 1 && len < sizeof(longest));
+			a[n] = 1000000;
+		journal_weights_format(a, 255, longest);
+		CHECK(strlen(longest) == 255 * 8 - 1 && !strncmp(longest, "1000000,1000000,", 16));
 		expect_bad(j, longest, "the weights sum to 255000000");
+	}
+	{
+		/* the codec's two halves agree: what journal_weights_format() writes parses back */
+		const uint64_t a[3] = {7, 3, 0};
+		uint64_t back[255]; /* MIX_MAX_SOURCES */;
+		char text[JOURNAL_WEIGHTS_MAX];
+		size_t k = 0;
+
+		journal_weights_format(a, 3, text);
+		CHECK(!strcmp(text, "7,3,0"));
+		CHECK(journal_weights_parse(text, back, &k, NULL, 0) == 0 && k == 3 &&
+		      back[0] == 7 && back[1] == 3 && back[2] == 0);
 	}
 	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
 	REQUIRE(journal_current(j, &cl) == 0);
