@@ -201,7 +201,7 @@ static void test_bad_weights(void)
 	{
 		/* the codec's two halves agree: what journal_weights_format() writes parses back */
 		const uint64_t a[3] = {7, 3, 0};
-		uint64_t back[255]; /* MIX_MAX_SOURCES */;
+		uint64_t back[255]; /* MIX_MAX_SOURCES */
 		char text[JOURNAL_WEIGHTS_MAX];
 		size_t k = 0;
 
