@@ -20,16 +20,6 @@
 #include "shard_writer.h"
 #include "zephon_config.h"
 
-int pack_fail(struct packer *p, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	err_vset(p->err, p->errlen, rc, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 void pack_opts_init(struct pack_opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -38,19 +28,6 @@ void pack_opts_init(struct pack_opts *o)
 	o->level = PACK_LEVEL_DEFAULT;
 	o->dict_size = PACK_DICT_SIZE_DEFAULT;
 	o->shard_bytes = PACK_SHARD_BYTES_DEFAULT;
-}
-
-void pack_report(struct packer *p, int done)
-{
-	if (!p->o->progress)
-		return;
-	p->prog.input_bytes = p->input_done;
-	p->prog.input_bytes_total = p->input_total;
-	p->prog.samples = p->samples;
-	p->prog.raw_bytes = p->raw_bytes;
-	p->prog.stored_bytes = p->w ? shard_writer_stored_bytes(p->w) : 0;
-	p->prog.done = done;
-	p->o->progress(p->o->ctx, &p->prog);
 }
 
 /* Cut every whole window out of p->window into the batch. */
@@ -69,11 +46,6 @@ static int cut_windows(struct packer *p)
 	memmove(p->window.data, p->window.data + off, p->window.len - off);
 	p->window.len -= off;
 	return rc;
-}
-
-int pack_cancelled(const struct packer *p)
-{
-	return p->o->cancel && *p->o->cancel;
 }
 
 /* Pack o->inputs[i] as the next source (catalog row). */
@@ -314,7 +286,7 @@ static int pack_finish(struct packer *p, struct pack_result *res)
 					 "one window of --seq-len %" PRIu64, p->tokens, o->seq_len);
 		token_rows(p);
 	}
-	if (p->training && (rc = pack_dict_finish(p)))
+	if (p->training && (rc = pack_batch_write_held(p)))
 		return rc;
 	rc = shard_writer_finish(p->w, why, sizeof(why));
 	if (rc)

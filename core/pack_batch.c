@@ -240,7 +240,10 @@ int pack_batch_flush(struct packer *p)
 		XXH3_128bits_update(p->fp, d, b->len[i]);
 		p->samples++;
 		p->raw_bytes += b->len[i];
-		rc = p->training ? pack_dict_hold(p, d, b->len[i]) : pack_write_record(p, b, i);
+		if (!p->training)
+			rc = pack_write_record(p, b, i);
+		else if ((rc = pack_dict_hold(p, d, b->len[i])) == 1)
+			rc = pack_batch_write_held(p); /* enough held: train, then write them */
 		if (rc)
 			break;
 	}
@@ -253,6 +256,48 @@ int pack_batch_flush(struct packer *p)
 	if (rc == -ENOMEM && !p->err[0])
 		pack_fail(p, rc, "out of memory while packing %s", p->cur_path);
 	pack_report(p, 0);
+	return rc;
+}
+
+/* End dictionary training: train on what was held back, open the writer, then write the
+ * held samples as a batch of their own, compressed on every thread. */
+int pack_batch_write_held(struct packer *p)
+{
+	struct pack_batch sb = { 0 };
+	uint64_t off = 0;
+	int rc;
+
+	rc = pack_dict_train(p);
+	if (rc)
+		return rc;
+	rc = pack_open_writer(p);
+	if (rc)
+		return rc;
+	/* The held samples become a batch of their own, compressed on every thread. */
+	while (sb.cap < p->nstash)
+		if ((rc = pack_batch_grow(&sb, pool_size(p->pool))))
+			goto out;
+	sb.data = p->stash;
+	memset(&p->stash, 0, sizeof(p->stash));
+	for (size_t i = 0; i < p->nstash; i++) {
+		sb.off[i] = off;
+		sb.len[i] = p->stash_sizes[i];
+		sb.why[i] = NULL;
+		off += p->stash_sizes[i];
+	}
+	sb.n = p->nstash;
+	pack_batch_run(p, &sb, 0, p->o->compress);
+	for (size_t i = 0; !rc && i < sb.n; i++) {
+		if (sb.status[i])
+			rc = pack_fail(p, sb.status[i], "zstd failed on a sample");
+		else
+			rc = pack_write_record(p, &sb, i);
+	}
+out:
+	pack_batch_release(&sb);
+	free(p->stash_sizes);
+	p->stash_sizes = NULL;
+	p->nstash = p->stash_cap = 0;
 	return rc;
 }
 

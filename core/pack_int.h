@@ -3,8 +3,10 @@
  * state and the functions of each step. pack.c runs the steps: pack_plan.c checks the
  * inputs and options, pack_publish.c makes the temporary directory and moves the
  * finished dataset into place, pack_batch.c gathers records into batches that every
- * pool thread validates, checksums and compresses, and pack_dict.c holds the first
- * samples back to train the zstd dictionary on them. Internal to core/pack*.c; not
+ * pool thread validates, checksums and compresses, pack_dict.c holds the first samples
+ * back to train the zstd dictionary on them, and every step reports through packer.c.
+ * Each file stands above what it calls: pack.c > pack_plan.c, pack_publish.c,
+ * pack_batch.c > pack_dict.c > packer.c. Internal to core/pack*.c; not
  * thread-safe: one pack per struct packer, the pool threads touching only their share
  * of a batch.
  */
@@ -85,7 +87,7 @@ struct packer {
 	int validate;                /* the batch holds JSONL lines to check */
 };
 
-/* pack.c: errors into the caller's buffer (returns rc), progress, interruption. */
+/* packer.c: errors into the caller's buffer (returns rc), progress, interruption. */
 int pack_fail(struct packer *p, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void pack_report(struct packer *p, int done);
@@ -103,10 +105,16 @@ void pack_batch_run(struct packer *p, struct pack_batch *b, int validate, int co
 int pack_write_record(struct packer *p, struct pack_batch *b, size_t i);
 int pack_batch_flush(struct packer *p);
 int pack_batch_full(const struct packer *p);
+/* End dictionary training (pack_dict_train()), open the writer, and write the held
+ * samples; 0 or -errno (the message in p->err). */
+int pack_batch_write_held(struct packer *p);
 
-/* pack_dict.c: dictionary training on the first samples held back. */
-int pack_dict_finish(struct packer *p);
+/* pack_dict.c: dictionary training on the first samples held back.
+ * pack_dict_hold: 0, 1 when enough samples are held (the caller then calls
+ * pack_batch_write_held()), or -ENOMEM. pack_dict_train: train on them and end the
+ * training (p->training = 0); 0 or -ENOMEM. */
 int pack_dict_hold(struct packer *p, const void *data, size_t len);
+int pack_dict_train(struct packer *p);
 
 /* pack_publish.c: the temporary directory, and publishing the dataset. */
 int pack_remove_dir(const char *path);
