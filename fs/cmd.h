@@ -17,7 +17,7 @@ int cmd_journal(int argc, char **argv);
  * (argv[0] is then the program name). */
 int cmd_mount(int argc, char **argv);
 
-/* Shared by the subcommands: print "zephon: <msg>\n" to stderr. */
+/* cli.c, shared by the subcommands: print "zephon: <msg>\n" to stderr. */
 void die_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "20.6 MiB": bytes in binary units (B, KiB, MiB, ...), one decimal; every size the CLI

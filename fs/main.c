@@ -2,7 +2,6 @@
  * main.c: the `zephon` executable's entry point: dispatch to a subcommand, or treat
  * `zephon DATASET MOUNTPOINT -o ...` (what mount.fuse3 and fstab call) as `mount`.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -22,30 +21,6 @@ static const struct command {
 	{ "journal", cmd_journal, "show a cursor journal, compute resume points" },
 	{ "mount", cmd_mount, "mount a dataset (also: zephon DATASET MOUNTPOINT -o ...)" },
 };
-
-void die_msg(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("zephon: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-const char *human_size(double bytes, char *buf, size_t len)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	unsigned u = 0;
-
-	while (bytes >= 1024 && u < 5) {
-		bytes /= 1024;
-		u++;
-	}
-	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
-	return buf;
-}
 
 static void usage(FILE *f)
 {
