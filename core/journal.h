@@ -126,6 +126,15 @@ struct journal_event {
 	int64_t time_us;            /* unix microseconds */
 };
 
+/* The clock of the history's times (time_us of layouts, marks and rewinds, and the
+ * creation time in meta): now_us returns Unix microseconds; NULL restores the real clock
+ * (CLOCK_REALTIME). Whatever the clock, the times one process writes are strictly
+ * increasing (a time not past the last is the last + 1), so its rows keep their order
+ * across journals; setting a clock starts that sequence afresh, so a test's clock gives
+ * the times it returns. For tests, which order rows across journals without sleeping
+ * between them. Process-wide: set it while no other thread uses a journal. */
+void journal_set_clock(int64_t (*now_us)(void));
+
 /* Open or create the journal at path for ident, for writing. A missing or empty (0-byte)
  * file is created (the directory must exist). An existing file is validated before
  * anything is written to it: SQLite header, application_id, schema version, meta,

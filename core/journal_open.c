@@ -55,21 +55,36 @@ _Static_assert(sizeof(journal_migrations) / sizeof(journal_migrations[0]) ==
 
 /* ---- small helpers ---- */
 
+/* journal_set_clock()'s clock (NULL: CLOCK_REALTIME), and the last time given out. */
+static int64_t (*clock_now_us)(void);
+static int64_t clock_last;
+
+void journal_set_clock(int64_t (*now_us)(void))
+{
+	__atomic_store_n(&clock_now_us, now_us, __ATOMIC_RELAXED);
+	__atomic_store_n(&clock_last, 0, __ATOMIC_RELAXED);
+}
+
 /* Unix microseconds for history rows, strictly increasing within the process, so the
  * rows of several journals written by one process keep their order across journals. */
 int64_t jnl_now_us(void)
 {
-	static int64_t last;
-	struct timespec ts;
+	int64_t (*now_us)(void) = __atomic_load_n(&clock_now_us, __ATOMIC_RELAXED);
 	int64_t t, prev;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	t = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-	prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	if (now_us) {
+		t = now_us();
+	} else {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		t = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	}
+	prev = __atomic_load_n(&clock_last, __ATOMIC_RELAXED);
 	do {
 		if (t <= prev)
 			t = prev + 1;
-	} while (!__atomic_compare_exchange_n(&last, &prev, t, 0, __ATOMIC_RELAXED,
+	} while (!__atomic_compare_exchange_n(&clock_last, &prev, t, 0, __ATOMIC_RELAXED,
 					      __ATOMIC_RELAXED));
 	return t;
 }

@@ -446,6 +446,34 @@ def freezable_fs(tmp_path):
     subprocess.run(['umount', str(d)])
 
 
+def waiting_on_fuse(behind_lookups=False):
+    """Threads of this process in a system call that waits for a FUSE daemon's answer
+    (their /proc wchan is the kernel's FUSE request wait): a request the daemon holds, or
+    one queued for it. With behind_lookups, also those that wait for another thread's
+    lookup of the same name (d_alloc_parallel): in these tests, a lookup on the mount."""
+    n = 0
+    for task in pathlib.Path('/proc/self/task').iterdir():
+        try:
+            wchan = (task / 'wchan').read_text()
+        except OSError:
+            continue  # the thread ended
+        n += ('fuse' in wchan or wchan == 'request_wait_answer'
+              or (behind_lookups and wchan == 'd_alloc_parallel'))
+    return n
+
+
+def wait_until(cond, what, timeout=20):
+    """Poll cond() until it holds; fail with `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def journal_wait(m):
+    return json.loads(read_all(m.path('status')))['journal_wait_s']
+
+
 @pytest.mark.parametrize('threads', [1, 2])
 def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tmp_path,
                                                              threads):
@@ -456,8 +484,9 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
     peek, every rank's state, status and metrics (which tell how long the journal has
     kept the claims waiting), a step/ file, a listing, and the close of a handle of a
     stalled rank. Then 70 readers of a stalled rank's peek, which waits for the claim,
-    take every offload thread of their queue: step/ and samples/ files must still
-    answer (they have a queue of their own). After the thaw everything completes, with
+    all wait (one lookup of peek held on the journal queue, the other 69 behind it in
+    the kernel's lookup of the same name, so they take no offload thread): step/ and
+    samples/ files must still answer (they have a queue of their own). After the thaw everything completes, with
     the right bytes."""
     opts = 'world_size=3,global_batch=12,micro_batch=2'
     m = Mount(ds, tmp_path / 'mp', opts + ',max_threads=%d,journal=%s' %
@@ -472,7 +501,9 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         subprocess.run(['fsfreeze', '-f', str(freezable_fs)], check=True)
         frozen = True
         stalled = [pool.submit(read_all, m.path('rank', r, 'next')) for r in (0, 1)]
-        time.sleep(0.5)  # no event to wait for: time for a claim that should stall to show
+        # both claims reached the mount and the journal has held one for half a second
+        wait_until(lambda: (waiting_on_fuse() >= 2 and journal_wait(m) >= 0.5)
+                   or any(f.done() for f in stalled), 'the claims never reached the journal')
         assert not any(f.done() for f in stalled), 'a claim completed on a frozen journal'
 
         def others():
@@ -502,7 +533,12 @@ def test_a_stalled_journal_holds_up_claims_and_nothing_else(freezable_fs, ds, tm
         assert float(wait.group(1)) >= 0.4
         assert not any(f.done() for f in stalled), 'a claim completed on a frozen journal'
         peeks = [flood.submit(read_all, m.path('rank', 0, 'peek')) for _ in range(70)]
-        time.sleep(0.5)  # likewise for a peek that should stall
+        # every peek waits on the mount and none answered: the two claims and 70 peeks
+        # wait at once. (One peek's lookup reaches the mount, which holds it: a peek's
+        # size is its batch's, which waits for the claim; the other 69 wait for that
+        # lookup in the kernel, not on offload threads.)
+        wait_until(lambda: waiting_on_fuse(behind_lookups=True) >= 72
+                   or any(f.done() for f in peeks), 'the peeks never all waited on the mount')
         assert not any(f.done() for f in peeks), "a stalled rank's peek answered"
         builds = pool.submit(lambda: (read_all(m.path('rank', 2, 'step', 6)),
                                       read_all(m.path('samples', 7)),
@@ -549,7 +585,9 @@ def test_a_rewind_on_a_stalled_journal_shows_in_status(freezable_fs, ds, tmp_pat
             assert time.monotonic() < deadline and not rw.done(), 'the rewind never waited'
             time.sleep(0.01)
         claims = [pool.submit(read_all, m.path('rank', r, 'next')) for r in (0, 1)]
-        time.sleep(0.5)  # no event to wait for: time for a claim past the rewind to show
+        # the rewind's write and both claims wait on the mount, the commit for 0.5 s
+        wait_until(lambda: (waiting_on_fuse() >= 3 and journal_wait(m) >= 0.5)
+                   or any(c.done() for c in claims), 'the claims never reached the mount')
         status = json.loads(read_all(m.path('status')))
         assert not rw.done() and not any(c.done() for c in claims)
         assert status['journal_wait_s'] >= 0.5

@@ -333,8 +333,11 @@ def test_a_mount_of_many_ranks_prefetches_a_rank_from_its_first_claim(records, m
     decoded on demand, and its ring is filled from then on."""
     ds, _ = records
     opts = 'world_size=100,global_batch=200,prefetch=2'
-    m = mount(ds, opts)
-    time.sleep(0.5)  # no event to wait for: time for a wrong prefetch at mount to show
+    # One decode thread: decodes run in the order queued (core/jobq.h), so a ring primed
+    # at mount would be decoded before rank 42's, which its first claim queues: then the
+    # two decodes waited for below would be the mount's, and rank 42's second claim
+    # would miss. No time window to wait out.
+    m = mount(ds, opts + ',workers=1')
     assert metric(m, 'zephon_prefetch_decoded_total') == 0
     assert read_all(m.path('rank', 42, 'next')) == batch(ds, opts, 42, 0)
     assert metric(m, 'zephon_prefetch_misses_total') == 1

@@ -771,6 +771,62 @@ static void test_start_ranges(void)
 	free(p);
 }
 
+/* The journal's clock in test_resume_files(): 2026-01-01T00:00:00Z, then one
+ * millisecond later at every call, so that each run's rows are later than the run
+ * before's on every journal without sleeping. */
+static int64_t fake_now_us(void)
+{
+	static int64_t t = INT64_C(1767225600000000);
+
+	return t += 1000;
+}
+
+/* A clock that stands still: the journal still writes increasing times. */
+static int64_t still_now_us(void)
+{
+	return INT64_C(1767225600000000);
+}
+
+/* journal_set_clock(): the history's times are the clock's, made strictly increasing. */
+static void test_clock(void)
+{
+	const int64_t t0 = INT64_C(1767225600000000);
+	char *p = path_in(dir, "clock.sqlite");
+	struct journal_event *ev = NULL;
+	struct journal_layout *ls = NULL;
+	struct journal *j;
+	struct layout l;
+	uint64_t s, m;
+	size_t n = 0;
+
+	journal_set_clock(still_now_us);
+	j = open_ok(p);
+	CHECK(start_text(j, "samples:0", 2, 4, 1, "", &l) == 0);
+	for (int i = 0; i < 8; i++) /* both ranks to step 2 */
+		CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
+	CHECK(journal_checkpoint(j, 1) == 0);
+	CHECK(journal_checkpoint(j, 2) == 0);
+	CHECK(journal_layouts(j, &ls, &n) == 0 && n == 1);
+	CHECK(n == 1 && ls[0].time == t0 / 1000000);
+	free(ls);
+	/* a clock that stands still: each time one past the last */
+	CHECK(journal_marks(j, &ev, &n) == 0 && n == 2);
+	CHECK(n == 2 && ev[0].time_us > t0 && ev[0].time_us < t0 + 10 &&
+	      ev[1].time_us == ev[0].time_us + 1);
+	free(ev);
+	journal_close(j);
+	journal_set_clock(NULL);
+	j = open_ok(p);
+	CHECK(start_text(j, "auto", 2, 4, 1, "", &l) == 0);
+	CHECK(journal_checkpoint(j, 2) == 0);
+	/* the real clock again: today, not 2026-01-01 */
+	CHECK(journal_marks(j, &ev, &n) == 0 && n == 3);
+	CHECK(n == 3 && ev[2].time_us > t0 + 1000000);
+	free(ev);
+	journal_close(j);
+	free(p);
+}
+
 /* Several journals, one per node. */
 static void test_resume_files(void)
 {
@@ -783,6 +839,7 @@ static void test_resume_files(void)
 	uint64_t s, m, g;
 	char err[512];
 
+	journal_set_clock(fake_now_us);
 	/* run 1: W=4, B=8, m=1 (A=2); node0 serves 0-1, node1 serves 2-3, node2 serves
 	 * nothing of it (its journal exists from an older run with W=2, B=4) */
 	jc = open_ok(c);
@@ -790,7 +847,6 @@ static void test_resume_files(void)
 	for (int i = 0; i < 40; i++)
 		CHECK(journal_claim_next(jc, (uint64_t)i % 2, &s, &m) == 0);
 	journal_close(jc);
-	usleep(2000);
 	ja = open_ok(a);
 	jb = open_ok(b);
 	CHECK(start_text(ja, "samples:0", 4, 8, 1, "0-1", &l) == 0);
@@ -819,7 +875,6 @@ static void test_resume_files(void)
 
 	/* run 2 from samples:24, ranks moved: node1 serves 0-1, node0 serves 2-3 (same key
 	 * (S0, G0, W, B) on both nodes); per rank the newer row counts */
-	usleep(2000);
 	ja = open_ok(a);
 	jb = open_ok(b);
 	CHECK(start_text(ja, "samples:24", 4, 8, 1, "2-3", &l) == 0);
@@ -836,7 +891,6 @@ static void test_resume_files(void)
 
 	/* a run 3 started from the same point on node0 alone, serving 0-3, and not claiming:
 	 * its rows are the newest of that key for ranks 2-3 and 0-1 alike */
-	usleep(2000);
 	ja = open_ok(a);
 	CHECK(start_text(ja, "samples:56", 4, 8, 1, "0-3", &l) == 0);
 	for (int i = 0; i < 8; i++)
@@ -849,7 +903,6 @@ static void test_resume_files(void)
 	 * steps) and node1 serve 2-3 (nothing), so the point stays 64; run B has node1 serve
 	 * 0-1 (1 step) and node0 serve 2-3 (3 steps). For ranks 0-1 the newest row (node1)
 	 * counts, not node2's older one. */
-	usleep(2000);
 	jc = open_ok(c);
 	jb = open_ok(b);
 	CHECK(start_text(jc, "samples:64", 4, 8, 1, "0-1", &l) == 0);
@@ -860,7 +913,6 @@ static void test_resume_files(void)
 	journal_close(jb);
 	CHECK(journal_resume_point_files(abc, 3, &g, &s, err, sizeof(err)) == 0);
 	CHECK(s == 8 && g == 64);
-	usleep(2000);
 	ja = open_ok(a);
 	jb = open_ok(b);
 	CHECK(start_text(jb, "samples:64", 4, 8, 1, "0-1", &l) == 0);
@@ -875,7 +927,6 @@ static void test_resume_files(void)
 	CHECK(s == 9 && g == 72);
 
 	/* a checkpoint mark in any journal wins over cursors */
-	usleep(2000);
 	jb = open_ok(b);
 	CHECK(start_text(jb, "samples:72", 4, 8, 1, "0-3", &l) == 0);
 	for (int i = 0; i < 4 * 2 * 3; i++)
@@ -903,6 +954,7 @@ static void test_resume_files(void)
 	/* empty journals: point 0 */
 	CHECK(journal_resume_point_files_ex(ao + 1, 1, &pt, err, sizeof(err)) == 0);
 	CHECK(pt.basis == JOURNAL_POINT_EMPTY && pt.samples == 0 && pt.step == 0);
+	journal_set_clock(NULL);
 	free(a);
 	free(b);
 	free(c);
@@ -962,6 +1014,7 @@ int main(void)
 	test_checkpoint_rewind();
 	test_resume_rules();
 	test_start_ranges();
+	test_clock();
 	test_resume_files();
 	test_unclean_close();
 	rm_rf(dir);
