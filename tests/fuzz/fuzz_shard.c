@@ -10,13 +10,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../unit/scratch.h"
 #include "dataset.h"
 #include "fuzz.h"
 #include "pack.h"
 
 #define N_SAMPLES 40
 
-static char dir[] = "/tmp/zephon-fuzz-shard-XXXXXX";
+static char *dir; /* the scratch directory (scratch.h) */
 static char ds_path[128], shard_path[160];
 static uint8_t *original;
 static size_t original_len;
@@ -24,11 +25,8 @@ static struct buf expect[N_SAMPLES];
 
 static void cleanup(void)
 {
-	char cmd[256];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	rm_rf(dir);
+	free(dir);
 }
 
 static void setup(void)
@@ -41,8 +39,7 @@ static void setup(void)
 	int fd;
 	struct stat sb;
 
-	if (!mkdtemp(dir))
-		abort();
+	dir = scratch_dir("fuzz-shard");
 	atexit(cleanup);
 	snprintf(in, sizeof(in), "%s/in.jsonl", dir);
 	snprintf(ds_path, sizeof(ds_path), "%s/ds", dir);

@@ -98,8 +98,8 @@ static void pack_lines(const char *name, unsigned s, unsigned n, int compress, i
 		REQUIRE(buf_append(&all, "\n", 1) == 0);
 	}
 	snprintf(in, sizeof(in), "%s.jsonl", name);
-	write_file(path_in(in), all.data, all.len);
-	pack(path_in(name), path_in(in), &a);
+	write_file(tmp_path(in), all.data, all.len);
+	pack(tmp_path(name), tmp_path(in), &a);
 	buf_release(&all);
 }
 
@@ -154,7 +154,7 @@ static void test_union_reads(void)
 	pack_lines(src_name[1], 1, src_n[1], 0, 0);
 	pack_lines(src_name[2], 2, src_n[2], 1, 1);
 	for (int s = 0; s < NSRC; s++) {
-		dirs[s] = strdup(path_in(src_name[s]));
+		dirs[s] = strdup(tmp_path(src_name[s]));
 		one[s] = open_one(dirs[s]);
 		offs[s] = total;
 		total += src_n[s];
@@ -339,7 +339,7 @@ static void test_union_reads(void)
 /* One source is dataset_open(). */
 static void test_single(void)
 {
-	const char *dir = path_in(src_name[1]);
+	const char *dir = tmp_path(src_name[1]);
 	struct dataset *a = open_one(dir), *b = NULL;
 	const struct dataset_info *x = dataset_info(a), *y;
 	char err[512];
@@ -381,8 +381,8 @@ static void pack_tok(const char *name, enum token_dtype dt, uint64_t seq_len, ui
 		memcpy(data + i * size, &v, size); /* little-endian host */
 	}
 	snprintf(in, sizeof(in), "%s.bin", name);
-	write_file(path_in(in), data, 64 * size);
-	pack(path_in(name), path_in(in), &a);
+	write_file(tmp_path(in), data, 64 * size);
+	pack(tmp_path(name), tmp_path(in), &a);
 }
 
 static void expect_refused(const char *x, const char *y, const char *what)
@@ -392,8 +392,8 @@ static void expect_refused(const char *x, const char *y, const char *what)
 	struct dataset *ds = NULL;
 	int fds = count_fds(), rc;
 
-	snprintf(dx, sizeof(dx), "%s", path_in(x));
-	snprintf(dy, sizeof(dy), "%s", path_in(y));
+	snprintf(dx, sizeof(dx), "%s", tmp_path(x));
+	snprintf(dy, sizeof(dy), "%s", tmp_path(y));
 	/* the odd one out third: each source is checked against the first */
 	dirs[0] = dx;
 	dirs[1] = dx;
@@ -417,12 +417,12 @@ static void test_incompatible(void)
 	char err[512] = "";
 	struct dataset *ds = NULL;
 
-	write_file(path_in("lines.txt"), "one\ntwo\nthree\n", 14);
-	pack(path_in("txt"), path_in("lines.txt"), &a);
-	REQUIRE(mkdir(path_in("tree"), 0755) == 0);
-	write_file(path_in("tree/a.txt"), "a", 1);
-	write_file(path_in("tree/b.txt"), "b", 1);
-	pack(path_in("files"), path_in("tree"), &a);
+	write_file(tmp_path("lines.txt"), "one\ntwo\nthree\n", 14);
+	pack(tmp_path("txt"), tmp_path("lines.txt"), &a);
+	REQUIRE(mkdir(tmp_path("tree"), 0755) == 0);
+	write_file(tmp_path("tree/a.txt"), "a", 1);
+	write_file(tmp_path("tree/b.txt"), "b", 1);
+	pack(tmp_path("files"), tmp_path("tree"), &a);
 	pack_tok("u16", DTYPE_UINT16, 8, 0, 0, 0);
 	pack_tok("u16b", DTYPE_UINT16, 8, 0, 0, 0);
 	pack_tok("u32", DTYPE_UINT32, 8, 0, 0, 0);
@@ -448,8 +448,8 @@ static void test_incompatible(void)
 		struct sample_reader *r;
 		struct buf b = BUF_INIT;
 
-		snprintf(d1, sizeof(d1), "%s", path_in("u16"));
-		snprintf(d2, sizeof(d2), "%s", path_in("u16b"));
+		snprintf(d1, sizeof(d1), "%s", tmp_path("u16"));
+		snprintf(d2, sizeof(d2), "%s", tmp_path("u16b"));
 		REQUIRE(dataset_open_sources(dirs, 2, &ds, err, sizeof(err)) == 0);
 		CHECK_EQ_U64(dataset_info(ds)->samples, 16);
 		CHECK_EQ_U64(dataset_info(ds)->seq_len, 8);
@@ -477,15 +477,15 @@ static void test_missing_and_leaks(void)
 	struct dataset *ds = NULL;
 	int fds = count_fds();
 
-	snprintf(d0, sizeof(d0), "%s", path_in(src_name[0]));
-	snprintf(d1, sizeof(d1), "%s", path_in(src_name[1]));
-	snprintf(d2, sizeof(d2), "%s", path_in("no-such-dataset"));
+	snprintf(d0, sizeof(d0), "%s", tmp_path(src_name[0]));
+	snprintf(d1, sizeof(d1), "%s", tmp_path(src_name[1]));
+	snprintf(d2, sizeof(d2), "%s", tmp_path("no-such-dataset"));
 	CHECK(dataset_open_sources(dirs, 3, &ds, err, sizeof(err)) == -ENOENT);
 	CHECK(ds == NULL && strstr(err, d2) != NULL);
 	CHECK(count_fds() == fds);
 
 	/* a directory that is no dataset */
-	snprintf(d2, sizeof(d2), "%s", path_in("tree"));
+	snprintf(d2, sizeof(d2), "%s", tmp_path("tree"));
 	CHECK(dataset_open_sources(dirs, 3, &ds, err, sizeof(err)) == -ENOENT);
 	CHECK(ds == NULL && strstr(err, d2) && strstr(err, "not a zephon dataset"));
 	CHECK(count_fds() == fds);
@@ -495,7 +495,7 @@ static void test_missing_and_leaks(void)
 	{
 		char shard[1100];
 
-		snprintf(d2, sizeof(d2), "%s", path_in("broken"));
+		snprintf(d2, sizeof(d2), "%s", tmp_path("broken"));
 		snprintf(shard, sizeof(shard), "cp -r %s %s", d1, d2);
 		REQUIRE(system(shard) == 0);
 		snprintf(shard, sizeof(shard), "%s/shard-00001.idx", d2);
@@ -515,8 +515,8 @@ static void test_overflow(void)
 	sqlite3 *db;
 	int fds = count_fds();
 
-	snprintf(d0, sizeof(d0), "%s", path_in(src_name[1]));
-	snprintf(d1, sizeof(d1), "%s", path_in("huge"));
+	snprintf(d0, sizeof(d0), "%s", tmp_path(src_name[1]));
+	snprintf(d1, sizeof(d1), "%s", tmp_path("huge"));
 	snprintf(cmd, sizeof(cmd), "cp -r %s %s", d0, d1);
 	REQUIRE(system(cmd) == 0);
 	snprintf(cmd, sizeof(cmd), "%s/%s", d1, CATALOG_FILE);
@@ -533,16 +533,12 @@ static void test_overflow(void)
 
 int main(void)
 {
-	char cmd[600];
-
 	scratch_init("dssrc");
 	test_union_reads();
 	test_single();
 	test_incompatible();
 	test_missing_and_leaks();
 	test_overflow();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmp);
+	rm_rf(tmp);
 	return check_status();
 }

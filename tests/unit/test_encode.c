@@ -212,11 +212,11 @@ static void test_text(int compress)
 	make_records(rec);
 	for (int i = 0; i < NREC; i++)
 		buf_printf(&src, "%s\n", rec[i]);
-	write_file(path_in("records.jsonl"), src.data, src.len);
+	write_file(tmp_path("records.jsonl"), src.data, src.len);
 	snprintf(dir, sizeof(dir), "text-%d", compress);
-	pack(path_in(dir), path_in("records.jsonl"), compress, 0, DTYPE_UINT8, 0);
+	pack(tmp_path(dir), tmp_path("records.jsonl"), compress, 0, DTYPE_UINT8, 0);
 
-	struct dataset *ds = open_ds(path_in(dir));
+	struct dataset *ds = open_ds(tmp_path(dir));
 	const struct dataset_info *info = dataset_info(ds);
 	struct sample_reader *r = sample_reader_new(ds);
 
@@ -308,11 +308,11 @@ static void test_files_tar(int compress)
 	uint64_t ids[] = { 2, 0, 1 }, bad = 0;
 	char dir[64], data[64];
 
-	make_wds_tar(path_in("wds.tar"));
+	make_wds_tar(tmp_path("wds.tar"));
 	snprintf(dir, sizeof(dir), "files-tar-%d", compress);
-	pack(path_in(dir), path_in("wds.tar"), compress, 0, DTYPE_UINT8, 0);
+	pack(tmp_path(dir), tmp_path("wds.tar"), compress, 0, DTYPE_UINT8, 0);
 
-	struct dataset *ds = open_ds(path_in(dir));
+	struct dataset *ds = open_ds(tmp_path(dir));
 	const struct dataset_info *info = dataset_info(ds);
 	struct sample_reader *r = sample_reader_new(ds);
 
@@ -343,19 +343,19 @@ static void test_files_dir(void)
 	uint64_t ids[] = { 1, 0 }, bad = 0;
 	char longname[300], rel[320];
 
-	REQUIRE(mkdir(path_in("tree"), 0755) == 0);
-	REQUIRE(mkdir(path_in("tree/x"), 0755) == 0);
-	write_file(path_in("tree/x/one.txt"), "one", 3);
+	REQUIRE(mkdir(tmp_path("tree"), 0755) == 0);
+	REQUIRE(mkdir(tmp_path("tree/x"), 0755) == 0);
+	write_file(tmp_path("tree/x/one.txt"), "one", 3);
 	/* a name longer than ustar's 100 bytes: needs a pax "path" record */
 	memset(longname, 'n', 150);
 	strcpy(longname + 150, ".bin");
 	for (int i = 0; i < 3000; i++)
 		buf_append(&big, "0123456789", 10);
 	snprintf(rel, sizeof(rel), "tree/%s", longname);
-	write_file(path_in(rel), big.data, big.len);
-	pack(path_in("files-dir"), path_in("tree"), 1, 0, DTYPE_UINT8, 0);
+	write_file(tmp_path(rel), big.data, big.len);
+	pack(tmp_path("files-dir"), tmp_path("tree"), 1, 0, DTYPE_UINT8, 0);
 
-	struct dataset *ds = open_ds(path_in("files-dir"));
+	struct dataset *ds = open_ds(tmp_path("files-dir"));
 	const struct dataset_info *info = dataset_info(ds);
 	struct sample_reader *r = sample_reader_new(ds);
 
@@ -404,11 +404,11 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 	for (size_t i = 0; i < sizeof(raw); i++)
 		raw[i] = (uint8_t)(i * 37 + 11);
 	snprintf(in, sizeof(in), "tok-%s.bin", dtype_name(dt));
-	write_file(path_in(in), raw, total * itemsize);
+	write_file(tmp_path(in), raw, total * itemsize);
 	snprintf(dir, sizeof(dir), "tok-%s-%d", dtype_name(dt), compress);
-	pack(path_in(dir), path_in(in), compress, 1, dt, L);
+	pack(tmp_path(dir), tmp_path(in), compress, 1, dt, L);
 
-	struct dataset *ds = open_ds(path_in(dir));
+	struct dataset *ds = open_ds(tmp_path(dir));
 	const struct dataset_info *info = dataset_info(ds);
 	struct sample_reader *r = sample_reader_new(ds);
 
@@ -505,14 +505,14 @@ static void test_corrupt(void)
 		char dir[64];
 
 		snprintf(dir, sizeof(dir), "text-%d", compress);
-		corrupt_sample(path_in(dir), 5);
-		check_eio(path_in(dir), FORMAT_LINES, 5);
-		check_eio(path_in(dir), FORMAT_TAR, 5);
+		corrupt_sample(tmp_path(dir), 5);
+		check_eio(tmp_path(dir), FORMAT_LINES, 5);
+		check_eio(tmp_path(dir), FORMAT_TAR, 5);
 
 		snprintf(dir, sizeof(dir), "files-tar-%d", compress);
-		corrupt_sample(path_in(dir), 2);
+		corrupt_sample(tmp_path(dir), 2);
 		{
-			struct dataset *ds = open_ds(path_in(dir));
+			struct dataset *ds = open_ds(tmp_path(dir));
 			struct sample_reader *r = sample_reader_new(ds);
 			struct buf out = BUF_INIT;
 			uint64_t ids[] = { 0, 2, 1 }, bad = 0;
@@ -526,9 +526,9 @@ static void test_corrupt(void)
 		}
 
 		snprintf(dir, sizeof(dir), "tok-uint16-%d", compress);
-		corrupt_sample(path_in(dir), 3);
-		check_eio(path_in(dir), FORMAT_NPY, 3);
-		check_eio(path_in(dir), FORMAT_BIN, 3);
+		corrupt_sample(tmp_path(dir), 3);
+		check_eio(tmp_path(dir), FORMAT_NPY, 3);
+		check_eio(tmp_path(dir), FORMAT_BIN, 3);
 	}
 }
 
@@ -569,11 +569,11 @@ static void test_warm(void)
 	REQUIRE(raw);
 	for (size_t i = 0; i < (size_t)L * N; i++)
 		raw[i] = (uint8_t)(i * 2654435761u >> 13);
-	write_file(path_in("warm.bin"), raw, (size_t)L * N);
+	write_file(tmp_path("warm.bin"), raw, (size_t)L * N);
 	free(raw);
-	pack(path_in("warm"), path_in("warm.bin"), 0, 1, DTYPE_UINT8, L);
-	snprintf(spath, sizeof(spath), "%s/shard-00000.raw", path_in("warm"));
-	snprintf(ipath, sizeof(ipath), "%s/shard-00000.idx", path_in("warm"));
+	pack(tmp_path("warm"), tmp_path("warm.bin"), 0, 1, DTYPE_UINT8, L);
+	snprintf(spath, sizeof(spath), "%s/shard-00000.raw", tmp_path("warm"));
+	snprintf(ipath, sizeof(ipath), "%s/shard-00000.idx", tmp_path("warm"));
 	sfd = open(spath, O_RDONLY);
 	ifd = open(ipath, O_RDONLY);
 	REQUIRE(sfd >= 0 && ifd >= 0 && fstat(sfd, &ss) == 0 && fstat(ifd, &is) == 0);
@@ -589,7 +589,7 @@ static void test_warm(void)
 		goto out;
 	}
 
-	struct dataset *ds = open_ds(path_in("warm"));
+	struct dataset *ds = open_ds(tmp_path("warm"));
 	struct sample_reader *r = sample_reader_new(ds);
 
 	REQUIRE(r);
@@ -621,8 +621,6 @@ out:
 
 int main(void)
 {
-	char cmd[600];
-
 	/* Member names are UTF-8: read them back in a UTF-8 locale (libarchive converts
 	 * names to the locale's charset and warns in the C locale). */
 	REQUIRE(setlocale(LC_ALL, "C.UTF-8"));
@@ -641,8 +639,7 @@ int main(void)
 	test_files_dir();
 	test_corrupt();
 	test_warm();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	if (!check_failures && system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmp);
+	if (!check_failures) /* a failed run leaves its files to look at */
+		rm_rf(tmp);
 	return check_status();
 }

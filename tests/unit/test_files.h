@@ -1,7 +1,8 @@
 /*
- * test_files.h: a C unit test's scratch directory and the files it writes there
- * (test_pack.c, test_encode.c, test_dataset_sources.c). Header-only, static. The journal
- * tests have their own in test_journal_util.h.
+ * test_files.h: the one scratch directory of a C unit test that writes many files
+ * (test_pack.c, test_encode.c, test_dataset_sources.c), on scratch.h: scratch_init()
+ * makes it, tmp_path() names a file in it, write_file() writes one or fails the test.
+ * Header-only, static.
  */
 #ifndef ZEPHON_TEST_FILES_H
 #define ZEPHON_TEST_FILES_H
@@ -10,34 +11,32 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "scratch.h"
 
-/* The scratch directory, "/tmp/zephon-test-TAG-XXXXXX" once scratch_init() made it. */
-static char tmp[64];
+/* The scratch directory once scratch_init() made it (scratch_dir(): malloc'd, kept). */
+static char *tmp;
 
 static inline void scratch_init(const char *tag)
 {
-	snprintf(tmp, sizeof(tmp), "/tmp/zephon-test-%s-XXXXXX", tag);
-	REQUIRE(mkdtemp(tmp));
+	tmp = scratch_dir(tag);
 }
 
-/* tmp/name, in one of 8 rotating buffers (so a few can be alive at once). */
-static inline char *path_in(const char *name)
+/* path_in(tmp, name), owned here and valid until the 8th call after this one (so a few
+ * can be alive at once without the caller freeing any). */
+static inline char *tmp_path(const char *name)
 {
-	static char p[8][512];
+	static char *p[8];
 	static int k;
-	char *s = p[k++ % 8];
+	char **s = &p[k++ % 8];
 
-	snprintf(s, 512, "%s/%s", tmp, name);
-	return s;
+	free(*s);
+	*s = path_in(tmp, name);
+	return *s;
 }
 
 static inline void write_file(const char *path, const void *data, size_t n)
 {
-	FILE *f = fopen(path, "wb");
-
-	REQUIRE(f);
-	REQUIRE(fwrite(data, 1, n, f) == n);
-	REQUIRE(fclose(f) == 0);
+	REQUIRE(spit(path, data, n) == 0);
 }
 
 #endif

@@ -20,15 +20,7 @@ static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, ""
 
 static struct journal *open_ok(const char *path)
 {
-	struct journal *j = NULL;
-	char err[512];
-	int rc = journal_open(path, &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err));
-
-	if (rc) {
-		fprintf(stderr, "journal_open(%s): %d %s\n", path, rc, err);
-		exit(1);
-	}
-	return j;
+	return open_id(path, &ID);
 }
 
 /* A journal with a little history: two layouts, claims, a mark. Returns its path. */

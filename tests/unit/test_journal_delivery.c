@@ -18,14 +18,7 @@ static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, ""
 
 static struct journal *open_ok(const char *path)
 {
-	struct journal *j = NULL;
-	char err[512];
-
-	if (journal_open(path, &ID, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err))) {
-		fprintf(stderr, "journal_open(%s): %s\n", path, err);
-		exit(1);
-	}
-	return j;
+	return open_id(path, &ID);
 }
 
 /* A journal as a version-1 zephon left it: W=4, B=8, m=1 (2 claims per rank and step)

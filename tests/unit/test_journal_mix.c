@@ -17,18 +17,6 @@
 static char *dir;
 static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, "" };
 
-static struct journal *open_id(const char *path, const struct journal_ident *id)
-{
-	struct journal *j = NULL;
-	char err[512];
-
-	if (journal_open(path, id, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err))) {
-		fprintf(stderr, "journal_open(%s): %s\n", path, err);
-		exit(1);
-	}
-	return j;
-}
-
 /* The weights of layout row i (oldest first) as journal_layouts() reads them; "?" when
  * there is no such row, "!" when the read fails. */
 static const char *weights_of(struct journal *j, size_t i)

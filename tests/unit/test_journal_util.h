@@ -1,6 +1,7 @@
 /*
- * test_journal_util.h: helpers shared by the journal's C tests (scratch directories,
- * whole-file reads, starting a layout from text arguments). Header-only, static.
+ * test_journal_util.h: helpers shared by the journal's C tests (whole-file reads,
+ * starting a layout from text arguments; scratch directories are scratch.h's).
+ * Header-only, static.
  */
 #ifndef ZEPHON_TEST_JOURNAL_UTIL_H
 #define ZEPHON_TEST_JOURNAL_UTIL_H
@@ -22,9 +23,24 @@
 
 #include "check.h"
 #include "journal.h"
+#include "scratch.h"
 
 #define FP_A "0123456789abcdef0123456789abcdef"
 #define FP_B "fedcba9876543210fedcba9876543210"
+
+/* journal_open() of path for id that must succeed: exits with its message otherwise. */
+static inline struct journal *open_id(const char *path, const struct journal_ident *id)
+{
+	struct journal *j = NULL;
+	char err[512];
+	int rc = journal_open(path, id, JOURNAL_SYNC_NORMAL, &j, err, sizeof(err));
+
+	if (rc) {
+		fprintf(stderr, "journal_open(%s): %d %s\n", path, rc, err);
+		exit(1);
+	}
+	return j;
+}
 
 static inline struct journal_ident ident_of(const char *fp, uint64_t seed,
 					    enum order_shuffle sh, uint64_t n)
@@ -37,54 +53,6 @@ static inline struct journal_ident ident_of(const char *fp, uint64_t seed,
 	id.shuffle = sh;
 	id.samples = n;
 	return id;
-}
-
-/* A fresh scratch directory under $TMPDIR, else `pref` if it is a directory (NULL:
- * none), else /tmp; exits on failure. */
-static inline char *scratch_dir_in(const char *tag, const char *pref)
-{
-	const char *base = getenv("TMPDIR");
-	struct stat st;
-	char *p;
-
-	if ((!base || !*base) && pref && !stat(pref, &st) && S_ISDIR(st.st_mode) &&
-	    !access(pref, W_OK))
-		base = pref;
-	if (!base || !*base)
-		base = "/tmp";
-	if (asprintf(&p, "%s/zephon-%s-XXXXXX", base, tag) < 0 || !mkdtemp(p)) {
-		perror("mkdtemp");
-		exit(1);
-	}
-	return p;
-}
-
-static inline char *scratch_dir(const char *tag)
-{
-	return scratch_dir_in(tag, NULL);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
-static inline void rm_rf(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static inline char *path_in(const char *dir, const char *name)
-{
-	char *p;
-
-	if (asprintf(&p, "%s/%s", dir, name) < 0)
-		exit(1);
-	return p;
 }
 
 /* The whole file (malloc'd), or NULL with *len = 0 if it cannot be read. */
@@ -110,17 +78,6 @@ static inline unsigned char *slurp(const char *path, size_t *len)
 	if (b)
 		*len = (size_t)n;
 	return b;
-}
-
-static inline int spit(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-	int ok;
-
-	if (!f)
-		return -1;
-	ok = fwrite(data, 1, len, f) == len;
-	return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 static inline int file_equals(const char *path, const unsigned char *data, size_t len)

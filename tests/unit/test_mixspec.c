@@ -13,8 +13,9 @@
 
 #include "check.h"
 #include "mixspec.h"
+#include "scratch.h"
 
-static char tmp[] = "/tmp/zephon-test-mixspec-XXXXXX";
+static char *tmp; /* the scratch directory (scratch.h) */
 static char spec_path[600];
 
 static void write_spec(const char *text)
@@ -238,15 +239,12 @@ static void test_files(void)
 
 int main(void)
 {
-	char cmd[600];
-
-	REQUIRE(mkdtemp(tmp));
+	tmp = scratch_dir("mixspec");
 	snprintf(spec_path, sizeof(spec_path), "%s/mix.json", tmp);
 	test_happy();
 	test_refusals();
 	test_files();
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmp);
+	rm_rf(tmp);
+	free(tmp);
 	return check_status();
 }

@@ -54,7 +54,7 @@ static int make_line(unsigned k, char *buf, size_t cap)
 
 static void test_roundtrip(int compress, int no_dict)
 {
-	char *in = path_in("in.jsonl"), *out = path_in("ds"), err[512], line[256];
+	char *in = tmp_path("in.jsonl"), *out = tmp_path("ds"), err[512], line[256];
 	struct buf all = BUF_INIT, b = BUF_INIT;
 	struct dataset *ds;
 	struct sample_reader *r;
@@ -137,7 +137,7 @@ static void flip(const char *path, off_t off)
  * every other sample still reads. */
 static void test_corrupt_reads(int compress)
 {
-	char *out = path_in("ds"), err[512], line[256], *shard;
+	char *out = tmp_path("ds"), err[512], line[256], *shard;
 	struct dataset *ds;
 	struct sample_reader *r;
 	struct buf b = BUF_INIT;
@@ -150,7 +150,7 @@ static void test_corrupt_reads(int compress)
 		char name[300];
 
 		snprintf(name, sizeof(name), "ds/%s", dataset_catalog(ds)->shards[1].file);
-		shard = path_in(name);
+		shard = tmp_path(name);
 	}
 	dataset_close(ds);
 	chmod(shard, 0644);
@@ -280,7 +280,7 @@ static void *read_cut(void *arg)
  * reads that fault fail with -EIO, in any thread. */
 static void test_truncated_under_open_dataset(void)
 {
-	char *out = path_in("ds"), err[512], name[300];
+	char *out = tmp_path("ds"), err[512], name[300];
 	const struct catalog *cat;
 	struct cut_ctx c = { 0 };
 	sigset_t all, old;
@@ -296,13 +296,13 @@ static void test_truncated_under_open_dataset(void)
 	c.data_count = cat->shards[2].samples;
 	snprintf(c.idx_file, sizeof(c.idx_file), "%s", cat->shards[1].file);
 	snprintf(name, sizeof(name), "ds/%s", cat->shards[1].index_file);
-	chmod(path_in(name), 0644);
+	chmod(tmp_path(name), 0644);
 	/* to 0 bytes, so that every read faults: a cut inside a page leaves zeros up to
 	 * the page's end, which read as bad entries and bad samples */
-	REQUIRE(truncate(path_in(name), 0) == 0);
+	REQUIRE(truncate(tmp_path(name), 0) == 0);
 	snprintf(name, sizeof(name), "ds/%s", cat->shards[2].file);
-	chmod(path_in(name), 0644);
-	REQUIRE(truncate(path_in(name), 0) == 0);
+	chmod(tmp_path(name), 0644);
+	REQUIRE(truncate(tmp_path(name), 0) == 0);
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -388,28 +388,20 @@ static void test_megatron_idx_truncated_while_packed(void)
 	pthread_t t;
 	void *wrong;
 
-	write_megatron(path_in("meg"));
-	CHECK(read_cut_megatron(path_in("meg")) == NULL);
-	write_megatron(path_in("meg"));
+	write_megatron(tmp_path("meg"));
+	CHECK(read_cut_megatron(tmp_path("meg")) == NULL);
+	write_megatron(tmp_path("meg"));
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	REQUIRE(pthread_create(&t, NULL, read_cut_megatron, path_in("meg")) == 0);
+	REQUIRE(pthread_create(&t, NULL, read_cut_megatron, tmp_path("meg")) == 0);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_join(t, &wrong);
 	CHECK((long)wrong == 0);
 }
 
-static void rm_dataset(const char *dir)
-{
-	char cmd[600];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	REQUIRE(system(cmd) == 0);
-}
-
 static void test_pack_errors(void)
 {
-	char *in = path_in("bad.jsonl"), *out = path_in("bad-ds"), err[512];
+	char *in = tmp_path("bad.jsonl"), *out = tmp_path("bad-ds"), err[512];
 	struct stat sb;
 
 	write_file(in, "{\"a\":1}\n[1,2\n", 13);
@@ -553,15 +545,15 @@ int main(void)
 	test_megatron_idx_truncated_while_packed();
 	test_roundtrip(1, 0);
 	test_corrupt_reads(1);
-	rm_dataset(path_in("ds"));
+	rm_rf(tmp_path("ds"));
 	test_roundtrip(1, 1);
 	test_truncated_under_open_dataset();
-	rm_dataset(path_in("ds"));
+	rm_rf(tmp_path("ds"));
 	test_roundtrip(0, 0);
 	test_corrupt_reads(0);
-	rm_dataset(path_in("ds"));
+	rm_rf(tmp_path("ds"));
 	test_roundtrip(0, 0);
 	test_truncated_under_open_dataset();
-	rm_dataset(tmp);
+	rm_rf(tmp);
 	return check_status();
 }

@@ -13,6 +13,7 @@
 
 #include "catalog.h"
 #include "check.h"
+#include "scratch.h"
 #include "sqlite_errno.h"
 
 static void test_table(void)
@@ -78,11 +79,11 @@ static void test_real_codes(const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/zephon-sqlerr-XXXXXX";
+	char *dir = scratch_dir("sqlerr");
 
-	REQUIRE(mkdtemp(dir));
 	test_table();
 	test_real_codes(dir);
-	rmdir(dir);
+	rm_rf(dir);
+	free(dir);
 	return check_status();
 }
