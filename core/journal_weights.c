@@ -3,9 +3,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "buf.h"
 #include "mix.h"
+#include "parse.h"
 
 /* A weight is below 2^20: 7 digits; with its comma, 8 characters per source. */
 _Static_assert(JOURNAL_WEIGHTS_MAX >= MIX_MAX_SOURCES * 8,
@@ -24,10 +26,9 @@ int journal_weights_parse(const char *text, uint64_t *out, size_t *count, char *
 		uint64_t w = 0;
 		int len;
 
-		while (*c >= '0' && *c <= '9') {
-			if (w < WEIGHT_LIMIT) /* saturates: never overflows */
-				w = w * 10 + (uint64_t)(*c - '0');
-			c++;
+		if (parse_u64_prefix(&c, &w) && *c >= '0' && *c <= '9') {
+			w = WEIGHT_LIMIT; /* past 2^64: as far from a weight as any past 2^20 */
+			c += strspn(c, "0123456789");
 		}
 		e = c;
 		while (*c && *c != ',')

@@ -9,6 +9,7 @@
 
 #include "buf.h"
 #include "mix.h"
+#include "parse.h"
 
 int order_validation(const struct order *o, struct order *out)
 {
@@ -232,22 +233,6 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int parse_rank(const char **p, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (**p < '0' || **p > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(*p, &end, 10);
-	if (errno)
-		return -EINVAL;
-	*p = end;
-	*out = v;
-	return 0;
-}
-
 int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
 		  char *why_buf, size_t why_len)
 {
@@ -274,14 +259,14 @@ int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
 	while (!rc) {
 		uint64_t lo, hi;
 
-		if (parse_rank(&p, &lo)) {
+		if (parse_u64_prefix(&p, &lo)) {
 			WHY("ranks: expected a rank number at \"%s\"", p);
 			break;
 		}
 		hi = lo;
 		if (*p == '-') {
 			p++;
-			if (parse_rank(&p, &hi)) {
+			if (parse_u64_prefix(&p, &hi)) {
 				WHY("ranks: expected a rank number after '-' at \"%s\"", p);
 				break;
 			}

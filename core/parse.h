@@ -1,6 +1,8 @@
 /*
  * parse.h: the one strict parser of decimal numbers that options, control commands and
- * journals share: digits only (no sign, space or suffix), the whole string, 64 bits.
+ * journals share: digits only (no sign, space or suffix), 64 bits; the whole string
+ * (parse_u64()) or the number that starts it (parse_u64_prefix(): "0-3", "1/100", "64K").
+ * Pure, thread-safe.
  */
 #ifndef ZEPHON_PARSE_H
 #define ZEPHON_PARSE_H
@@ -11,17 +13,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The digits that start *s as a number: 0, *out = the value and *s moved past the
+ * digits; or -EINVAL (*s does not start with a digit, or the number is above 2^64 - 1),
+ * *s and *out unchanged. */
+static inline int parse_u64_prefix(const char **s, uint64_t *out)
+{
+	const char *p = *s;
+	uint64_t v = 0;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		v = v * 10 + d;
+	}
+	*s = p;
+	*out = v;
+	return 0;
+}
+
 /* 0 and *out = the value, or -EINVAL (NULL, empty, a non-digit, or above 2^64 - 1). */
 static inline int parse_u64(const char *s, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t v;
 
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
+	if (!s || parse_u64_prefix(&s, &v) || *s)
 		return -EINVAL;
 	*out = v;
 	return 0;

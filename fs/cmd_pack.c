@@ -11,6 +11,7 @@
 
 #include "cmd.h"
 #include "pack.h"
+#include "parse.h"
 
 #define NOTICES_SHOWN 20
 /* Above this fraction of the raw bytes stored, zstd saves too little to pay for decoding
@@ -144,15 +145,11 @@ static void usage(FILE *f)
 
 static int parse_size(const char *s, uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
+	const char *end = s;
+	uint64_t v;
 	unsigned shift = 0;
 
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
+	if (parse_u64_prefix(&end, &v))
 		return -EINVAL;
 	switch (*end) {
 	case 'k': case 'K': shift = 10; end++; break;
@@ -200,20 +197,14 @@ static int pack_option(int opt, struct pack_opts *o)
 		}
 		o->overlap = optarg[0] == '1';
 		return -1;
-	case OPT_EOD_TOKEN: {
-		char *end;
-
-		errno = 0;
-		o->eod_token = strtoull(optarg, &end, 10);
-		if (optarg[0] < '0' || optarg[0] > '9' || *end || errno ||
-		    o->eod_token > UINT32_MAX) {
+	case OPT_EOD_TOKEN:
+		if (parse_u64(optarg, &o->eod_token) || o->eod_token > UINT32_MAX) {
 			die_msg("pack: --eod-token '%s' is not a token id (0 to %u)", optarg,
 				UINT32_MAX);
 			return 2;
 		}
 		o->have_eod_token = 1;
 		return -1;
-	}
 	case OPT_DTYPE:
 		if (dtype_parse(optarg, &o->dtype)) {
 			die_msg("pack: unknown --dtype '%s'; use uint8, uint16, uint32 or int32",

@@ -142,6 +142,8 @@ static void test_bad_weights(void)
 		{ "1,00", "weight 2 (\"00\") has a leading zero" },
 		{ "1048576", "weight 1 (\"1048576\") is not below 2^20" },
 		{ "1,99999999999999999999999", "is not below 2^20" },
+		{ "99999999999999999999999x", "weight 1 (\"99999999999999999999999x\") is not a "
+		  "decimal integer" },
 		{ "1048575,2", "the weights sum to 1048577" },
 	};
 	char many[256 * 2 + 1];
