@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cmd.h"
 #include "pack.h"
 #include "parse.h"
@@ -33,18 +34,10 @@ static void on_signal(int sig)
 	interrupted = 1;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void progress(void *ctx, const struct pack_progress *p)
 {
 	struct pack_ui *ui = ctx;
-	double t = now(), el = t - ui->start, frac, rate;
+	double t = clock_mono_s(), el = t - ui->start, frac, rate;
 	char a[24], b[24], r[24], eta[24] = "";
 	char bar[31];
 	int fill;
@@ -377,7 +370,7 @@ int cmd_pack(int argc, char **argv)
 	o.inputs = (const char *const *)(argv + optind);
 	o.ninputs = (size_t)(argc - optind);
 	ui.bar = !quiet && isatty(STDERR_FILENO);
-	ui.start = ui.last = now();
+	ui.start = ui.last = clock_mono_s();
 	o.progress = progress;
 	o.notice = notice;
 	o.ctx = &ui;
@@ -394,6 +387,6 @@ int cmd_pack(int argc, char **argv)
 		return 1;
 	}
 	if (!quiet)
-		print_summary(&o, &res, now() - ui.start);
+		print_summary(&o, &res, clock_mono_s() - ui.start);
 	return 0;
 }

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cmd.h"
 #include "mixspec.h"
 #include "dataset.h"
@@ -16,14 +17,6 @@ struct verify_ui {
 	int drawn;
 	double last;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void on_bad(void *ctx, uint64_t id, const char *msg)
 {
@@ -40,7 +33,7 @@ static void on_bad(void *ctx, uint64_t id, const char *msg)
 static void on_progress(void *ctx, uint64_t done, uint64_t total)
 {
 	struct verify_ui *ui = ctx;
-	double t = now();
+	double t = clock_mono_s();
 
 	if (!ui->bar || t - ui->last < 0.2 || done == total)
 		return;

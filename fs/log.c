@@ -10,6 +10,8 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "clock.h"
+
 static int use_syslog;
 static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
@@ -50,7 +52,6 @@ void zmount_log(int prio, const char *fmt, ...)
 void zmount_log_limited(struct zmount_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
 {
 	char line[1024];
-	struct timespec ts;
 	unsigned long held = 0;
 	double now;
 	int write = 0;
@@ -59,8 +60,7 @@ void zmount_log_limited(struct zmount_ratelimit *rl, double interval_s, int prio
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	now = clock_mono_s();
 	pthread_mutex_lock(&last_error_lock);
 	if (prio <= LOG_WARNING) {
 		snprintf(last_error, sizeof(last_error), "%s", line);

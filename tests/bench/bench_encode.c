@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dataset.h"
 #include "encode.h"
 #include "order.h"
@@ -32,14 +33,6 @@ struct worker {
 	double cpu;     /* CPU seconds the thread used: robust to a shared, busy machine */
 	int err;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double cpu_now(void)
 {
@@ -57,13 +50,13 @@ static void *work(void *arg)
 	uint64_t *ids = malloc(w->m * sizeof(*ids)), gsn = w->first_gsn, bad;
 	struct buf out = BUF_INIT;
 	struct order o;
-	double end = now() + w->seconds, cpu0 = cpu_now();
+	double end = clock_mono_s() + w->seconds, cpu0 = cpu_now();
 
 	if (!r || !ids || order_init(&o, info->samples, 0, ORDER_SHUFFLE_GLOBAL)) {
 		w->err = 1;
 		goto out;
 	}
-	while (now() < end) {
+	while (clock_mono_s() < end) {
 		if (order_fill(&o, gsn, w->m, ids)) {
 			w->err = 1;
 			break;
@@ -117,7 +110,7 @@ int main(int argc, char **argv)
 	}
 	struct worker *w = calloc((size_t)threads, sizeof(*w));
 
-	t0 = now();
+	t0 = clock_mono_s();
 	for (int i = 0; i < threads; i++) {
 		w[i] = (struct worker){ .ds = ds, .f = f, .m = m, .seconds = seconds,
 					.first_gsn = (uint64_t)i * (UINT64_C(1) << 40),
@@ -131,7 +124,7 @@ int main(int argc, char **argv)
 		failed |= w[i].err;
 		cpu += w[i].cpu;
 	}
-	secs = now() - t0;
+	secs = clock_mono_s() - t0;
 	printf("{\"format\": \"%s\", \"m\": %" PRIu64 ", \"threads\": %d, \"batches_per_s\": %.1f"
 	       ", \"samples_per_s\": %.1f, \"bytes_per_s\": %.1f, \"batch_bytes\": %.1f"
 	       ", \"cpu_s\": %.3f, \"samples_per_cpu_s\": %.1f, \"bytes_per_cpu_s\": %.1f}\n",

@@ -24,17 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "journal.h"
 
 #define W 8
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static long long fsize(const char *path)
 {
@@ -64,14 +57,14 @@ static void *work(void *arg)
 	uint64_t step, micro;
 
 	for (uint64_t i = 0; i < w->claims; i++) {
-		double t0 = now();
+		double t0 = clock_mono_s();
 
 		uint64_t rank = w->first_rank + i % w->nranks;
 
 		w->rc = journal_claim_next(w->j, rank, &step, &micro);
 		if (w->rc)
 			return NULL;
-		w->lat[i] = now() - t0;
+		w->lat[i] = clock_mono_s() - t0;
 		/* the reader has its batch: what a mount reports at its last byte or close */
 		layout_advance(&w->l, &step, &micro);
 		w->rc = journal_delivered(w->j, rank, step, micro);
@@ -117,7 +110,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 		return 1;
 	if (threads < 1 || threads > W || W % threads)
 		threads = 1;
-	t0 = now();
+	t0 = clock_mono_s();
 	for (unsigned t = 0; t < threads; t++) {
 		wk[t] = (struct worker){ j, l, t * (W / threads), W / threads, claims / threads,
 					 lat + t * (claims / threads), 0 };
@@ -131,7 +124,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 		}
 		done += wk[t].claims;
 	}
-	dt = now() - t0;
+	dt = clock_mono_s() - t0;
 	db_live = fsize(path);
 	wal_live = fsize(wal);
 	qsort(lat, done, sizeof(*lat), cmp_double);

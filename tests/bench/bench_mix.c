@@ -27,18 +27,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "mix.h"
 #include "order.h"
 
 #define K 10
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -62,7 +55,7 @@ static double time_fill(const struct order *o, size_t m, int random, uint64_t ra
 {
 	uint64_t *ids = malloc(m * sizeof *ids), x = 0x9e3779b97f4a7c15u;
 	uint64_t batches = gsns / m;
-	double t0 = now();
+	double t0 = clock_mono_s();
 
 	if (!ids)
 		abort();
@@ -81,7 +74,7 @@ static double time_fill(const struct order *o, size_t m, int random, uint64_t ra
 			abort();
 		sink += ids[b % m];
 	}
-	t0 = now() - t0;
+	t0 = clock_mono_s() - t0;
 	free(ids);
 	return t0 * 1e9 / (double)(batches * m);
 }
@@ -199,16 +192,16 @@ int main(int argc, char **argv)
 		for (int r = 0; r < reps; r++) {
 			struct mix_schedule *sc;
 			struct mixture *m;
-			double t0 = now();
+			double t0 = clock_mono_s();
 
 			if (mix_schedule_new(ad, K, &sc))
 				abort();
-			ts[r] = now() - t0;
+			ts[r] = clock_mono_s() - t0;
 			sink += mix_schedule_period(sc);
 			mix_schedule_free(sc);
-			t0 = now();
+			t0 = clock_mono_s();
 			m = make_mixture(ad, n_src, 99);
-			tm[r] = now() - t0;
+			tm[r] = clock_mono_s() - t0;
 			mixture_free(m);
 		}
 		printf("%-10" PRIu64 " %13.3f ms %13.3f ms\n", d, median(ts, (size_t)reps) * 1e3,

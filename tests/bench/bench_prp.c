@@ -10,15 +10,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "order.h"
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static long rss_kib(void)
 {
@@ -49,16 +42,16 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	/* Random access: each gsn on its own (what a claim at an arbitrary resume point does). */
-	t0 = now();
+	t0 = clock_mono_s();
 	for (uint64_t i = 0; i < count; i++)
 		sink += order_sample(&o, (i * UINT64_C(2654435761)) % (n * 4), NULL);
-	t1 = now();
+	t1 = clock_mono_s();
 	/* Sequential batches through order_fill (what a micro-batch does). */
 	for (uint64_t i = 0; i < count; i += 1024) {
 		order_fill(&o, n * 3 + i, 1024, batch);
 		sink += batch[i % 1024];
 	}
-	t2 = now();
+	t2 = clock_mono_s();
 	getrusage(RUSAGE_SELF, &ru);
 	printf("N=%" PRIu64 " random: %.1f ns/index, sequential: %.1f ns/index, "
 	       "RSS %ld KiB (peak %ld KiB) [sink %" PRIu64 "]\n",

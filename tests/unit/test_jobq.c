@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "clock.h"
 #include "jobq.h"
 #include "pool.h"
 
@@ -56,14 +57,6 @@ static void ctx_fini(void *arg, void *ctx)
 		atomic_fetch_add(&finis, 1);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void test_order_and_context(void)
 {
 	struct jobq_config cfg = { .max_threads = 1, .thread_init = ctx_init,
@@ -79,8 +72,8 @@ static void test_order_and_context(void)
 		CHECK(jobq_submit(q, &jobs[i].job) == 0);
 	}
 	CHECK_EQ_U64(jobq_threads(q), 1); /* started on demand, never past max */
-	deadline = now_s() + 30;
-	while (atomic_load(&norder) < 40 && now_s() < deadline)
+	deadline = clock_mono_s() + 30;
+	while (atomic_load(&norder) < 40 && clock_mono_s() < deadline)
 		sched_yield();
 	jobq_free(q);
 	CHECK_EQ_U64(atomic_load(&norder), 40);
@@ -140,8 +133,8 @@ static void test_free_cancels_queued(void)
 	}
 	REQUIRE(pthread_create(&freer, NULL, free_main, q) == 0);
 	/* the queued jobs are cancelled while the blocker still runs */
-	deadline = now_s() + 30;
-	while (atomic_load(&ncancelled) < 5 && now_s() < deadline)
+	deadline = clock_mono_s() + 30;
+	while (atomic_load(&ncancelled) < 5 && clock_mono_s() < deadline)
 		sched_yield();
 	CHECK_EQ_U64(atomic_load(&ncancelled), 5);
 	pthread_mutex_lock(&bl_mu);

@@ -24,6 +24,7 @@
 #include <sqlite3.h>
 
 #include "check.h"
+#include "clock.h"
 
 #define ROUNDS 20
 #define THREADS 8
@@ -89,10 +90,7 @@ static void child(const char *path, const struct journal_ident *id, enum journal
 
 static double now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	return clock_mono_s() * 1e3;
 }
 
 static int pos_less(uint64_t s1, uint64_t m1, uint64_t s2, uint64_t m2)
