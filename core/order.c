@@ -217,6 +217,11 @@ uint64_t layout_consumed(const struct layout *l, uint64_t done, uint64_t *step)
 	return g;
 }
 
+uint64_t layout_consumed_at(const struct layout *l, uint64_t slowest, uint64_t *step)
+{
+	return layout_consumed(l, layout_done(l, slowest), step);
+}
+
 uint64_t layout_resume_step(const struct layout *prev, uint64_t global_batch, uint64_t gsn)
 {
 	if (!prev)

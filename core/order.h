@@ -102,6 +102,12 @@ uint64_t layout_done(const struct layout *l, uint64_t delivered_step);
  * layout_done() over its ranks. */
 uint64_t layout_consumed(const struct layout *l, uint64_t done, uint64_t *step);
 
+/* consumed_samples of a job on layout l whose slowest rank has delivered every claim
+ * before (slowest, 0), slowest the minimum over its ranks' delivered steps (S0 when it
+ * has no rank): layout_consumed(l, layout_done(l, slowest), step). The one rule behind
+ * /status, `zephon journal show` and a journal's own count. */
+uint64_t layout_consumed_at(const struct layout *l, uint64_t slowest, uint64_t *step);
+
 /* S0 for a layout that starts at gsn (`resume=samples:G`), numbered by the history:
  * with prev (the latest earlier layout whose G0 <= gsn) prev's step that contains gsn,
  * S0' + (gsn - G0') / B' (rounded down when gsn is inside a step of prev); without one

@@ -95,14 +95,11 @@ static json_t *jint(uint64_t v)
  * steps (G0 with no cursor). */
 static uint64_t consumed_of(const struct layout *l, const struct journal_cursor *cs, size_t n)
 {
-	uint64_t minc = UINT64_MAX;
+	uint64_t slowest = n ? UINT64_MAX : l->start_step;
 
-	for (size_t i = 0; i < n; i++) {
-		uint64_t c = layout_done(l, cs[i].delivered_step);
-
-		minc = c < minc ? c : minc;
-	}
-	return layout_consumed(l, n ? minc : 0, NULL);
+	for (size_t i = 0; i < n; i++)
+		slowest = cs[i].delivered_step < slowest ? cs[i].delivered_step : slowest;
+	return layout_consumed_at(l, slowest, NULL);
 }
 
 /* A cursor's position, or its delivered position. */

@@ -312,6 +312,9 @@ static void consumed_props(const struct layout *l)
 		CHECK_EQ_U64(step, l->start_step + done);
 		REQUIRE(layout_step_gsn(l, step, &g) == 0);
 		CHECK_EQ_U64(layout_consumed(l, done, NULL), g);
+		/* from the slowest rank's delivered step: the same, step and all */
+		CHECK_EQ_U64(layout_consumed_at(l, d, &step), g);
+		CHECK_EQ_U64(step, l->start_step + done);
 	}
 }
 
