@@ -54,16 +54,36 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
-from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
 from .torch import ZephonLoader, ZephonValidationLoader
 
-__all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
-           "trainer_batch"]
+# The contract this process runs against, found once, by where TorchTitan keeps it:
+# - "data.loader": TorchTitan's git main since Aug 2026 (its assets/version.txt says 0.2.2):
+#   BaseDataLoader in torchtitan/components/data/loader.py, TrainerBatch in
+#   components/data/collators.py, the trainer passes max_context_length and
+#   num_tokens_per_batch (1-D batches), the validator sets the loader config's ``repeat``.
+# - "dataloader": the released 0.3.0 (PyPI): BaseDataLoader in
+#   torchtitan/components/dataloader.py, the trainer passes seq_len and local_batch_size
+#   ([local_batch_size, seq_len] batches), the validator sets ``infinite``.
+try:
+    from torchtitan.components.data.collators import TrainerBatch
+    from torchtitan.components.data.loader import BaseDataLoader
+    CONTRACT = "data.loader"
+except ModuleNotFoundError as e:
+    if not (e.name or "").startswith("torchtitan.components.data"):
+        raise                # TorchTitan's own module failed to import: not a version question
+    from torchtitan.components.dataloader import BaseDataLoader
+    TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
+    CONTRACT = "dataloader"
 
-TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
+# the field of a loader config that TorchTitan's Validator sets (dataclasses.replace) when
+# validator.steps is not -1: read the split again from its start when it runs out
+REPEAT_FIELD = "repeat" if CONTRACT == "data.loader" else "infinite"
+
+__all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
+           "trainer_batch", "CONTRACT", "REPEAT_FIELD"]
 
 
 def positions_of(inputs: torch.Tensor, eod_token: int | None = None) -> torch.Tensor:
@@ -264,9 +284,15 @@ class ZephonValidationDataLoader(ZephonDataLoader):
 
     @dataclass(kw_only=True, slots=True)
     class Config(ZephonDataLoader.Config):
-        infinite: bool = False
-        """Read the validation split again from its start when it runs out (TorchTitan's
-        validator sets it when ``validator.steps`` is not -1)."""
+        # named as the running TorchTitan's validator names it (REPEAT_FIELD)
+        if REPEAT_FIELD == "repeat":
+            repeat: bool = False
+            """Read the validation split again from its start when it runs out (TorchTitan's
+            validator sets it when ``validator.steps`` is not -1)."""
+        else:
+            infinite: bool = False
+            """Read the validation split again from its start when it runs out (TorchTitan's
+            validator sets it when ``validator.steps`` is not -1)."""
 
     @property
     def loader(self) -> ZephonValidationLoader:
@@ -278,7 +304,7 @@ class ZephonValidationDataLoader(ZephonDataLoader):
             for windows in self._loader:
                 yield trainer_batch(windows, self.seq_len, eod_token=self.eod_token,
                                     flat=self.flat)
-            if not self.config.infinite:
+            if not getattr(self.config, REPEAT_FIELD):
                 return
 
     def state_dict(self) -> dict[str, Any]:
