@@ -83,7 +83,7 @@ except ModuleNotFoundError as e:
 REPEAT_FIELD = "repeat" if CONTRACT == "data.loader" else "infinite"
 
 __all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
-           "trainer_batch", "CONTRACT", "REPEAT_FIELD"]
+           "trainer_batch", "trainer_loader_kwargs", "CONTRACT", "REPEAT_FIELD"]
 
 
 def positions_of(inputs: torch.Tensor, eod_token: int | None = None) -> torch.Tensor:
@@ -125,6 +125,20 @@ def trainer_batch(windows: torch.Tensor, seq_len: int, *, eod_token: int | None 
         return ({"input": inputs.reshape(-1), "positions": positions.reshape(-1)},
                 labels.reshape(-1))
     return {"input": inputs.contiguous(), "positions": positions}, labels.contiguous()
+
+
+def trainer_loader_kwargs(config: Any) -> dict[str, Any]:
+    """The keyword arguments, besides ``dp_world_size``, ``dp_rank`` and ``tokenizer``, that
+    the running TorchTitan's trainer builds ``config.dataloader`` with, from its
+    ``Trainer.Config``: main's ``max_context_length`` and ``num_tokens_per_batch``
+    (``training.num_tokens_per_microbatch_per_dp_rank``), or 0.3.0's ``seq_len``,
+    ``local_batch_size`` and ``snapshot_every_n_steps`` (torchtitan/trainer.py of each)."""
+    t = config.training
+    if CONTRACT == "data.loader":
+        return dict(max_context_length=t.max_context_length,
+                    num_tokens_per_batch=t.num_tokens_per_microbatch_per_dp_rank)
+    return dict(seq_len=t.seq_len, local_batch_size=t.local_batch_size,
+                snapshot_every_n_steps=config.checkpoint.interval)
 
 
 class ZephonDataLoader(BaseDataLoader):
