@@ -77,6 +77,15 @@ except ModuleNotFoundError as e:
     from torchtitan.components.dataloader import BaseDataLoader
     TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
     CONTRACT = "dataloader"
+if not hasattr(BaseDataLoader, "Config"):
+    # TorchTitan before its Configurable components (PyPI 0.2.2 and older: JobConfig)
+    import torchtitan as _titan
+    raise ImportError(
+        f"zephon.torchtitan supports TorchTitan 0.3.0 and TorchTitan's git main (Configurable "
+        f"data loaders with a nested Config); this torchtitan "
+        f"{getattr(_titan, '__version__', '?')} ({_titan.__file__}) has a BaseDataLoader "
+        f"without Config: install torchtitan 0.3.0 (pip install 'zephon[torchtitan]') or a "
+        f"checkout of its main")
 
 # the field of a loader config that TorchTitan's Validator sets (dataclasses.replace) when
 # validator.steps is not -1: read the split again from its start when it runs out

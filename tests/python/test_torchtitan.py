@@ -5,6 +5,9 @@ data-checkpoint property for every DP rank, identical bytes for peers sharing a 
 and the refusals (each a clear ValueError that leaves the position as it was).
 """
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.config import ConfigManager, Configurable
 
 from conftest import Mounts
-from titan_helpers import (EOD, FLAT, TitanBaseDataLoader, build_as_trainer, documents,
+from titan_helpers import (EOD, FLAT, ROOT, TitanBaseDataLoader, build_as_trainer, documents,
                            pack_tokens, reference, rows, trainer_cli, trainer_kwargs, zrun)
 from zephon.torchtitan import (PretokenizedTokenizer, ZephonDataLoader, positions_of,
                                trainer_batch)
@@ -240,3 +243,37 @@ def test_refusals_of_a_foreign_state_leave_the_position(ds, mounts, tmp_path):
     assert equal_batches(take(it, 2), expected)
     refusal(lambda: dl.load_state_dict({'bogus': 1}), 'not a ZephonLoader state')
     assert equal_batches(take(it, 1), take(iter(build(m.path, 0, 1)), 9)[8:])
+
+
+def test_the_extra_allows_the_tested_torchtitan():
+    """python/pyproject.toml's [torchtitan] extra admits the TorchTitan this venv tests (0.3.0,
+    or main, which calls itself 0.2.2 after its assets/version.txt)."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / 'python' / 'pyproject.toml').read_text())['project']
+    reqs = [Requirement(r) for r in project['optional-dependencies']['torchtitan']]
+    titan = [r for r in reqs if r.name == 'torchtitan']
+    assert len(titan) == 1 and len(titan[0].specifier) > 1, titan   # a range, not a pin
+    assert titan[0].specifier.contains(importlib.metadata.version('torchtitan')), titan
+
+
+def test_a_torchtitan_without_configurable_loaders_is_refused_at_import(tmp_path):
+    """PyPI's torchtitan 0.2.2 and older: a BaseDataLoader without a nested Config (a stand-in
+    package of that shape here) gives an ImportError that says what is supported."""
+    comp = tmp_path / 'torchtitan' / 'components'
+    comp.mkdir(parents=True)
+    (tmp_path / 'torchtitan' / '__init__.py').write_text("__version__ = '0.2.2'\n")
+    (comp / '__init__.py').write_text('')
+    (comp / 'dataloader.py').write_text('class BaseDataLoader:\n    pass\n')
+    (comp / 'loss.py').write_text('IGNORE_INDEX = -100\n')
+    (comp / 'tokenizer.py').write_text('class BaseTokenizer:\n    pass\n')
+    p = subprocess.run([sys.executable, '-c', 'import zephon.torchtitan'],
+                       env=dict(os.environ, PYTHONPATH=str(tmp_path)), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 1
+    assert ('ImportError: zephon.torchtitan supports TorchTitan 0.3.0 and TorchTitan\'s git '
+            'main' in p.stderr), p.stderr[-3000:]
+    assert 'torchtitan 0.2.2 (%s' % (tmp_path / 'torchtitan') in p.stderr, p.stderr[-3000:]
