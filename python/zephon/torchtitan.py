@@ -1,7 +1,9 @@
 """TorchTitan data loader over a Zephon mount: resume at any data-parallel degree.
 
-:class:`ZephonDataLoader` is a subclass of TorchTitan's ``BaseDataLoader``. A user enables it
-by replacing ``config.dataloader`` in a TorchTitan config function::
+:class:`ZephonDataLoader` is a subclass of TorchTitan's ``BaseDataLoader``, of TorchTitan
+0.3.0 (PyPI) or of its git main (since Aug 2026): this module finds which one is installed
+(:data:`CONTRACT`) and serves it, one code for both. A user enables it by replacing
+``config.dataloader`` in a TorchTitan config function::
 
     from zephon.torchtitan import ZephonDataLoader
     config.dataloader = ZephonDataLoader.Config(mount="/mnt/z")
@@ -15,9 +17,10 @@ loader reads the DP rank's share of each global step from the mount
 
 - TorchTitan 0.3.0 (``seq_len``, ``local_batch_size`` passed): each of shape
   ``[local_batch_size, seq_len]``, one sample per row.
-- Later TorchTitan (``max_context_length``, ``num_tokens_per_batch`` passed, no
+- TorchTitan's main (``max_context_length``, ``num_tokens_per_batch`` passed, no
   ``local_batch_size``): each 1-D of ``num_tokens_per_batch`` tokens, the samples one after
-  the other; ``positions`` return to 0 at each sample so no sample attends to another.
+  the other (its ``TrainerBatch``); ``positions`` return to 0 at each sample so no sample
+  attends to another.
 
 ``labels`` are the inputs shifted by one. A dataset packed with windows of ``seq_len + 1``
 tokens (``zephon pack --format tokens --seq-len L --overlap 1``, the Megatron convention;
@@ -155,8 +158,8 @@ class ZephonDataLoader(BaseDataLoader):
 
     Built by TorchTitan's trainer through ``Config.build(dp_world_size=, dp_rank=,
     tokenizer=, seq_len=, local_batch_size=, ...)`` (0.3.0) or ``Config.build(dp_world_size=,
-    dp_rank=, tokenizer=, max_context_length=, num_tokens_per_batch=, ...)`` (later
-    versions); other keyword arguments are ignored. The tokenizer is not used: the
+    dp_rank=, tokenizer=, max_context_length=, num_tokens_per_batch=, ...)`` (main);
+    other keyword arguments are ignored. The tokenizer is not used: the
     dataset is already tokenized.
 
     Raises ``ValueError`` (nothing read from the stream) when the mount does not fit the
@@ -296,7 +299,8 @@ class ZephonValidationDataLoader(ZephonDataLoader):
     ``/rank/<r>/validation/<t>`` (:class:`zephon.torch.ZephonValidationLoader`), which
     claim nothing and leave the training position where it is. ``steps=-1`` reads the
     whole split once (every DP rank gets the same number of batches, so no rank waits on
-    another); with ``steps=N`` the validator sets ``infinite`` and the split is read again
+    another); with ``steps=N`` the validator sets the config's ``infinite`` (0.3.0) or
+    ``repeat`` (main; :data:`REPEAT_FIELD`) and the split is read again
     from its start when it runs out. Nothing to checkpoint: the state is empty.
 
     Raises ``ValueError`` as :class:`ZephonDataLoader` does, and when the mount has no
