@@ -1,7 +1,9 @@
 """TorchTitan data loader over a Zephon mount: resume at any data-parallel degree.
 
-:class:`ZephonDataLoader` is a subclass of TorchTitan's ``BaseDataLoader``. A user enables it
-by replacing ``config.dataloader`` in a TorchTitan config function::
+:class:`ZephonDataLoader` is a subclass of TorchTitan's ``BaseDataLoader``, of TorchTitan
+0.3.0 (PyPI) or of its git main (since Aug 2026): this module finds which one is installed
+(:data:`CONTRACT`) and serves it, one code for both. A user enables it by replacing
+``config.dataloader`` in a TorchTitan config function::
 
     from zephon.torchtitan import ZephonDataLoader
     config.dataloader = ZephonDataLoader.Config(mount="/mnt/z")
@@ -15,9 +17,10 @@ loader reads the DP rank's share of each global step from the mount
 
 - TorchTitan 0.3.0 (``seq_len``, ``local_batch_size`` passed): each of shape
   ``[local_batch_size, seq_len]``, one sample per row.
-- Later TorchTitan (``max_context_length``, ``num_tokens_per_batch`` passed, no
+- TorchTitan's main (``max_context_length``, ``num_tokens_per_batch`` passed, no
   ``local_batch_size``): each 1-D of ``num_tokens_per_batch`` tokens, the samples one after
-  the other; ``positions`` return to 0 at each sample so no sample attends to another.
+  the other (its ``TrainerBatch``); ``positions`` return to 0 at each sample so no sample
+  attends to another.
 
 ``labels`` are the inputs shifted by one. A dataset packed with windows of ``seq_len + 1``
 tokens (``zephon pack --format tokens --seq-len L --overlap 1``, the Megatron convention;
@@ -54,16 +57,45 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
-from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
 from .torch import ZephonLoader, ZephonValidationLoader
 
-__all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
-           "trainer_batch"]
+# The contract this process runs against, found once, by where TorchTitan keeps it:
+# - "data.loader": TorchTitan's git main since Aug 2026 (its assets/version.txt says 0.2.2):
+#   BaseDataLoader in torchtitan/components/data/loader.py, TrainerBatch in
+#   components/data/collators.py, the trainer passes max_context_length and
+#   num_tokens_per_batch (1-D batches), the validator sets the loader config's ``repeat``.
+# - "dataloader": the released 0.3.0 (PyPI): BaseDataLoader in
+#   torchtitan/components/dataloader.py, the trainer passes seq_len and local_batch_size
+#   ([local_batch_size, seq_len] batches), the validator sets ``infinite``.
+try:
+    from torchtitan.components.data.collators import TrainerBatch
+    from torchtitan.components.data.loader import BaseDataLoader
+    CONTRACT = "data.loader"
+except ModuleNotFoundError as e:
+    if not (e.name or "").startswith("torchtitan.components.data"):
+        raise                # TorchTitan's own module failed to import: not a version question
+    from torchtitan.components.dataloader import BaseDataLoader
+    TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
+    CONTRACT = "dataloader"
+if not hasattr(BaseDataLoader, "Config"):
+    # TorchTitan before its Configurable components (PyPI 0.2.2 and older: JobConfig)
+    import torchtitan as _titan
+    raise ImportError(
+        f"zephon.torchtitan supports TorchTitan 0.3.0 and TorchTitan's git main (Configurable "
+        f"data loaders with a nested Config); this torchtitan "
+        f"{getattr(_titan, '__version__', '?')} ({_titan.__file__}) has a BaseDataLoader "
+        f"without Config: install torchtitan 0.3.0 (pip install 'zephon[torchtitan]') or a "
+        f"checkout of its main")
 
-TrainerBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
+# the field of a loader config that TorchTitan's Validator sets (dataclasses.replace) when
+# validator.steps is not -1: read the split again from its start when it runs out
+REPEAT_FIELD = "repeat" if CONTRACT == "data.loader" else "infinite"
+
+__all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
+           "trainer_batch", "trainer_loader_kwargs", "CONTRACT", "REPEAT_FIELD"]
 
 
 def positions_of(inputs: torch.Tensor, eod_token: int | None = None) -> torch.Tensor:
@@ -107,13 +139,27 @@ def trainer_batch(windows: torch.Tensor, seq_len: int, *, eod_token: int | None 
     return {"input": inputs.contiguous(), "positions": positions}, labels.contiguous()
 
 
+def trainer_loader_kwargs(config: Any) -> dict[str, Any]:
+    """The keyword arguments, besides ``dp_world_size``, ``dp_rank`` and ``tokenizer``, that
+    the running TorchTitan's trainer builds ``config.dataloader`` with, from its
+    ``Trainer.Config``: main's ``max_context_length`` and ``num_tokens_per_batch``
+    (``training.num_tokens_per_microbatch_per_dp_rank``), or 0.3.0's ``seq_len``,
+    ``local_batch_size`` and ``snapshot_every_n_steps`` (torchtitan/trainer.py of each)."""
+    t = config.training
+    if CONTRACT == "data.loader":
+        return dict(max_context_length=t.max_context_length,
+                    num_tokens_per_batch=t.num_tokens_per_microbatch_per_dp_rank)
+    return dict(seq_len=t.seq_len, local_batch_size=t.local_batch_size,
+                snapshot_every_n_steps=config.checkpoint.interval)
+
+
 class ZephonDataLoader(BaseDataLoader):
     """One DP rank's TorchTitan batches from a Zephon mount of a token dataset.
 
     Built by TorchTitan's trainer through ``Config.build(dp_world_size=, dp_rank=,
     tokenizer=, seq_len=, local_batch_size=, ...)`` (0.3.0) or ``Config.build(dp_world_size=,
-    dp_rank=, tokenizer=, max_context_length=, num_tokens_per_batch=, ...)`` (later
-    versions); other keyword arguments are ignored. The tokenizer is not used: the
+    dp_rank=, tokenizer=, max_context_length=, num_tokens_per_batch=, ...)`` (main);
+    other keyword arguments are ignored. The tokenizer is not used: the
     dataset is already tokenized.
 
     Raises ``ValueError`` (nothing read from the stream) when the mount does not fit the
@@ -253,7 +299,8 @@ class ZephonValidationDataLoader(ZephonDataLoader):
     ``/rank/<r>/validation/<t>`` (:class:`zephon.torch.ZephonValidationLoader`), which
     claim nothing and leave the training position where it is. ``steps=-1`` reads the
     whole split once (every DP rank gets the same number of batches, so no rank waits on
-    another); with ``steps=N`` the validator sets ``infinite`` and the split is read again
+    another); with ``steps=N`` the validator sets the config's ``infinite`` (0.3.0) or
+    ``repeat`` (main; :data:`REPEAT_FIELD`) and the split is read again
     from its start when it runs out. Nothing to checkpoint: the state is empty.
 
     Raises ``ValueError`` as :class:`ZephonDataLoader` does, and when the mount has no
@@ -264,9 +311,15 @@ class ZephonValidationDataLoader(ZephonDataLoader):
 
     @dataclass(kw_only=True, slots=True)
     class Config(ZephonDataLoader.Config):
-        infinite: bool = False
-        """Read the validation split again from its start when it runs out (TorchTitan's
-        validator sets it when ``validator.steps`` is not -1)."""
+        # named as the running TorchTitan's validator names it (REPEAT_FIELD)
+        if REPEAT_FIELD == "repeat":
+            repeat: bool = False
+            """Read the validation split again from its start when it runs out (TorchTitan's
+            validator sets it when ``validator.steps`` is not -1)."""
+        else:
+            infinite: bool = False
+            """Read the validation split again from its start when it runs out (TorchTitan's
+            validator sets it when ``validator.steps`` is not -1)."""
 
     @property
     def loader(self) -> ZephonValidationLoader:
@@ -278,7 +331,7 @@ class ZephonValidationDataLoader(ZephonDataLoader):
             for windows in self._loader:
                 yield trainer_batch(windows, self.seq_len, eod_token=self.eod_token,
                                     flat=self.flat)
-            if not self.config.infinite:
+            if not getattr(self.config, REPEAT_FIELD):
                 return
 
     def state_dict(self) -> dict[str, Any]:

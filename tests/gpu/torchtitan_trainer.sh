@@ -13,7 +13,9 @@
 #              read two batches of each; then stop
 #
 # Environment: ZEPHON (the zephon executable, default build/fs/zephon), PYTHON (a python with
-# torch and torchtitan 0.3.0, default .venv/bin/python, else /work/venv/bin/python),
+# torch and TorchTitan: 0.3.0, default .venv/bin/python, else /work/venv/bin/python; or
+# TorchTitan's git main, e.g. PYTHON=.venv-titan-main/bin/python: the trainer's options are
+# each version's, zephon.torchtitan.CONTRACT says which),
 # ZEPHON_DATA (../shared/data: its Megatron GPT-2 tokens are the data, taken modulo the
 # debug model's vocabulary of 2048), STEPS (30), SEQ (256).
 #
@@ -86,10 +88,22 @@ unmount() { fusermount3 -u "$1" 2>/dev/null || fusermount3 -uz "$1" 2>/dev/null 
 cleanup() { for mp in "${mounts[@]}"; do unmount "$mp"; done; wait; }
 trap cleanup EXIT
 
+contract=$("$PYTHON" -c 'import zephon.torchtitan as t; print(t.CONTRACT)' 2>/dev/null) ||
+	{ echo "torchtitan_trainer.sh: $PYTHON cannot import zephon.torchtitan" >&2; exit 1; }
+log "TorchTitan contract: $contract"
+sizes() { # local_batch: the trainer's batch sizes in this TorchTitan's options
+	if [ "$contract" = data.loader ]; then   # main: tokens per micro-batch and per step
+		echo --training.max_context_length "$SEQ" \
+			--training.num_tokens_per_microbatch_per_dp_rank $(($1 * SEQ)) \
+			--training.num_tokens_per_train_step $((gbs * SEQ))
+	else                                      # 0.3.0: samples
+		echo --training.seq_len "$SEQ" --training.local_batch_size "$1" \
+			--training.global_batch_size "$gbs"
+	fi
+}
 args() { # dp local_batch dump_folder
 	echo --module zephon.recipes --config llama3_debugmodel_zephon \
-		--training.seq_len "$SEQ" --training.steps "$STEPS" \
-		--training.local_batch_size "$2" --training.global_batch_size "$gbs" \
+		$(sizes "$2") --training.steps "$STEPS" \
 		--parallelism.data_parallel_shard_degree "$1" \
 		--checkpoint.enable --checkpoint.interval 10 --checkpoint.folder checkpoint \
 		--debug.deterministic --debug.seed 42 --metrics.log_freq 1 \
@@ -106,25 +120,31 @@ if [ $dry = 1 ]; then
 		ZEPHON_MOUNT=$mp "$PYTHON" - "$dp" $(args "$dp" "$lbs" "$work/dry-out") <<'EOF'
 import sys
 from torchtitan.config import ConfigManager
-from zephon.torchtitan import ZephonDataLoader
+from zephon.torchtitan import CONTRACT, ZephonDataLoader
 dp = int(sys.argv[1])
 c = ConfigManager().parse_args(sys.argv[2:])
 assert isinstance(c.dataloader, ZephonDataLoader.Config), c.dataloader
 assert c.checkpoint.enable and c.checkpoint.interval == 10
 tok = c.tokenizer.build(tokenizer_path=c.hf_assets_path)   # as the trainer does
+t = c.training
+if CONTRACT == 'data.loader':    # as main's trainer.py builds the loader: 1-D batches
+    kw = dict(max_context_length=t.max_context_length,
+              num_tokens_per_batch=t.num_tokens_per_microbatch_per_dp_rank)
+    shape = (t.num_tokens_per_microbatch_per_dp_rank,)
+else:                            # as 0.3.0's: [local_batch_size, seq_len]
+    kw = dict(seq_len=t.seq_len, local_batch_size=t.local_batch_size,
+              snapshot_every_n_steps=c.checkpoint.interval)
+    shape = (t.local_batch_size, t.seq_len)
 for r in range(dp):
-    dl = c.dataloader.build(dp_world_size=dp, dp_rank=r, tokenizer=tok,
-                            seq_len=c.training.seq_len,
-                            local_batch_size=c.training.local_batch_size,
-                            snapshot_every_n_steps=c.checkpoint.interval)
+    dl = c.dataloader.build(dp_world_size=dp, dp_rank=r, tokenizer=tok, **kw)
     it = iter(dl)
     for _ in range(2):
         inp, labels = next(it)
-        shape = (c.training.local_batch_size, c.training.seq_len)
         assert inp['input'].shape == inp['positions'].shape == labels.shape == shape
         assert int(inp['input'].max()) < tok.get_vocab_size()
     print('dp_rank %d of %d: %s batches of %s, state %s' % (
-        r, dp, 'int64', tuple(labels.shape), dl.state_dict()['consumed_samples']))
+        r, dp, str(labels.dtype).replace('torch.', ''), tuple(labels.shape),
+        dl.state_dict()['consumed_samples']))
 EOF
 		unmount "$mp"
 	done

@@ -1,20 +1,24 @@
-"""zephon.torchtitan against the real TorchTitan 0.3.0 classes (BaseDataLoader, Configurable,
-ConfigManager, IGNORE_INDEX): how the trainer builds it, the batches it yields, TorchTitan's
-own data-checkpoint property for every DP rank, identical bytes for peers sharing a DP
-rank, and the refusals (each a clear ValueError that leaves the position as it was).
+"""zephon.torchtitan against the real TorchTitan classes (BaseDataLoader, Configurable,
+ConfigManager, IGNORE_INDEX) of the version this venv has (0.3.0, or git main under
+run-titan-main): how its trainer builds the loader, the batches it yields, TorchTitan's own
+data-checkpoint property for every DP rank, identical bytes for peers sharing a DP rank,
+and the refusals (each a clear ValueError that leaves the position as it was).
 """
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
-from torchtitan.components.dataloader import BaseDataLoader
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.config import ConfigManager, Configurable
 
 from conftest import Mounts
-from titan_helpers import EOD, documents, pack_tokens, reference, zrun
+from titan_helpers import (EOD, FLAT, ROOT, TitanBaseDataLoader, build_as_trainer, documents,
+                           pack_tokens, reference, rows, trainer_cli, trainer_kwargs, zrun)
 from zephon.torchtitan import (PretokenizedTokenizer, ZephonDataLoader, positions_of,
                                trainer_batch)
 
@@ -38,10 +42,10 @@ def mounts(tmp_path):
 
 
 def build(mp, dp_rank, dp, micro=2, seq=SEQ, extra=None, **config):
-    """As torchtitan/trainer.py (0.3.0) builds its data loader (extra: more keywords)."""
+    """As this TorchTitan's trainer builds its data loader (extra: more keywords)."""
     return ZephonDataLoader.Config(mount=str(mp), **config).build(
-        dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, seq_len=seq,
-        local_batch_size=micro, snapshot_every_n_steps=None, **(extra or {}))
+        dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, **trainer_kwargs(seq, micro),
+        **(extra or {}))
 
 
 def take(it, n):
@@ -55,10 +59,10 @@ def equal_batches(a, b):
 
 
 def test_it_is_a_torchtitan_configurable_data_loader():
-    assert issubclass(ZephonDataLoader, BaseDataLoader)
+    assert issubclass(ZephonDataLoader, TitanBaseDataLoader)
     assert issubclass(ZephonDataLoader, Configurable) and issubclass(ZephonDataLoader, Stateful)
     cfg = ZephonDataLoader.Config
-    assert issubclass(cfg, BaseDataLoader.Config) and '__slots__' in cfg.__dict__
+    assert issubclass(cfg, TitanBaseDataLoader.Config) and '__slots__' in cfg.__dict__
     assert all(f.kw_only for f in dataclasses.fields(cfg))
     assert cfg._owner is ZephonDataLoader
     # Configurable.build refuses a keyword named like a config field
@@ -71,7 +75,7 @@ def test_the_recipe_through_torchtitans_config_manager(ds, mounts):
     config = ConfigManager().parse_args([
         '--module', 'zephon.recipes', '--config', 'llama3_debugmodel_zephon',
         '--dataloader.mount', m.path, '--dataloader.eod_token', str(EOD),
-        '--training.seq_len', str(SEQ), '--training.local_batch_size', '4'])
+        *trainer_cli(SEQ, 4)])
     assert isinstance(config.dataloader, ZephonDataLoader.Config)
     assert (config.dataloader.mount, config.dataloader.eod_token) == (m.path, EOD)
     assert not config.validator.enable
@@ -79,12 +83,9 @@ def test_the_recipe_through_torchtitans_config_manager(ds, mounts):
     assert isinstance(tok, PretokenizedTokenizer) and tok.get_vocab_size() == 2048
     with pytest.raises(RuntimeError, match='already tokenized'):
         tok.encode('text')
-    dl = config.dataloader.build(dp_world_size=1, dp_rank=0, tokenizer=tok,
-                                 seq_len=config.training.seq_len,
-                                 local_batch_size=config.training.local_batch_size,
-                                 snapshot_every_n_steps=10)
-    inp, labels = next(iter(dl))
-    assert inp['input'].shape == labels.shape == inp['positions'].shape == (4, SEQ)
+    inp, labels = next(iter(build_as_trainer(config, 1, 0, tok)))
+    shape = (4 * SEQ,) if FLAT else (4, SEQ)      # the batch type of this TorchTitan
+    assert inp['input'].shape == labels.shape == inp['positions'].shape == shape
 
 
 @pytest.mark.parametrize('dp', [1, 3])
@@ -97,24 +98,29 @@ def test_batches_are_the_ranks_share_split_into_inputs_and_labels(ds, mounts, dp
         it = iter(dl)
         for t in range(3):
             for k in range(share // 2):
-                inp, labels = next(it)
+                batch = next(it)
+                x, pos, labels = rows(batch, SEQ)
                 want = torch.from_numpy(ref[t * B + r * share + 2 * k:][:2])
-                assert inp['input'].dtype == labels.dtype == inp['positions'].dtype == torch.int64
-                assert torch.equal(inp['input'], want[:, :-1])
+                assert batch[0]['input'].dim() == (1 if FLAT else 2)
+                assert x.dtype == labels.dtype == pos.dtype == torch.int64
+                assert torch.equal(x, want[:, :-1])
                 assert torch.equal(labels, want[:, 1:])
-                assert torch.equal(inp['positions'], positions_of(want[:, :-1]))
+                assert torch.equal(pos, positions_of(want[:, :-1]))
 
 
-def test_later_torchtitan_keywords_give_flat_batches(ds, mounts):
-    """max_context_length and num_tokens_per_batch (no local_batch_size): 1-D batches of
-    num_tokens_per_batch tokens, samples one after the other, positions 0 at each."""
+def test_main_keywords_give_flat_batches_of_the_samples_of_0_3_0s(ds, mounts):
+    """max_context_length and num_tokens_per_batch (main's trainer, no local_batch_size):
+    1-D batches of num_tokens_per_batch tokens, samples one after the other, positions 0 at
+    each; the samples are those of seq_len and local_batch_size (0.3.0's trainer)."""
     m = mounts(ds, world_size=2, global_batch=B)
     flat = ZephonDataLoader.Config(mount=m.path).build(
         dp_world_size=2, dp_rank=1, tokenizer=None, max_context_length=64,
         num_tokens_per_batch=3 * SEQ, some_other_kwarg='x')
     assert flat.flat and flat.micro_batch == 3
-    rows = build(m.path, 1, 2, micro=3)
-    for (fi, fl), (ri, rl) in zip(take(iter(flat), 4), take(iter(rows), 4)):
+    two_d = ZephonDataLoader.Config(mount=m.path).build(
+        dp_world_size=2, dp_rank=1, tokenizer=None, seq_len=SEQ, local_batch_size=3)
+    assert not two_d.flat
+    for (fi, fl), (ri, rl) in zip(take(iter(flat), 4), take(iter(two_d), 4)):
         assert fi['input'].shape == fi['positions'].shape == fl.shape == (3 * SEQ,)
         assert torch.equal(fi['input'], ri['input'].reshape(-1))
         assert torch.equal(fl, rl.reshape(-1))
@@ -124,8 +130,9 @@ def test_later_torchtitan_keywords_give_flat_batches(ds, mounts):
 def test_positions_restart_after_each_end_of_document_token(ds, mounts):
     m = mounts(ds, world_size=1, global_batch=B)
     n_eod = 0
-    for inp, labels in take(iter(build(m.path, 0, 1, micro=4, eod_token=EOD)), 6):
-        for row, pos in zip(inp['input'].tolist(), inp['positions'].tolist()):
+    for batch in take(iter(build(m.path, 0, 1, micro=4, eod_token=EOD)), 6):
+        x, positions, _ = rows(batch, SEQ)
+        for row, pos in zip(x.tolist(), positions.tolist()):
             want, p = [], 0
             for i, tok in enumerate(row):         # Megatron's reset_position_ids
                 want.append(p)
@@ -139,13 +146,15 @@ def test_plain_windows_keep_every_token_as_input_and_ignore_the_last_label(tmp_p
     plain = pack_tokens(tmp_path / 'plain', documents(5000, 300), SEQ, overlap=0)
     m = mounts(plain, world_size=1, global_batch=4)
     ref = torch.from_numpy(reference(plain, 0, 4, SEQ, SEED))
-    inp, labels = next(iter(build(m.path, 0, 1, micro=4, seq=SEQ)))
-    assert torch.equal(inp['input'], ref)
+    x, _, labels = rows(next(iter(build(m.path, 0, 1, micro=4, seq=SEQ))), SEQ)
+    assert torch.equal(x, ref)
     assert torch.equal(labels[:, :-1], ref[:, 1:])
     assert (labels[:, -1] == IGNORE_INDEX).all()
-    # a trainer seq_len one shorter than the windows splits them instead
-    inp, labels = next(iter(build(m.path, 0, 1, micro=4, seq=SEQ - 1)))
-    assert torch.equal(inp['input'], ref[:, :-1]) and torch.equal(labels, ref[:, 1:])
+    if not FLAT:
+        # 0.3.0 passes seq_len: one shorter than the windows splits them instead (main
+        # passes none, the samples are the mount's)
+        x, _, labels = rows(next(iter(build(m.path, 0, 1, micro=4, seq=SEQ - 1))), SEQ - 1)
+        assert torch.equal(x, ref[:, :-1]) and torch.equal(labels, ref[:, 1:])
 
 
 @pytest.mark.parametrize('dp', [1, 2, 3])
@@ -196,8 +205,9 @@ def refusal(fn, *match):
 def test_refusals_of_a_mount_that_does_not_fit_the_trainer(ds, mounts, tmp_path, monkeypatch):
     m = mounts(ds, world_size=2, global_batch=B)
     refusal(lambda: build(m.path, 0, 4), 'world_size=2', 'data-parallel degree is 4')
-    refusal(lambda: build(m.path, 0, 2, seq=32), 'windows of 17 tokens', 'seq_len 32',
-            '--seq-len 32 --overlap 1')
+    if not FLAT:      # 0.3.0's seq_len (main's trainer passes none: refusals below)
+        refusal(lambda: build(m.path, 0, 2, seq=32), 'windows of 17 tokens', 'seq_len 32',
+                '--seq-len 32 --overlap 1')
     refusal(lambda: build(m.path, 0, 2, micro=4), 'micro_batch 4 does not divide', '6')
     refusal(lambda: ZephonDataLoader.Config(mount=m.path).build(
         dp_world_size=2, dp_rank=0, tokenizer=None, max_context_length=64,
@@ -233,3 +243,37 @@ def test_refusals_of_a_foreign_state_leave_the_position(ds, mounts, tmp_path):
     assert equal_batches(take(it, 2), expected)
     refusal(lambda: dl.load_state_dict({'bogus': 1}), 'not a ZephonLoader state')
     assert equal_batches(take(it, 1), take(iter(build(m.path, 0, 1)), 9)[8:])
+
+
+def test_the_extra_allows_the_tested_torchtitan():
+    """python/pyproject.toml's [torchtitan] extra admits the TorchTitan this venv tests (0.3.0,
+    or main, which calls itself 0.2.2 after its assets/version.txt)."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / 'python' / 'pyproject.toml').read_text())['project']
+    reqs = [Requirement(r) for r in project['optional-dependencies']['torchtitan']]
+    titan = [r for r in reqs if r.name == 'torchtitan']
+    assert len(titan) == 1 and len(titan[0].specifier) > 1, titan   # a range, not a pin
+    assert titan[0].specifier.contains(importlib.metadata.version('torchtitan')), titan
+
+
+def test_a_torchtitan_without_configurable_loaders_is_refused_at_import(tmp_path):
+    """PyPI's torchtitan 0.2.2 and older: a BaseDataLoader without a nested Config (a stand-in
+    package of that shape here) gives an ImportError that says what is supported."""
+    comp = tmp_path / 'torchtitan' / 'components'
+    comp.mkdir(parents=True)
+    (tmp_path / 'torchtitan' / '__init__.py').write_text("__version__ = '0.2.2'\n")
+    (comp / '__init__.py').write_text('')
+    (comp / 'dataloader.py').write_text('class BaseDataLoader:\n    pass\n')
+    (comp / 'loss.py').write_text('IGNORE_INDEX = -100\n')
+    (comp / 'tokenizer.py').write_text('class BaseTokenizer:\n    pass\n')
+    p = subprocess.run([sys.executable, '-c', 'import zephon.torchtitan'],
+                       env=dict(os.environ, PYTHONPATH=str(tmp_path)), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 1
+    assert ('ImportError: zephon.torchtitan supports TorchTitan 0.3.0 and TorchTitan\'s git '
+            'main' in p.stderr), p.stderr[-3000:]
+    assert 'torchtitan 0.2.2 (%s' % (tmp_path / 'torchtitan') in p.stderr, p.stderr[-3000:]

@@ -1,7 +1,8 @@
-"""zephon.torchtitan.ZephonValidationDataLoader as TorchTitan 0.3.0's Validator uses it: the
-Validator copies the config with ``infinite`` set and builds it at every evaluation with the
-trainer's keywords; the batches are the validation split's, the same at each build, and
-the training loader's position does not move."""
+"""zephon.torchtitan.ZephonValidationDataLoader as TorchTitan's Validator uses it (0.3.0, or
+git main under run-titan-main): the Validator copies the config with ``infinite`` (0.3.0)
+or ``repeat`` (main) set and builds it at every evaluation with the trainer's keywords; the
+batches are the validation split's, the same at each build, and the training loader's
+position does not move."""
 import dataclasses
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from torchtitan.components.validate import Validator
 
 from conftest import Mounts
-from titan_helpers import documents, pack_tokens
+from titan_helpers import FLAT, REPEAT_FIELD, documents, pack_tokens, trainer_kwargs
 from zephon.torch import ZephonValidationLoader
 from zephon.torchtitan import ZephonDataLoader, ZephonValidationDataLoader, trainer_batch
 
@@ -36,12 +37,16 @@ def validator_loader(mp, dp_rank, dp, steps=-1, micro=2):
     by Validator.__init__), built with the trainer's keywords."""
     cfg = Validator.Config(enable=True, steps=steps,
                            dataloader=ZephonValidationDataLoader.Config(mount=str(mp)))
+    # the sizes as each version's trainer passes them to its Validator
+    sizes = (dict(seq_len=SEQ, num_tokens_per_batch=micro * SEQ) if FLAT
+             else dict(seq_len=SEQ, local_batch_size=micro))
     v = Validator(cfg, parallelism=None, dp_world_size=dp, dp_rank=dp_rank, tokenizer=None,
                   parallel_dims=None, loss_fn=None, validation_context=None,
-                  metrics_processor=None, seq_len=SEQ, local_batch_size=micro)
-    assert v.dl_config.infinite == (steps != -1)
-    return v.dl_config.build(dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, seq_len=SEQ,
-                             local_batch_size=micro)
+                  metrics_processor=None, **sizes)
+    assert getattr(v.dl_config, REPEAT_FIELD) == (steps != -1)
+    kw = trainer_kwargs(SEQ, micro)
+    kw.pop('snapshot_every_n_steps', None)
+    return v.dl_config.build(dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, **kw)
 
 
 def same(a, b):
@@ -62,12 +67,12 @@ def test_the_validator_reads_the_whole_split_each_evaluation(ds, mounts):
     want = {}
     for rank in range(2):
         raw = ZephonValidationLoader(m.path, dp_rank=rank, dp_world_size=2, micro_batch=2)
-        want[rank] = [trainer_batch(w, SEQ) for w in raw]   # the dataset records no EOD
+        want[rank] = [trainer_batch(w, SEQ, flat=FLAT) for w in raw]   # the dataset records no EOD
         assert len(want[rank]) == steps * 2
         first = list(validator_loader(m.path, rank, 2))
         again = list(validator_loader(m.path, rank, 2))
         assert same(first, want[rank]) and same(again, want[rank])
-        assert first[0][0]['input'].shape == (2, SEQ)
+        assert first[0][0]['input'].shape == ((2 * SEQ,) if FLAT else (2, SEQ))
     assert train.state_dict() == state
     # infinite (validator.steps=N): the split again from its start when it runs out
     loop = iter(validator_loader(m.path, 0, 2, steps=3))
@@ -79,7 +84,7 @@ def test_the_validator_reads_the_whole_split_each_evaluation(ds, mounts):
 def test_the_config_is_torchtitans():
     cfg = ZephonValidationDataLoader.Config
     assert cfg._owner is ZephonValidationDataLoader and '__slots__' in cfg.__dict__
-    assert {f.name for f in dataclasses.fields(cfg)} >= {'mount', 'eod_token', 'infinite'}
+    assert {f.name for f in dataclasses.fields(cfg)} >= {'mount', 'eod_token', REPEAT_FIELD}
 
 
 def test_a_mount_without_a_split_is_refused(ds, mounts):

@@ -1,6 +1,12 @@
 """Helpers of the TorchTitan tests (test_torchtitan*.py): token datasets, the reference
-stream computed by `zephon batch`, and torchrun (gloo, CPU) launches of the workers beside
-this file.
+stream computed by `zephon batch`, torchrun (gloo, CPU) launches of the workers beside
+this file, and what differs between the TorchTitan versions the tests run against.
+
+The same tests run against the released TorchTitan 0.3.0 (the project venv) and against its
+git main (the venv of tests/python/requirements-titan-main.txt, run by
+tests/python/run-titan-main): zephon.torchtitan.CONTRACT says which one this process has,
+and the helpers below build the data loader with the keyword arguments, and parse the
+command line, of that version's trainer.
 
 Environment: ZEPHON, the zephon executable under test (default build/fs/zephon).
 """
@@ -11,6 +17,17 @@ import subprocess
 import sys
 
 import numpy as np
+import torch
+
+from zephon.torchtitan import CONTRACT, REPEAT_FIELD  # noqa: F401 (REPEAT_FIELD for the tests)
+
+if CONTRACT == 'data.loader':             # TorchTitan's git main
+    from torchtitan.components.data.loader import BaseDataLoader as TitanBaseDataLoader
+else:                                      # 0.3.0
+    from torchtitan.components.dataloader import BaseDataLoader as TitanBaseDataLoader
+# main's trainer asks for 1-D batches of num_tokens_per_batch tokens; 0.3.0's for
+# [local_batch_size, seq_len]
+FLAT = CONTRACT == 'data.loader'
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -92,3 +109,56 @@ def torchrun(nproc, script, args, log_dir, timeout=600, detach=False):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     return rc, out_path.read_text(errors='replace')
+
+
+def trainer_kwargs(seq, micro):
+    """The keyword arguments this TorchTitan's trainer builds its data loader with (besides
+    dp_world_size, dp_rank, tokenizer), for micro-batches of micro samples of seq input
+    tokens (trainer.py: main passes max_context_length and num_tokens_per_batch, 0.3.0
+    seq_len, local_batch_size and snapshot_every_n_steps)."""
+    if FLAT:
+        return dict(max_context_length=seq, num_tokens_per_batch=micro * seq)
+    return dict(seq_len=seq, local_batch_size=micro, snapshot_every_n_steps=None)
+
+
+def trainer_cli(seq, micro, global_batch=None):
+    """This TorchTitan's command-line options for the same shapes (and a global batch of
+    global_batch samples)."""
+    if FLAT:
+        args = ['--training.max_context_length', seq,
+                '--training.num_tokens_per_microbatch_per_dp_rank', micro * seq]
+        if global_batch:
+            args += ['--training.num_tokens_per_train_step', global_batch * seq]
+    else:
+        args = ['--training.seq_len', seq, '--training.local_batch_size', micro]
+        if global_batch:
+            args += ['--training.global_batch_size', global_batch]
+    return [str(a) for a in args]
+
+
+def build_as_trainer(config, dp, dp_rank, tokenizer):
+    """config.dataloader built as this TorchTitan's trainer builds it from its Trainer.Config
+    (the sizes from config.training)."""
+    t = config.training
+    if FLAT:
+        kw = dict(max_context_length=t.max_context_length,
+                  num_tokens_per_batch=t.num_tokens_per_microbatch_per_dp_rank)
+    else:
+        kw = dict(seq_len=t.seq_len, local_batch_size=t.local_batch_size,
+                  snapshot_every_n_steps=config.checkpoint.interval)
+    return config.dataloader.build(dp_world_size=dp, dp_rank=dp_rank, tokenizer=tokenizer, **kw)
+
+
+def rows(batch, seq):
+    """A TorchTitan batch ({"input", "positions"}, labels) as three [micro, seq] tensors
+    (main's 1-D batches hold the samples one after the other)."""
+    inp, labels = batch
+    return (inp['input'].reshape(-1, seq), inp['positions'].reshape(-1, seq),
+            labels.reshape(-1, seq))
+
+
+def windows_of(batch, seq):
+    """The stored windows (seq + 1 tokens, --overlap 1) of a batch: input plus last label."""
+    x, _, labels = rows(batch, seq)
+    assert torch.equal(x[:, 1:], labels[:, :-1])
+    return torch.cat([x, labels[:, -1:]], 1)

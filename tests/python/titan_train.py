@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.stateful import Stateful
 from torchtitan.components.loss import IGNORE_INDEX
 
+from titan_helpers import rows, trainer_kwargs, windows_of
 from zephon.torchtitan import ZephonDataLoader
 
 VOCAB, DIM, HEADS, LAYERS, EOD = 64, 32, 2, 2, 0
@@ -136,8 +137,7 @@ def main():
             dp_group = g
 
     dl = ZephonDataLoader.Config(mount=a.mount, eod_token=EOD).build(
-        dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, seq_len=a.seq,
-        local_batch_size=a.micro, snapshot_every_n_steps=None)
+        dp_world_size=dp, dp_rank=dp_rank, tokenizer=None, **trainer_kwargs(a.seq, a.micro))
     b = dl.loader.global_batch
     micros = b // dp // a.micro
 
@@ -158,8 +158,11 @@ def main():
         count = torch.zeros(1, dtype=DT)
         windows = []
         for _ in range(micros):
-            inp, labels = next(it)
-            logits = model(inp['input'] % VOCAB, inp['positions'])
+            # main's 1-D batches as rows: the samples one after the other, positions
+            # restarting at each, so the same attention as 0.3.0's [micro, seq]
+            batch = next(it)
+            x, positions, labels = rows(batch, a.seq)
+            logits = model(x % VOCAB, positions)
             lab = torch.where(labels == IGNORE_INDEX, labels, labels % VOCAB)
             loss = F.cross_entropy(logits.reshape(-1, VOCAB), lab.reshape(-1),
                                    ignore_index=IGNORE_INDEX, reduction='sum')
@@ -167,7 +170,7 @@ def main():
             (loss / (b * a.seq)).backward()
             loss_sum += loss.detach()
             count += (labels != IGNORE_INDEX).sum()
-            windows += torch.cat([inp['input'], labels[:, -1:]], 1).tolist()
+            windows += windows_of(batch, a.seq).tolist()
         for p in model.parameters():
             dist.all_reduce(p.grad, group=dp_group)
         dist.all_reduce(loss_sum, group=dp_group)

@@ -1,0 +1,107 @@
+"""README.md's TorchTitan section runs as written, on the TorchTitan of this venv (0.3.0, or
+git main under run-titan-main): its config function, and its walk-through (numpy tokens
+below the debug model's vocabulary, pack, mount, `python3 -m zephon.recipes` with the
+trainer's options, unmount) up to the torchrun line, which needs 8 GPUs; /tmp/ in the
+commands becomes the test's own directory. Also the dry run's refusals."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from titan_helpers import FLAT, ROOT, ZEPHON, documents, pack_tokens
+from zephon.torchtitan import ZephonDataLoader
+
+SECTION = '## TorchTitan: `zephon.torchtitan`'
+
+
+def blocks():
+    """The fenced blocks of the section, as (info string, text)."""
+    text = (ROOT / 'README.md').read_text()
+    sec = text[text.index(SECTION):]
+    sec = sec[:sec.index('\n## ', len(SECTION))]
+    return re.findall(r'^```(\w*)\n(.*?)^```$', sec, re.M | re.S)
+
+
+def commands(block):
+    """The shell lines of a block, continuation lines joined, comments kept."""
+    return block.replace('\\\n', ' ').strip().splitlines()
+
+
+def env_with_tools():
+    """PATH with this zephon and this venv's python3 first; no ZEPHON_MOUNT of the caller."""
+    env = dict(os.environ, PATH=os.pathsep.join([str(pathlib.Path(ZEPHON).parent),
+                                                 str(pathlib.Path(sys.executable).parent),
+                                                 os.environ.get('PATH', '')]))
+    env.pop('ZEPHON_MOUNT', None)
+    return env
+
+
+def test_the_config_function_block():
+    (code,) = [b for lang, b in blocks() if lang == 'python']
+    ns = {}
+    exec(code, ns)
+    config = ns['my_config']()
+    assert isinstance(config.dataloader, ZephonDataLoader.Config)
+    assert config.dataloader.mount == '/tmp/z' and config.dataloader.eod_token is None
+
+
+def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
+    (walk,) = [b for lang, b in blocks() if lang == '' and 'torchrun' in b]
+    cmds = [c.replace('/tmp/', '%s/' % tmp_path) for c in commands(walk)]
+    (gpu,) = [c for c in cmds if 'torchrun' in c]
+    (check,) = [c for c in cmds if '-m zephon.recipes' in c]
+    # the check is given the GPU job's own trainer options
+    trainer_opts = gpu.split('-m torchtitan.train', 1)[1].split('#')[0].split()
+    assert check.split('-m zephon.recipes', 1)[1].split() == trainer_opts
+    env = env_with_tools()
+    outs = []
+    try:
+        for c in cmds:
+            if c is gpu:
+                continue
+            p = subprocess.run(['bash', '-c', c], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=600)
+            assert p.returncode == 0, (c, p.stdout[-5000:])
+            outs.append(p.stdout)
+    finally:
+        subprocess.run(['fusermount3', '-uz', str(tmp_path / 'z')], stderr=subprocess.DEVNULL)
+    out = '\n'.join(outs)
+    shape = (8 * 2048,) if FLAT else (8, 2048)      # the micro-batch of llama3_debugmodel
+    for r in range(8):
+        assert re.search(r'^dp_rank %d of 8: 2 batches of %s int64, token ids up to (\d+),'
+                         % (r, re.escape(str(shape))), out, re.M), out[-3000:]
+    assert max(int(t) for t in re.findall(r'token ids up to (\d+)', out)) < 2048
+    assert 'model vocabulary 2048' in out and 'dry run passed' in out, out[-3000:]
+    assert not os.path.ismount(tmp_path / 'z')
+
+
+def dry_run(args, env=None):
+    return subprocess.run([sys.executable, '-m', 'zephon.recipes', '--module', 'zephon.recipes',
+                           '--config', 'llama3_debugmodel_zephon', *map(str, args)],
+                          env=env or env_with_tools(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=600)
+
+
+def test_the_dry_run_refuses_what_the_trainer_could_not_read(tmp_path, mounts):
+    seq = ['--training.max_context_length', 16,
+           '--training.num_tokens_per_microbatch_per_dp_rank', 32] if FLAT else \
+          ['--training.seq_len', 16, '--training.local_batch_size', 2]
+    # token ids up to 2999: not below the debug model's vocabulary of 2048
+    big = mounts(pack_tokens(tmp_path / 'big', documents(5000, 3000), 16), world_size=2,
+                 global_batch=4)
+    p = dry_run(['--dataloader.mount', big.path, *seq])
+    assert p.returncode == 1 and 'is not below the model\'s vocabulary 2048' in p.stderr, p.stderr
+    assert 'dry run passed' not in p.stdout
+    small = mounts(pack_tokens(tmp_path / 'small', documents(5000, 2000), 16), world_size=2,
+                   global_batch=4, journal=tmp_path / 'j2.sqlite')
+    p = dry_run(['--dataloader.mount', small.path, *seq])
+    assert p.returncode == 0 and 'dry run passed' in p.stdout, p.stdout + p.stderr
+    # a DP degree other than the mount's: the loader's refusal, said
+    p = dry_run(['--dp', 4, '--dataloader.mount', small.path, *seq])
+    assert p.returncode == 1 and 'ValueError' in p.stderr and 'world_size=2' in p.stderr, p.stderr
+    # nothing mounted there
+    p = dry_run(['--dataloader.mount', tmp_path / 'nothing', *seq])
+    assert p.returncode == 1 and 'is it mounted?' in p.stderr, p.stderr
