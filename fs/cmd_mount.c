@@ -166,8 +166,13 @@ static int prepare_mixture(struct zmount *z)
 	if (!z->served->is_mixture)
 		return 0;
 	rc = journal_layouts(z->journal, &rows, &n);
+	/* resume=fresh starts a new history at gsn 0: the rows before it are kept for
+	 * `journal show` but count for nothing, so the spec's (or weights=) weights hold,
+	 * as for a new journal. (Its own row, recorded by journal_start() below, is the
+	 * latest fresh one that a later mount's replay starts from.) */
 	if (!rc)
-		rc = served_replay(z->served, rows, n, why, sizeof(why));
+		rc = served_replay(z->served, rows,
+				   z->cfg->resume.rule == RESUME_FRESH ? 0 : n, why, sizeof(why));
 	else
 		journal_last_error(z->journal, why, sizeof(why));
 	if (!rc) {
