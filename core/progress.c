@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "progress.h"
 
@@ -26,6 +27,14 @@ struct progress {
 	size_t n;
 	struct rank_progress *r;   /* sorted by rank */
 };
+
+double progress_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
 		 struct progress **out)

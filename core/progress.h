@@ -48,6 +48,9 @@ int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
 		 struct progress **out);
 void progress_free(struct progress *p);
 
+/* The clock of every `now` here: CLOCK_MONOTONIC, in seconds (> 0). */
+double progress_now(void);
+
 /* Rank read `samples` samples to their end at time now (seconds, a monotonic clock).
  * step_gsn: the first gsn of the step whose share of this rank those samples complete
  * (the position becomes step_gsn + B), or PROGRESS_NO_STEP when they complete none (a

@@ -92,29 +92,6 @@ static void open_file_delivered(struct zmount *z, struct open_file *f)
 		server_delivered(z->srv, f->batch);
 }
 
-static double monotonic_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* A read of the handle's batch (a claim of next, a step/ or at/ share) reached its last
- * byte: the rank has read it (core/progress.h). Noted once per handle, so the read at
- * the end of file that follows counts for nothing. */
-static void open_file_progress(struct zmount *z, struct open_file *f)
-{
-	const struct layout *l = &server_get_config(z->srv)->layout;
-	const struct batch *b = f->batch;
-
-	if (!f->progress || __atomic_exchange_n(&f->progressed, 1, __ATOMIC_ACQ_REL))
-		return;
-	progress_note(z->progress, b->rank, progress_step_of(b->rank, b->gsn, b->micro, b->micros,
-							     layout_share(l), l->micro_batch),
-		      b->count, monotonic_s());
-}
-
 /* Free a handle; deliver: it was released (or never reached the opener, which was
  * interrupted: its claim is consumed within the mount either way). Handles freed at
  * unmount without a release were not delivered. */
@@ -295,6 +272,25 @@ static uint64_t file_len(const struct open_file *f)
 	if (f->is_from)
 		return f->from_size;
 	return f->batch ? batch_len(f->batch) : f->text.len;
+}
+
+/* A read of n bytes at off of the handle's batch is about to be replied: when it
+ * reaches the batch's last byte (a claim of next, a step/ or at/ share), the rank has
+ * read it (core/progress.h). Noted before the reply, so that a /status read after it
+ * shows it (a reply the kernel then refuses, the reader being interrupted, still
+ * counted); once per handle, so the read at the end of file that follows counts for
+ * nothing. */
+static void read_progress(struct zmount *z, struct open_file *f, off_t off, size_t n)
+{
+	const struct layout *l = &server_get_config(z->srv)->layout;
+	const struct batch *b = f->batch;
+
+	if (!f->progress || !n || off < 0 || (uint64_t)off + n < file_len(f) ||
+	    __atomic_exchange_n(&f->progressed, 1, __ATOMIC_ACQ_REL))
+		return;
+	progress_note(z->progress, b->rank, progress_step_of(b->rank, b->gsn, b->micro, b->micros,
+							     layout_share(l), l->micro_batch),
+		      b->count, progress_now());
 }
 
 /* from/<g> of rank: the bytes of one share and of the whole file (every full step from g
@@ -1115,15 +1111,16 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 	if (rc) {
 		fuse_reply_err(req, claim_errno(z, rc));
 		n = 0;
-	} else if (fuse_reply_iov(req, iov, (int)niov) == 0) {
-		/* the kernel has the bytes: the shares whose last byte this read reached,
-		 * [off / S, (off + n) / S), are read */
+	} else {
+		/* the shares whose last byte this read reaches, [off / S, (off + n) / S), are
+		 * read: noted before the reply, so that a /status read after it shows them */
 		uint64_t k0 = (uint64_t)off / f->from_share, k1 = ((uint64_t)off + n) / f->from_share;
 
 		if (k1 > k0)
 			progress_note(z->progress, f->rank, f->from_gsn + (k1 - 1) * b,
 				      (k1 - k0) * layout_share(&server_get_config(z->srv)->layout),
-				      monotonic_s());
+				      progress_now());
+		fuse_reply_iov(req, iov, (int)niov); /* the kernel has the bytes when it returns */
 	}
 	/* the handle keeps the last share built; every other one goes */
 	if (nheld && !rc) {
@@ -1179,6 +1176,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			n = 0;
 			fuse_reply_err(req, EIO);
 		} else {
+			read_progress(z, f, off, n);
 			sent = fuse_reply_iov(req, iov, (int)cnt); /* frees req whatever happens */
 		}
 	} else {
@@ -1186,14 +1184,13 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 		if (off >= 0 && (uint64_t)off < b->len)
 			n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
+		read_progress(z, f, off, n);
 		sent = fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
 	}
 	/* The reply holds the batch's last byte (or the reader asked past it): delivered,
 	 * even if the reader dies before it closes. */
 	if (sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
 		open_file_delivered(z, f);
-	if (sent == 0 && n && f->progress && (uint64_t)off + n >= file_len(f))
-		open_file_progress(z, f);
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);

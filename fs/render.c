@@ -145,14 +145,6 @@ static json_t *mixture_json(struct zmount *z, const uint64_t *used, const uint64
 			 "segments", segments);
 }
 
-static double monotonic_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next
  * window's first); 0 for a dataset of another kind. */
 static uint64_t sample_tokens(const struct zmount *z)
@@ -174,7 +166,7 @@ static void job_progress(struct zmount *z, const struct server_stats *st, struct
 {
 	uint64_t reads;
 
-	jp->now = monotonic_s();
+	jp->now = progress_now();
 	jp->any_read = progress_total(z->progress, server_get_config(z->srv)->layout.start_samples,
 				      jp->now, &reads, &jp->samples_per_s, &jp->last_read_s);
 	if (st->claims || !jp->any_read) {

@@ -189,6 +189,8 @@ def test_top_over_a_mixture_and_its_errors(tokens, tmp_path):
     assert p.returncode == 2 and 'usage: zephon top' in p.stderr, p.stderr
     p = run('top', tmp_path, '--bogus', check=False)
     assert p.returncode == 2 and '--bogus' in p.stderr, p.stderr
+    p = run('top', tmp_path, '--interval', '0', check=False)
+    assert p.returncode == 2 and '--interval 0: give seconds from 0.1 to 3600' in p.stderr
     assert 'usage: zephon top' in run('top', '--help').stdout.decode()
 
 
