@@ -84,6 +84,16 @@ static struct rank_progress *find(struct progress *p, uint64_t rank)
 	return NULL;
 }
 
+void progress_note_run(struct progress *p, uint64_t rank, uint64_t g0, uint64_t share_bytes,
+		       uint64_t share_samples, uint64_t off, uint64_t n, double now)
+{
+	uint64_t k0 = off / share_bytes, k1 = (off + n) / share_bytes;
+
+	if (k1 > k0)
+		progress_note(p, rank, g0 + (k1 - 1) * p->global_batch, (k1 - k0) * share_samples,
+			      now);
+}
+
 uint64_t progress_step_of(uint64_t rank, uint64_t gsn, uint64_t micro, uint64_t micros,
 			  uint64_t share, uint64_t micro_batch)
 {

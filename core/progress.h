@@ -59,6 +59,13 @@ double progress_now(void);
 void progress_note(struct progress *p, uint64_t rank, uint64_t step_gsn, uint64_t samples,
 		   double now);
 
+/* A read of rank's from/<g0> (its shares of the steps from gsn g0 on, back to back,
+ * share_bytes >= 1 bytes and share_samples samples each) returned n bytes at offset
+ * off: the shares whose last byte it reached, [off / share_bytes, (off + n) /
+ * share_bytes), are read (progress_note of the last, with all their samples). */
+void progress_note_run(struct progress *p, uint64_t rank, uint64_t g0, uint64_t share_bytes,
+		       uint64_t share_samples, uint64_t off, uint64_t n, double now);
+
 /* The first gsn of the step a batch of rank `rank` belongs to, and whether reading it
  * completes the rank's share of that step: gsn is the batch's first gsn, micro its first
  * micro-batch and micros how many it covers (a step share: 0 and A), share = B / W and

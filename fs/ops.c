@@ -1112,14 +1112,10 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 		fuse_reply_err(req, claim_errno(z, rc));
 		n = 0;
 	} else {
-		/* the shares whose last byte this read reaches, [off / S, (off + n) / S), are
-		 * read: noted before the reply, so that a /status read after it shows them */
-		uint64_t k0 = (uint64_t)off / f->from_share, k1 = ((uint64_t)off + n) / f->from_share;
-
-		if (k1 > k0)
-			progress_note(z->progress, f->rank, f->from_gsn + (k1 - 1) * b,
-				      (k1 - k0) * layout_share(&server_get_config(z->srv)->layout),
-				      progress_now());
+		/* noted before the reply, so that a /status read after it shows it */
+		progress_note_run(z->progress, f->rank, f->from_gsn, f->from_share,
+				  layout_share(&server_get_config(z->srv)->layout), (uint64_t)off, n,
+				  progress_now());
 		fuse_reply_iov(req, iov, (int)niov); /* the kernel has the bytes when it returns */
 	}
 	/* the handle keeps the last share built; every other one goes */

@@ -82,6 +82,14 @@ static void positions_and_rates(void)
 	/* 20 s later the window (10 s) holds nothing */
 	CHECK(progress_rank(p, 3, 123.0, &in) == 0);
 	CHECK(in.samples_per_s == 0);
+	/* from/<100> of shares of 64 bytes: a read of [32, 200) reaches the ends of shares
+	 * 0 and 1 (bytes 63 and 127) and 2 (191); [200, 250) none */
+	progress_note_run(p, 1, 100, 64, 4, 32, 168, 150.0);
+	CHECK(progress_rank(p, 1, 150.0, &in) == 0);
+	CHECK(in.position == 100 + 3 * 10 && in.step_gsn == 120 && in.samples == 4 + 12);
+	progress_note_run(p, 1, 100, 64, 4, 200, 50, 150.1);
+	CHECK(progress_rank(p, 1, 150.2, &in) == 0);
+	CHECK(in.position == 130 && in.samples == 16);
 	/* a steady 5 samples a second for 30 s: 5/s, whatever wrapped in the buckets */
 	for (int s = 0; s < 30; s++)
 		progress_note(p, 8, 100 + 10 * (uint64_t)s, 5, 200.0 + s);
