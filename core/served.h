@@ -64,6 +64,8 @@ void served_ident(const struct served *st, struct journal_ident *out);
 /* Replay the weights of the journal's layout rows (journal_layouts(): in record order),
  * from the latest row started by `fresh` on, so that the stream before this mount's
  * start is the one those mounts served. Rows without weights keep the weights in force.
+ * A mount that starts with resume=fresh passes n = 0: its own start is the latest fresh
+ * one, so nothing before it counts and its weights (the spec's or weights=) hold.
  * A plain dataset ignores it. 0, -EINVAL (a row's weights do not fit the sources; why
  * says which), -ENOMEM. */
 int served_replay(struct served *st, const struct journal_layout *rows, size_t n,

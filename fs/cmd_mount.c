@@ -166,8 +166,13 @@ static int prepare_mixture(struct zmount *z)
 	if (!z->served->is_mixture)
 		return 0;
 	rc = journal_layouts(z->journal, &rows, &n);
+	/* resume=fresh starts a new history at gsn 0: the rows before it are kept for
+	 * `journal show` but count for nothing, so the spec's (or weights=) weights hold,
+	 * as for a new journal. (Its own row, recorded by journal_start() below, is the
+	 * latest fresh one that a later mount's replay starts from.) */
 	if (!rc)
-		rc = served_replay(z->served, rows, n, why, sizeof(why));
+		rc = served_replay(z->served, rows,
+				   z->cfg->resume.rule == RESUME_FRESH ? 0 : n, why, sizeof(why));
 	else
 		journal_last_error(z->journal, why, sizeof(why));
 	if (!rc) {
@@ -517,6 +522,9 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	if (o->singlethread)
 		z->cfg->max_threads = 1; /* -s: the one thread must never wait in a claim */
 	rc = server_new(z->ds, &sc, z->journal, &z->srv);
+	if (!rc && (rc = progress_new(z->cfg->ranks.ranks, z->cfg->ranks.count,
+				      sc.layout.global_batch, &z->progress)))
+		server_free(z->srv);
 	if (rc) {
 		zmount_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
 		return 1;
@@ -558,6 +566,8 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	zmount_free_open_files(z);
 	server_free(z->srv);
 	z->srv = NULL;
+	progress_free(z->progress);
+	z->progress = NULL;
 	/* the deliveries since each rank's last claim: a remount counts them as consumed */
 	if (z->journal && (frc = journal_flush_delivered(z->journal)) != 0) {
 		char why[512];

@@ -19,6 +19,7 @@ static const struct command {
 	{ "verify", cmd_verify, "decode every sample and check every checksum" },
 	{ "batch", cmd_batch, "write the bytes the mount serves for one claim" },
 	{ "journal", cmd_journal, "show a cursor journal, compute resume points" },
+	{ "top", cmd_top, "a live view of a mount's progress, redrawn every second" },
 	{ "mount", cmd_mount, "mount a dataset (also: zephon DATASET MOUNTPOINT -o ...)" },
 };
 

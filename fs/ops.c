@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "guard.h"
 #include "inode.h"
 #include "jobq.h"
@@ -36,6 +38,8 @@ struct open_file {
 	int refs;
 	int claimed;            /* batch is a claim of next: its delivery is reported */
 	int delivered;          /* reported (atomic): read to its end, or released */
+	int progress;           /* next, step/<t>, at/<G>: a read to its end is progress */
+	int progressed;         /* noted in z->progress (atomic): once per handle */
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
 	/* next: the claiming thread and rank, while the handle is in z->next_holders */
 	uint64_t rank;
@@ -269,6 +273,25 @@ static uint64_t file_len(const struct open_file *f)
 	if (f->is_from)
 		return f->from_size;
 	return f->batch ? batch_len(f->batch) : f->text.len;
+}
+
+/* A read of n bytes at off of the handle's batch is about to be replied: when it
+ * reaches the batch's last byte (a claim of next, a step/ or at/ share), the rank has
+ * read it (core/progress.h). Noted before the reply, so that a /status read after it
+ * shows it (a reply the kernel then refuses, the reader being interrupted, still
+ * counted); once per handle, so the read at the end of file that follows counts for
+ * nothing. */
+static void read_progress(struct zmount *z, struct open_file *f, off_t off, size_t n)
+{
+	const struct layout *l = &server_get_config(z->srv)->layout;
+	const struct batch *b = f->batch;
+
+	if (!f->progress || !n || off < 0 || (uint64_t)off + n < file_len(f) ||
+	    __atomic_exchange_n(&f->progressed, 1, __ATOMIC_ACQ_REL))
+		return;
+	progress_note(z->progress, b->rank, progress_step_of(b->rank, b->gsn, b->micro, b->micros,
+							     layout_share(l), l->micro_batch),
+		      b->count, clock_mono_s());
 }
 
 /* from/<g> of rank: the bytes of one share and of the whole file (every full step from g
@@ -874,7 +897,7 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		z->open_claims++;
 		pthread_mutex_unlock(&z->lock);
 		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
-		f->claimed = !rc;
+		f->claimed = f->progress = !rc;
 		if (rc)
 			claims_sub(z);
 		if (!rc) {
@@ -889,6 +912,7 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		rc = server_step(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
 		if (!rc)
 			server_step_opened(z->srv, inode_step(ino));
+		f->progress = !rc;
 		break;
 	case NODE_SAMPLE:
 		rc = server_sample(z->srv, inode_id(ino), &f->batch);
@@ -905,6 +929,7 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		rc = inode_is_validation(ino) ?
 		     server_validation(z->srv, inode_rank(ino), inode_step(ino), &f->batch) :
 		     server_at(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
+		f->progress = !rc && !inode_is_validation(ino);  /* evaluation is not training */
 		break;
 	case NODE_STATUS:
 		rc = render_status(z, &f->text);
@@ -1016,6 +1041,12 @@ static void touch_pages(void *ctx)
 	}
 }
 
+/* The iovecs of one reply: libfuse adds its header to them, and a writev of more than
+ * IOV_MAX fails, which would leave the reader waiting for a reply that never comes. A
+ * read that needs more (1 MiB of small shares) gets a short read: the reader asks for
+ * the rest. */
+#define FROM_IOV_MAX (IOV_MAX - 1)
+
 /* A read of from/<G>: the shares it spans, each built as at/<G + k B> is (its samples are
  * views of the dataset's mappings where the encoding allows), replied as one iovec list:
  * the kernel's copy is the only one. The handle keeps the last share, so a share read in
@@ -1027,7 +1058,7 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 	uint64_t b = server_get_config(z->srv)->layout.global_batch, pos, end;
 	struct batch **held = NULL;       /* shares built for this read */
 	struct iovec *iov = NULL;
-	size_t nheld = 0, cap_held = 0, niov = 0, cap_iov = 0, n = 0;
+	size_t nheld = 0, cap_held = 0, niov = 0, cap_iov = 0, n = 0, room;
 	int rc = 0;
 
 	if (off < 0 || (uint64_t)off >= f->from_size || !f->from_share) {
@@ -1037,7 +1068,7 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 	pos = (uint64_t)off;
 	end = f->from_size - pos < size ? f->from_size : pos + size;
 	pthread_mutex_lock(&f->from_mu);
-	while (pos < end && !rc) {
+	while (pos < end && !rc && niov < FROM_IOV_MAX) {
 		uint64_t k = pos / f->from_share, within = pos % f->from_share;
 		size_t take = (size_t)(f->from_share - within < end - pos ? f->from_share - within
 								 : end - pos), got;
@@ -1057,13 +1088,15 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 				break;
 			held[nheld++] = sh;
 		}
-		if (ARRAY_GROW(iov, cap_iov, niov + 2 + sh->nviews)) {
+		room = FROM_IOV_MAX - niov < 2 + sh->nviews ? FROM_IOV_MAX - niov : 2 + sh->nviews;
+		if (ARRAY_GROW(iov, cap_iov, niov + room)) {
 			rc = -ENOMEM;
 			break;
 		}
-		niov += batch_slice(sh, within, take, iov + niov, 2 + sh->nviews, &got);
+		/* got < take: the iovecs a reply may have are spent, a short read */
+		niov += batch_slice(sh, within, take, iov + niov, room, &got);
 		n += got;
-		pos += take;
+		pos += got;
 	}
 	if (!rc) {
 		struct touch_args t = { iov, niov };
@@ -1080,6 +1113,10 @@ static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, siz
 		fuse_reply_err(req, claim_errno(z, rc));
 		n = 0;
 	} else {
+		/* noted before the reply, so that a /status read after it shows it */
+		progress_note_run(z->progress, f->rank, f->from_gsn, f->from_share,
+				  layout_share(&server_get_config(z->srv)->layout), (uint64_t)off, n,
+				  clock_mono_s());
 		fuse_reply_iov(req, iov, (int)niov); /* the kernel has the bytes when it returns */
 	}
 	/* the handle keeps the last share built; every other one goes */
@@ -1136,6 +1173,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			n = 0;
 			fuse_reply_err(req, EIO);
 		} else {
+			read_progress(z, f, off, n);
 			sent = fuse_reply_iov(req, iov, (int)cnt); /* frees req whatever happens */
 		}
 	} else {
@@ -1143,6 +1181,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 		if (off >= 0 && (uint64_t)off < b->len)
 			n = b->len - (size_t)off < size ? b->len - (size_t)off : size;
+		read_progress(z, f, off, n);
 		sent = fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
 	}
 	/* The reply holds the batch's last byte (or the reader asked past it): delivered,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -38,7 +39,8 @@ int render_readme(struct zmount *z, struct buf *out)
 		"/rank/<r>/from/<G>  at/<G>, at/<G+B>, ... back to back (npy, bin); claims nothing\n"
 		"/rank/<r>/validation/<t>  rank r's share of validation step t (validation=F)\n"
 		"/samples/<id>       one sample in the batch encoding; claims nothing\n"
-		"/status             JSON: layout history, consumed_samples, cursors, counters\n"
+		"/status             JSON: layout history, consumed_samples, cursors, counters,\n"
+		"                    progress (what each rank read; zephon top MOUNTPOINT shows it)\n"
 		"/metrics            Prometheus text format\n"
 		"/control            write \"checkpoint STEP\" (model state holds every step below\n"
 		"                    STEP) or \"rewind STEP\" (move every rank back to STEP)\n"
@@ -119,13 +121,14 @@ static json_t *mixture_json(struct zmount *z, const uint64_t *used, const uint64
 		const struct dataset_info *si = dataset_source_info(st->ds, s);
 
 		json_array_append_new(sources, json_pack(
-			"{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}",
+			"{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:s}",
 			"name", served_source_name(st, s),
 			"dataset", dataset_source_dir(st->ds, s),
 			"samples", json_u64(si->samples),
 			"weight", json_u64(st->weights[s]),
 			"consumed_samples", json_u64(used[s]),
 			"epoch", json_u64(epoch[s]),
+			"epoch_samples", json_u64(mixture_source_order(mx, s)->n),
 			"validation_samples", json_u64(st->holdout[s]),
 			"fingerprint", si->fingerprint));
 	}
@@ -141,6 +144,78 @@ static json_t *mixture_json(struct zmount *z, const uint64_t *used, const uint64
 	}
 	return json_pack("{s:s, s:o, s:o}", "weights", st->weights_text, "sources", sources,
 			 "segments", segments);
+}
+
+/* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next
+ * window's first); 0 for a dataset of another kind. */
+static uint64_t sample_tokens(const struct zmount *z)
+{
+	return z->info->kind == DATASET_TOKENS ? z->info->seq_len - z->info->overlap : 0;
+}
+
+/* The job's consumed_samples and what it counts: the claims' (server_consumed()) for a
+ * job that claimed from next, or for one that read nothing yet; otherwise that of the
+ * readers of the pure files (progress_total(): the least rank position). */
+struct job_progress {
+	uint64_t consumed;
+	const char *basis;      /* "claims" or "reads" */
+	int any_read;
+	double samples_per_s, last_read_s, now;
+};
+
+static void job_progress(struct zmount *z, const struct server_stats *st, struct job_progress *jp)
+{
+	uint64_t reads;
+
+	jp->now = clock_mono_s();
+	jp->any_read = progress_total(z->progress, server_get_config(z->srv)->layout.start_samples,
+				      jp->now, &reads, &jp->samples_per_s, &jp->last_read_s);
+	if (st->claims || !jp->any_read) {
+		jp->consumed = server_consumed(z->srv);
+		jp->basis = "claims";
+	} else {
+		jp->consumed = reads;
+		jp->basis = "reads";
+	}
+}
+
+/* /status' progress: the job's rates and each served rank's reads (core/progress.h). */
+static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
+{
+	const struct layout *l = &server_get_config(z->srv)->layout;
+	uint64_t tokens = sample_tokens(z);
+	json_t *ranks = json_object();
+
+	for (size_t i = 0; i < z->cfg->ranks.count; i++) {
+		uint64_t r = z->cfg->ranks.ranks[i], step;
+		struct progress_rank_info in;
+		char key[24];
+
+		if (progress_rank(z->progress, r, jp->now, &in))
+			continue;
+		snprintf(key, sizeof(key), "%" PRIu64, r);
+		json_object_set_new(ranks, key, json_pack(
+			"{s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			"step", in.have_position && !progress_step_number(l, in.step_gsn, &step) ?
+				json_u64(step) : json_null(),
+			"gsn", in.have_position ? json_u64(in.step_gsn) : json_null(),
+			"consumed_samples", in.have_position ? json_u64(in.position) : json_null(),
+			"samples", json_u64(in.samples),
+			"samples_per_s", json_real(in.samples_per_s),
+			"tokens_per_s", tokens ? json_real(in.samples_per_s * (double)tokens)
+					       : json_null(),
+			"seconds_since_read", in.last_read_s > 0 ?
+				json_real(jp->now - in.last_read_s) : json_null()));
+	}
+	return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}",
+			 "consumed_samples_from", jp->basis,
+			 "epoch_samples", json_u64(z->served->order.n),
+			 "samples_per_s", json_real(jp->samples_per_s),
+			 "tokens_per_s", tokens ? json_real(jp->samples_per_s * (double)tokens)
+						: json_null(),
+			 "seconds_since_read", jp->any_read ? json_real(jp->now - jp->last_read_s)
+							    : json_null(),
+			 "ranks", ranks);
 }
 
 /* The epoch /status shows: a plain dataset's; a mixture's least advanced source with
@@ -163,13 +238,16 @@ int render_status(struct zmount *z, struct buf *out)
 	const struct server_config *c = server_get_config(z->srv);
 	json_t *root, *layouts, *cursors, *counters, *last_error, *overlaps = json_object();
 	struct server_stats st;
-	uint64_t consumed = server_consumed(z->srv), used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
+	struct job_progress jp;
+	uint64_t consumed, used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
 	char ranks[256];
 
+	server_get_stats(z->srv, &st);
+	job_progress(z, &st, &jp);
+	consumed = jp.consumed;
 	if (z->served->is_mixture)
 		source_progress(z->served, consumed, used, epoch);
 	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
-	server_get_stats(z->srv, &st);
 	layouts = json_array();
 	for (size_t i = 0; i < z->nlayouts; i++)
 		json_array_append_new(layouts, layout_json(&z->layouts[i]));
@@ -240,6 +318,7 @@ int render_status(struct zmount *z, struct buf *out)
 			 "overlapping_opens", overlaps,
 			 "last_error", last_error);
 	if (root) {
+		json_object_set_new(root, "progress", progress_json(z, &jp));
 		json_object_set_new(root, "mixture", z->served->is_mixture ?
 				    mixture_json(z, used, epoch) : json_null());
 		json_object_set_new(root, "validation", c->validation.n ? json_pack(
@@ -306,15 +385,69 @@ int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 	return dump_json(root, out);
 }
 
+/* The reads of each rank (core/progress.h) in /metrics. */
+static int render_progress_metrics(struct zmount *z, const struct job_progress *jp,
+				   struct buf *out)
+{
+	uint64_t tokens = sample_tokens(z);
+	int rc = buf_printf(out, "# HELP zephon_read_samples_per_second Samples read per second "
+			    "over the last %d s, every served rank (reads of next, step/, at/, from/ "
+			    "to a batch's end).\n# TYPE zephon_read_samples_per_second gauge\n"
+			    "zephon_read_samples_per_second %.3f\n", PROGRESS_WINDOW,
+			    jp->samples_per_s);
+
+	if (!rc && tokens)
+		rc = buf_printf(out, "# HELP zephon_read_tokens_per_second Tokens (seq_len per "
+				"sample) read per second over the last %d s.\n"
+				"# TYPE zephon_read_tokens_per_second gauge\n"
+				"zephon_read_tokens_per_second %.3f\n", PROGRESS_WINDOW,
+				jp->samples_per_s * (double)tokens);
+	if (!rc && jp->any_read)
+		rc = buf_printf(out, "# HELP zephon_seconds_since_read Seconds since any rank last "
+				"read a batch to its end.\n# TYPE zephon_seconds_since_read gauge\n"
+				"zephon_seconds_since_read %.3f\n", jp->now - jp->last_read_s);
+	for (int pass = 0; pass < 3 && !rc; pass++) {
+		static const char *const head[] = {
+			"# HELP zephon_rank_read_samples_total Samples of the rank read to a batch's "
+			"end, re-reads included.\n# TYPE zephon_rank_read_samples_total counter\n",
+			"# HELP zephon_rank_consumed_samples Where the rank reads on: the end of the "
+			"step whose share it read last.\n# TYPE zephon_rank_consumed_samples gauge\n",
+			"# HELP zephon_rank_seconds_since_read Seconds since the rank last read a "
+			"batch to its end.\n# TYPE zephon_rank_seconds_since_read gauge\n",
+		};
+
+		rc = buf_printf(out, "%s", head[pass]);
+		for (size_t i = 0; i < z->cfg->ranks.count && !rc; i++) {
+			uint64_t r = z->cfg->ranks.ranks[i];
+			struct progress_rank_info in;
+
+			if (progress_rank(z->progress, r, jp->now, &in))
+				continue;
+			if (pass == 0)
+				rc = buf_printf(out, "zephon_rank_read_samples_total{rank=\"%" PRIu64
+						"\"} %" PRIu64 "\n", r, in.samples);
+			else if (pass == 1 && in.have_position)
+				rc = buf_printf(out, "zephon_rank_consumed_samples{rank=\"%" PRIu64
+						"\"} %" PRIu64 "\n", r, in.position);
+			else if (pass == 2 && in.last_read_s > 0)
+				rc = buf_printf(out, "zephon_rank_seconds_since_read{rank=\"%" PRIu64
+						"\"} %.3f\n", r, jp->now - in.last_read_s);
+		}
+	}
+	return rc;
+}
+
 int render_metrics(struct zmount *z, struct buf *out)
 {
 	struct server_stats st;
+	struct job_progress jp;
 	struct next_overlap *ov = NULL;
 	uint64_t cumulative = 0, bytes_read, overlaps_total;
 	size_t nov;
 	int rc = 0;
 
 	server_get_stats(z->srv, &st);
+	job_progress(z, &st, &jp);
 	pthread_mutex_lock(&z->lock);
 	bytes_read = z->bytes_read;
 	overlaps_total = z->overlaps_total;
@@ -338,7 +471,8 @@ int render_metrics(struct zmount *z, struct buf *out)
 	       st.prefetch_decoded);
 	METRIC("batch_bytes_total", "counter", "Bytes of claimed batches.", st.batch_bytes);
 	METRIC("read_bytes_total", "counter", "Bytes returned by read().", bytes_read);
-	METRIC("consumed_samples", "gauge", "Every gsn below this was handed out.", server_consumed(z->srv));
+	METRIC("consumed_samples", "gauge", "Every gsn below this was delivered (claims) or read "
+	       "(readers of the pure files only: the least rank position).", jp.consumed);
 	METRIC("overlapping_opens_total", "counter", "Opens of a rank's next while another process "
 	       "held it open (several readers of one rank: out of order).", overlaps_total);
 #undef METRIC
@@ -354,7 +488,7 @@ int render_metrics(struct zmount *z, struct buf *out)
 		const struct served *sv = z->served;
 		uint64_t used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
 
-		source_progress(sv, server_consumed(z->srv), used, epoch);
+		source_progress(sv, jp.consumed, used, epoch);
 		rc = buf_printf(out, "# HELP zephon_source_consumed_samples Samples of the source "
 				"below consumed_samples.\n"
 				"# TYPE zephon_source_consumed_samples gauge\n");
@@ -368,6 +502,8 @@ int render_metrics(struct zmount *z, struct buf *out)
 			rc = buf_printf(out, "zephon_source_epoch{source=\"%s\"} %" PRIu64 "\n",
 					served_source_name(sv, s), epoch[s]);
 	}
+	if (!rc)
+		rc = render_progress_metrics(z, &jp, out);
 	if (!rc)
 		rc = buf_printf(out, "# HELP zephon_journal_wait_seconds How long the oldest claim "
 				"still committing has waited for the journal (0: none); a value that "

@@ -12,6 +12,7 @@
 
 #include "log.h"
 #include "opts.h"
+#include "progress.h"
 #include "serve.h"
 #include "served.h"
 
@@ -45,6 +46,9 @@ struct zmount {
 	 * requests that decode; either may be NULL (its requests are then served inline). */
 	struct jobq *journal_queue, *build_queue;
 	struct mount_config *cfg;
+	/* What each served rank has read of from/, at/, step/ and next (core/progress.h):
+	 * /status' progress and, for a job that claims nothing, its consumed_samples. */
+	struct progress *progress;
 	const char *dataset_path;      /* as given on the command line, absolute */
 	/* Called once the kernel's INIT reached the daemon: the mount is live (a daemonizing
 	 * `zephon mount` then returns success to its caller and detaches); may be NULL. */

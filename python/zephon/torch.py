@@ -384,7 +384,14 @@ class _Run:
         try:
             if not self._sized:
                 if self.loader.format == "npy":
-                    head = os.pread(fd, 4096, 0)
+                    # the header's own length first, then the header: reads that stop
+                    # inside share 0, so the mount counts no share as read (/status'
+                    # progress counts shares read to their end)
+                    head = os.pread(fd, 12, 0)
+                    v1 = head[6:7] == b"\x01"
+                    hlen = (10 + int.from_bytes(head[8:10], "little") if v1 else
+                            12 + int.from_bytes(head[8:12], "little"))
+                    head = os.pread(fd, hlen, 0)
                     self.header = head[:self.loader._npy_header_len(head, self.path)]
                     self.size += len(self.header)
                 self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))

@@ -52,7 +52,10 @@ def test_at_is_the_share_of_the_step_from_any_gsn(overlapping, tmp_path):
                        '--rank', 0, '--step', 0).stdout
             assert read_all(m.path('rank', 0, 'at', g)) == want
         st = json.loads(read_all(m.path('status')))
-        assert st['consumed_samples'] == 0 and st['cursors']['0'] == {'step': 0, 'micro': 0}
+        # pure reads claim nothing; consumed_samples is the reads' (rank 0 read the share
+        # from gsn 13 last: it reads on at 21; rank 1 at 32)
+        assert st['counters']['claims'] == 0 and st['cursors']['0'] == {'step': 0, 'micro': 0}
+        assert (st['progress']['consumed_samples_from'], st['consumed_samples']) == ('reads', 21)
         with pytest.raises(FileNotFoundError):
             read_all(m.path('rank', 0, 'at', '05'))       # one spelling per number
         with pytest.raises(FileNotFoundError):

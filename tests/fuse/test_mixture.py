@@ -185,6 +185,33 @@ def test_a_remount_without_weights_goes_on_with_the_recorded_curriculum(sources,
     assert p.returncode == 2 and 'belongs to another stream' in p.stderr, p.stderr
 
 
+def test_resume_fresh_takes_the_specs_weights(sources, tmp_path):
+    """resume=fresh starts a new history: the spec's weights hold, not those the journal
+    recorded before it (README: "the spec's weights count only for a new journal (or
+    resume=fresh)"), and a later mount without weights= goes on with them."""
+    mix = spec(tmp_path / 'mix.json', [0.35, 0.4, 0.25], sources)
+    j = tmp_path / 'j.sqlite'
+    opts = 'global_batch=10,seed=2,journal=%s' % j
+    with Mount(mix, tmp_path / 'm', opts) as m:
+        assert json.loads(read_all(m.path('status')))['mixture']['weights'] == '7,8,5'
+        read_all(m.path('rank', 0, 'next'))
+    spec(mix, [0.1, 0.1, 0.8], sources)
+    for extra in (',resume=fresh', ''):
+        with Mount(mix, tmp_path / 'm', opts + extra) as m:
+            st = json.loads(read_all(m.path('status')))
+            assert st['mixture']['weights'] == '1,1,8', extra
+            assert st['mixture']['segments'] == [{'start_samples': 0, 'weights': [1, 1, 8]}]
+            if extra:
+                assert st['start_samples'] == 0
+                first = records(read_all(m.path('rank', 0, 'next')))
+                # D = 10 divides the batch: exactly 1, 1 and 8 samples of a, b and c
+                assert [sum(r['src'] == s for r in first) for s in 'abc'] == [1, 1, 8]
+            else:
+                assert st['start_samples'] == 10
+    rows = json.loads(run('journal', 'show', '--json', j).stdout)['layouts']
+    assert [r['weights'] for r in rows] == ['7,8,5', '1,1,8', None]
+
+
 def test_weight_change_inside_a_step_is_refused(sources, tmp_path):
     mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
     j = tmp_path / 'j.sqlite'

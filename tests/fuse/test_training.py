@@ -216,7 +216,10 @@ def test_legacy_dataloader_over_step_files(tokens, tmp_path):
                                 num_workers=2)
             loaded[r] = [x for x in loader]
         st = json.loads(read_all(m.path('status')))
-        assert st['consumed_samples'] == 0       # step files claim nothing
+        assert st['counters']['claims'] == 0     # step files claim nothing
+        # but they are progress: every share of both ranks was read (in the workers' order)
+        assert st['progress']['consumed_samples_from'] == 'reads'
+        assert [st['progress']['ranks'][r]['samples'] for r in '01'] == [4 * steps] * 2
         for r in (0, 1):
             assert len(loaded[r]) == steps
             for t in range(steps):

@@ -46,7 +46,12 @@ def test_batches_are_the_stream_split_into_inputs_and_labels(tokens, mounts):
     # overlapping windows: the last label of a sample is the next sample's first input
     # in the unshuffled stream
     st = m.status()
-    assert st['consumed_samples'] == 0 and st['cursors']['0'] == {'step': 0, 'micro': 0}
+    assert st['counters']['claims'] == 0 and st['cursors']['0'] == {'step': 0, 'micro': 0}
+    # the mount learned the loaders' position from their reads of from/ (blocks of 1
+    # and 4 steps here: exactly the 5 steps taken)
+    assert (st['progress']['consumed_samples_from'], st['consumed_samples']) == ('reads', 40)
+    assert {r: (p['step'], p['samples']) for r, p in st['progress']['ranks'].items()} == \
+        {'0': (4, 20), '1': (4, 20)}
 
 
 @pytest.mark.parametrize('taken', [40, 41])          # a step boundary, and inside a step

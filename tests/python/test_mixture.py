@@ -96,8 +96,46 @@ def test_mixture_batches_are_the_mounts_step_files(mix, mounts):
         counts[source_of(tok)] += 1
         for name, w in WEIGHTS.items():
             assert abs(counts[name] - n * w) < 1, (n, counts)
-    # reading through the loader claimed nothing
-    assert m.status()['consumed_samples'] == 0
+    # reading through the loader claimed nothing, and its reads are the job's progress:
+    # 10 steps of 8 (the step/ files read last), each source's share of them
+    st = m.status()
+    assert st['counters']['claims'] == 0 and st['consumed_samples'] == 80
+    assert {s['name']: s['consumed_samples'] for s in st['mixture']['sources']} == \
+        {'web': 40, 'code': 24, 'math': 16}
+
+
+def test_status_shows_the_loaders_progress(mix, mounts):
+    """The mount learns the position of loaders that claim nothing from their reads of
+    from/: /status' consumed_samples, each rank's step and each source's count follow
+    them, back as well as forward (a load_state_dict of an earlier position)."""
+    m = mounts(mix, world_size=2, global_batch=10, micro_batch=5)
+    loaders = [ZephonLoader(m.path, dp_rank=r, dp_world_size=2) for r in range(2)]
+    st = m.status()
+    assert st['consumed_samples'] == 0 and st['progress']['seconds_since_read'] is None
+    for x in loaders:
+        take(x, 5)                     # 5 steps: blocks of 1 and 4 steps read, no more
+    st = m.status()
+    assert (st['progress']['consumed_samples_from'], st['consumed_samples']) == ('reads', 50)
+    assert {r: (p['step'], p['consumed_samples'], p['samples'])
+            for r, p in st['progress']['ranks'].items()} == {'0': (4, 50, 25), '1': (4, 50, 25)}
+    assert {s['name']: s['consumed_samples'] for s in st['mixture']['sources']} == \
+        {'web': 25, 'code': 15, 'math': 10}
+    assert st['progress']['seconds_since_read'] >= 0 and st['counters']['claims'] == 0
+    metrics = open(os.path.join(m.path, 'metrics')).read()
+    assert 'zephon_source_consumed_samples{source="code"} 15' in metrics
+    # back to gsn 5, where no step of the mount starts: its first read of from/5 (one
+    # step) moves the position back
+    state = dict(loaders[0].state_dict(), consumed_samples=5, step=0)
+    for x in loaders:
+        x.load_state_dict(state)
+        take(x, 1)
+    st = m.status()
+    assert st['consumed_samples'] == 15
+    assert [(p['step'], p['gsn']) for p in st['progress']['ranks'].values()] == [(None, 5)] * 2
+    counts = {s['name']: s['consumed_samples'] for s in st['mixture']['sources']}
+    assert sum(counts.values()) == 15
+    for name, w in WEIGHTS.items():
+        assert abs(counts[name] - 15 * w) < 1, counts
 
 
 def test_mixture_state_restores_at_another_dp_degree(mix, mounts, tmp_path):

@@ -1,0 +1,118 @@
+/*
+ * test_progress.c: progress learned from reads (core/progress.h). progress_step_of()
+ * against layout_micro_gsn() for every (W, B, m, rank, step, micro, micros) of a small
+ * domain; positions that follow the latest read (back as well as forward); the job's
+ * least position; rates over whole seconds; untracked ranks; step numbers off the grid.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "check.h"
+#include "order.h"
+#include "progress.h"
+
+/* Every batch of a layout: step_of gives the step's first gsn exactly when the batch
+ * ends the rank's share. */
+static void step_of_matches_the_layout(void)
+{
+	for (uint64_t w = 1; w <= 4; w++)
+		for (uint64_t b = w; b <= 12; b += w)
+			for (uint64_t m = 1; m <= b / w; m++) {
+				struct layout l = { w, b, m, 3, 17 };
+				uint64_t a = layout_micros(&l);
+
+				if ((b / w) % m)
+					continue;
+				for (uint64_t r = 0; r < w; r++)
+					for (uint64_t t = 3; t < 6; t++)
+						for (uint64_t mi = 0; mi < a; mi++)
+							for (uint64_t n = 1; mi + n <= a; n++) {
+								uint64_t g, start;
+
+								CHECK(layout_micro_gsn(&l, r, t, mi, &g) == 0);
+								CHECK(layout_step_gsn(&l, t, &start) == 0);
+								CHECK_EQ_U64(progress_step_of(r, g, mi, n, b / w, m),
+									     mi + n == a ? start : PROGRESS_NO_STEP);
+							}
+			}
+	CHECK_EQ_U64(progress_step_of(0, 0, 0, 1, 0, 1), PROGRESS_NO_STEP);   /* no share */
+	CHECK_EQ_U64(progress_step_of(0, 0, 0, 1, 4, 3), PROGRESS_NO_STEP);   /* m does not divide */
+	CHECK_EQ_U64(progress_step_of(2, 3, 0, 1, 4, 4), PROGRESS_NO_STEP);   /* gsn before its rank */
+}
+
+static void positions_and_rates(void)
+{
+	const uint64_t ranks[] = { 1, 3, 8 };
+	struct progress *p;
+	struct progress_rank_info in;
+	uint64_t consumed;
+	double rate, last;
+
+	CHECK(progress_new(ranks, 3, 10, &p) == 0);
+	CHECK(progress_total(p, 40, 100.5, &consumed, &rate, &last) == 0);
+	CHECK_EQ_U64(consumed, 40);
+	CHECK(rate == 0 && last == 0);
+	CHECK(progress_rank(p, 2, 100, &in) == -ENOENT);
+	progress_note(p, 2, 0, 5, 100);                 /* not tracked: ignored */
+	progress_note(p, 3, 50, 4, 100.2);              /* rank 3 read step [50, 60) */
+	progress_note(p, 1, PROGRESS_NO_STEP, 2, 100.3); /* half a share: no position */
+	CHECK(progress_rank(p, 3, 100.4, &in) == 0);
+	CHECK(in.have_position && in.step_gsn == 50 && in.position == 60 && in.samples == 4);
+	CHECK(in.samples_per_s == 0);                   /* no whole second yet */
+	CHECK(progress_rank(p, 1, 100.4, &in) == 0);
+	CHECK(!in.have_position && in.samples == 2 && in.last_read_s == 100.3);
+	CHECK(progress_total(p, 40, 100.5, &consumed, &rate, &last) == 1);
+	CHECK_EQ_U64(consumed, 40);                     /* ranks 1 and 8 count at the start */
+	CHECK(last == 100.3);
+	progress_note(p, 1, 60, 2, 101.1);
+	progress_note(p, 8, 70, 4, 101.2);
+	CHECK(progress_total(p, 40, 101.5, &consumed, &rate, &last) == 1);
+	CHECK_EQ_U64(consumed, 60);
+	/* the latest read decides, not the furthest: a loader sent back */
+	progress_note(p, 3, 20, 4, 102.0);
+	CHECK(progress_rank(p, 3, 102.5, &in) == 0);
+	CHECK(in.position == 30 && in.samples == 8);
+	CHECK(progress_total(p, 40, 102.5, &consumed, &rate, &last) == 1);
+	CHECK_EQ_U64(consumed, 30);
+	/* rank 3: 4 samples in second 100, none in 101, 4 in 102; at 103.0 the window is the
+	 * 3 whole seconds since its first read: 8 / 3 */
+	CHECK(progress_rank(p, 3, 103.0, &in) == 0);
+	CHECK(fabs(in.samples_per_s - 8.0 / 3) < 1e-9);
+	/* 20 s later the window (10 s) holds nothing */
+	CHECK(progress_rank(p, 3, 123.0, &in) == 0);
+	CHECK(in.samples_per_s == 0);
+	/* from/<100> of shares of 64 bytes: a read of [32, 200) reaches the ends of shares
+	 * 0 and 1 (bytes 63 and 127) and 2 (191); [200, 250) none */
+	progress_note_run(p, 1, 100, 64, 4, 32, 168, 150.0);
+	CHECK(progress_rank(p, 1, 150.0, &in) == 0);
+	CHECK(in.position == 100 + 3 * 10 && in.step_gsn == 120 && in.samples == 4 + 12);
+	progress_note_run(p, 1, 100, 64, 4, 200, 50, 150.1);
+	CHECK(progress_rank(p, 1, 150.2, &in) == 0);
+	CHECK(in.position == 130 && in.samples == 16);
+	/* a steady 5 samples a second for 30 s: 5/s, whatever wrapped in the buckets */
+	for (int s = 0; s < 30; s++)
+		progress_note(p, 8, 100 + 10 * (uint64_t)s, 5, 200.0 + s);
+	CHECK(progress_rank(p, 8, 230.0, &in) == 0);
+	CHECK(fabs(in.samples_per_s - 5) < 1e-9);
+	progress_free(p);
+}
+
+static void step_numbers(void)
+{
+	struct layout l = { 2, 8, 2, 5, 40 };
+	uint64_t s = 0;
+
+	CHECK(progress_step_number(&l, 40, &s) == 0 && s == 5);
+	CHECK(progress_step_number(&l, 64, &s) == 0 && s == 8);
+	CHECK(progress_step_number(&l, 44, &s) == -ERANGE);    /* off the steps */
+	CHECK(progress_step_number(&l, 32, &s) == -ERANGE);    /* before G0 */
+}
+
+int main(void)
+{
+	step_of_matches_the_layout();
+	positions_and_rates();
+	step_numbers();
+	return check_status();
+}
