@@ -290,10 +290,13 @@ int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_
 /*
  * Deliveries. By default a claim counts as delivered when it commits (a caller that
  * hands the bytes over at once). After journal_track_delivery(), the caller reports
- * deliveries with journal_delivered(), and they are written lazily: with the rank's next
- * claim (the same row update, no extra commit) and by journal_flush_delivered() (a
- * clean unmount). A kill in between loses only the latest deliveries: those claims are
- * then served again by a restart (a repeat, never a skip).
+ * deliveries with journal_delivered() (in memory), and they are written with the rank's
+ * next claim (the same row update, no extra commit), by journal_sync_delivered() (the
+ * mount calls it when a reader closes its batch, before the close() returns: what a
+ * reader finished is never served again after a kill -9) and by
+ * journal_flush_delivered() (a clean unmount). A kill loses only deliveries reported and
+ * not yet written: those claims are then served again by a restart (a repeat, never a
+ * skip).
  */
 /* Deliveries are reported from now on (the mount calls it once after journal_start).
  * The delivered position of every served rank starts at its cursor. */
@@ -305,6 +308,18 @@ void journal_track_delivery(struct journal *j);
  * journal_start, rank not served, not tracking, or (step, micro) past the rank's
  * committed cursor: nothing beyond what was claimed can be delivered). */
 int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t micro);
+
+/* Make rank's delivered position, as reported so far, durable before returning (with
+ * sync=normal it survives a killed process, with sync=full a power loss). Nothing is
+ * written when it is already: by the rank's claim, or by another caller. When it is
+ * not, every served rank's unwritten position goes in the same transaction, so callers
+ * that come at once share one commit (a group commit: they queue on the journal's lock
+ * while the first commits). Waits for a claim or commit in progress, and for the
+ * journal's file system. 0, or -EINVAL (no journal_start, rank not served, not
+ * tracking), -EROFS, -EIO (not written: disk full, I/O error, or the journal file was
+ * deleted or replaced under the mount; the position stays reported, to go with the
+ * next claim; reason in journal_last_error), -ENOMEM. */
+int journal_sync_delivered(struct journal *j, uint64_t rank);
 
 /* Write the delivered positions reported since the last write, in one transaction
  * (nothing when none changed). 0, -EROFS, -EIO (nothing written; reason in

@@ -787,6 +787,29 @@ int server_delivered(struct server *s, const struct batch *b)
 	return 0;
 }
 
+int server_finished(struct server *s, const struct batch *b)
+{
+	int rc = server_delivered(s, b);
+	char why[256];
+
+	if (rc || !s->journal)
+		return rc;
+	/* Outside the rank's locks: a status read must not wait for this commit, and the
+	 * journal's own lock orders it with the claims. */
+	rc = journal_sync_delivered(s->journal, b->rank);
+	if (rc) {
+		journal_last_error(s->journal, why, sizeof(why));
+		slog(s, LOG_WARNING, "rank %" PRIu64 ": the delivery of step %" PRIu64 " micro %"
+		     PRIu64 " could not be written to the journal (%s); it goes with the rank's "
+		     "next claim, and a crash before that serves it again", b->rank, b->step,
+		     b->micro, *why ? why : strerror(-rc));
+		pthread_mutex_lock(&s->qlock);
+		s->stats.journal_errors++;
+		pthread_mutex_unlock(&s->qlock);
+	}
+	return rc;
+}
+
 int server_stop_claims(struct server *s, double timeout_s)
 {
 	struct timespec until;

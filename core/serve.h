@@ -152,6 +152,19 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out);
  * recorded: logged; a restart serves it again). b stays the caller's. */
 int server_delivered(struct server *s, const struct batch *b);
 
+/* The reader of b (a claim of server_claim()) finished it: it closed its file, having
+ * had every byte it asked for. As server_delivered(), and then the rank's delivered
+ * position is durable in the journal before this returns (journal_sync_delivered():
+ * one commit, shared by the ranks that finish at once, which also reserves the rank's
+ * next claim), so a kill -9 of the mount after it never serves b again -- provided
+ * every earlier claim of the rank was delivered too (the position is a prefix: with one
+ * reader per rank, the rule, it is). May wait for a claim's commit and for the
+ * journal's file system: call it where blocking is allowed. 0, or the errors of
+ * server_delivered(), or -EIO / -ENOMEM / -EROFS when the journal could not write it
+ * (logged, counted in journal_errors; the position goes with the rank's next claim,
+ * and a crash before that serves b again). Without a journal, server_delivered(). */
+int server_finished(struct server *s, const struct batch *b);
+
 /* A clean stop: from now on every server_claim() fails with -ESHUTDOWN. Returns once
  * every claim in progress has finished, 0, or -ETIMEDOUT after timeout_s seconds (a
  * claim still waits for the journal). */

@@ -570,7 +570,7 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
  * readers wait; the builds never queue behind them. Claims stay on the request thread
  * while few run at once (claim_inline_begin).
  */
-enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE };
+enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE, JOB_FLUSH };
 
 struct request_job {
 	struct jobq_job job;
@@ -930,6 +930,9 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		fuse_reply_err(req, claim_errno(z, rc));
 		return;
 	}
+	/* Only a close of next has work to do before close() returns (zmount_flush); the
+	 * kernel sends no flush for the others. */
+	fi->noflush = type != NODE_NEXT;
 	if (type == NODE_README || type == NODE_SAMPLE) {
 		/* The same bytes for the life of the mount, and small: through the page cache,
 		 * so they can be mapped (np.load(mmap_mode='r'), np.memmap) and a second read
@@ -1249,6 +1252,43 @@ static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_
 		control_write(z, req, data, size);
 }
 
+/* A close of a handle of next (every close(2) of a descriptor of it, while the
+ * handle lives): the reader had every byte it asked for, so its claim is delivered, and
+ * the delivery is durable in the journal before the close returns (server_finished). A
+ * kill -9 of the mount after that never serves the batch again. Takes the handle's
+ * reference given by the caller. */
+static void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f)
+{
+	if (f->claimed) {
+		__atomic_store_n(&f->delivered, 1, __ATOMIC_RELEASE);
+		server_finished(z->srv, f->batch); /* failures are logged; the close succeeds */
+	}
+	fuse_reply_err(req, 0);
+	open_file_put(z, f);
+}
+
+/* Replies: err 0 (a delivery the journal could not write is logged, and the close
+ * still succeeds: the reader has its bytes). Only handles of next get flushes (open_node
+ * sets noflush on every other). The commit may wait for a claim's: it runs on this
+ * request thread under the same limit as claims (claim_inline_begin), else offloaded. */
+static void zmount_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct zmount *z = zmount_of(req);
+	struct open_file *f = (struct open_file *)fi->fh;
+
+	if (!f || inode_type(ino) != NODE_NEXT) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
+	if (claim_inline_begin(z)) {
+		flush_next(z, req, f);
+		claim_inline_end(z);
+	} else if (!defer(z, z->journal_queue, JOB_FLUSH, req, ino, fi, NULL, 0)) {
+		flush_next(z, req, f);
+	}
+}
+
 /* Replies: err 0. Frees the handle's batch. */
 static void zmount_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -1279,6 +1319,8 @@ static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 	if (cancelled) {
 		if (j->req)
 			fuse_reply_err(j->req, ENOTCONN); /* the mount is going away */
+		if (j->op == JOB_FLUSH)
+			open_file_put(j->z, (struct open_file *)j->fi.fh);
 	} else {
 		switch (j->op) {
 		case JOB_LOOKUP:
@@ -1295,6 +1337,9 @@ static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 			break;
 		case JOB_RELEASE:
 			server_release(j->z->srv, inode_rank(j->ino), 1);
+			break;
+		case JOB_FLUSH:
+			flush_next(j->z, j->req, (struct open_file *)j->fi.fh);
 			break;
 		}
 	}
@@ -1385,6 +1430,7 @@ const struct fuse_lowlevel_ops zmount_ops = {
 	.open = zmount_open,
 	.read = zmount_read,
 	.write = zmount_write,
+	.flush = zmount_flush,
 	.release = zmount_release,
 	.mknod = zmount_mknod,
 	.mkdir = zmount_mkdir,
