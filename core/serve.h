@@ -162,7 +162,10 @@ int server_delivered(struct server *s, const struct batch *b);
  * journal's file system: call it where blocking is allowed. 0, or the errors of
  * server_delivered(), or -EIO / -ENOMEM / -EROFS when the journal could not write it
  * (logged, counted in journal_errors; the position goes with the rank's next claim,
- * and a crash before that serves b again). Without a journal, server_delivered(). */
+ * and a crash before that serves b again), or -ETIMEDOUT without waiting when a journal
+ * commit has waited for more than SERVER_JOURNAL_STALL_S already (its file system
+ * stalls; logged once per stall; the delivery stays in memory, as with -EIO).
+ * Without a journal, server_delivered(). */
 int server_finished(struct server *s, const struct batch *b);
 
 /* A clean stop: from now on every server_claim() fails with -ESHUTDOWN. Returns once
@@ -215,10 +218,19 @@ int server_rewind(struct server *s, uint64_t step);
  * steps whose every claim was delivered). */
 uint64_t server_consumed(struct server *s);
 
-/* Seconds the oldest journal commit that claims wait for (a claim's own, or a rewind's,
- * which holds every rank) has taken so far; 0 when none is in progress. A commit that
+/* Seconds the oldest journal commit that claims wait for (a claim's own, a rewind's,
+ * which holds every rank, or a close's: server_finished) has taken so far; 0 when none
+ * is in progress. A commit that
  * lasts is a journal file system that stalls. */
 double server_journal_wait(struct server *s);
+
+/* A journal commit that has waited this long means its file system stalls (a healthy
+ * one takes microseconds, or milliseconds with sync=full): closes stop waiting for
+ * their deliveries' commits then (server_finished), so that a stalled journal holds up
+ * claims and nothing else. */
+#define SERVER_JOURNAL_STALL_S 0.2
+/* 1 when server_journal_wait() is past SERVER_JOURNAL_STALL_S, else 0. Never waits. */
+int server_journal_stalled(struct server *s);
 
 void server_get_stats(struct server *s, struct server_stats *out);
 const struct server_config *server_get_config(const struct server *s);

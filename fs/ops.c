@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@ struct open_file {
 	int refs;
 	int claimed;            /* batch is a claim of next: its delivery is reported */
 	int delivered;          /* reported (atomic): read to its end, or released */
+	int tail_replies;       /* replies holding the last byte being sent (atomic): a
+	                         * close waits for them (zmount_flush) */
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
 	/* next: the claiming thread and rank, while the handle is in z->next_holders */
 	uint64_t rank;
@@ -1109,7 +1112,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct zmount *z = zmount_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 	size_t n = 0;
-	int sent = -1;
+	int sent = -1, tail;
 
 	(void)ino;
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
@@ -1118,6 +1121,11 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		open_file_put(z, f);
 		return;
 	}
+	/* Whether this reply holds the batch's last byte (or asks past it) is known before
+	 * it is sent: a close that comes right behind the read waits for the report. */
+	tail = f->claimed && off >= 0 && (uint64_t)off + size >= file_len(f);
+	if (tail)
+		__atomic_add_fetch(&f->tail_replies, 1, __ATOMIC_ACQ_REL);
 	if (f->batch && f->batch->nviews && off >= 0) {
 		/* Samples go from the dataset's mapping to the reader in the kernel's one
 		 * copy (fuse_reply_iov). */
@@ -1152,6 +1160,8 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * even if the reader dies before it closes. */
 	if (sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
 		open_file_delivered(z, f);
+	if (tail)
+		__atomic_sub_fetch(&f->tail_replies, 1, __ATOMIC_ACQ_REL);
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);
@@ -1252,17 +1262,22 @@ static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_
 		control_write(z, req, data, size);
 }
 
-/* A close of a handle of next (every close(2) of a descriptor of it, while the
- * handle lives): the reader had every byte it asked for, so its claim is delivered, and
- * the delivery is durable in the journal before the close returns (server_finished). A
- * kill -9 of the mount after that never serves the batch again. Takes the handle's
- * reference given by the caller. */
+/* A close of a handle of next: every close(2) of a descriptor of it, in any process
+ * (a child's exec closes the ones it inherited, long before the reader is done).
+ * Once a read has returned the batch's last byte, the reader has it whole: its claim's
+ * delivery is made durable in the journal before this close returns
+ * (server_finished), and a kill -9 of the mount after that never serves it again. A
+ * close before that (a partial read, or a forked child's) changes nothing here: the
+ * release, when the last descriptor goes, counts the claim as delivered, in memory.
+ * Takes the handle's reference given by the caller. */
 static void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f)
 {
-	if (f->claimed) {
-		__atomic_store_n(&f->delivered, 1, __ATOMIC_RELEASE);
+	/* a read that holds the last byte may still be inside its reply on another thread
+	 * while the reader, which has the bytes, already closes: wait for its report */
+	while (__atomic_load_n(&f->tail_replies, __ATOMIC_ACQUIRE))
+		sched_yield();
+	if (f->claimed && __atomic_load_n(&f->delivered, __ATOMIC_ACQUIRE))
 		server_finished(z->srv, f->batch); /* failures are logged; the close succeeds */
-	}
 	fuse_reply_err(req, 0);
 	open_file_put(z, f);
 }
@@ -1270,7 +1285,9 @@ static void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f)
 /* Replies: err 0 (a delivery the journal could not write is logged, and the close
  * still succeeds: the reader has its bytes). Only handles of next get flushes (open_node
  * sets noflush on every other). The commit may wait for a claim's: it runs on this
- * request thread under the same limit as claims (claim_inline_begin), else offloaded. */
+ * request thread under the same limit as claims (claim_inline_begin), else offloaded;
+ * while the journal stalls it is not waited for at all (server_finished), and the
+ * close is answered here, never queued behind the stalled claims. */
 static void zmount_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct zmount *z = zmount_of(req);
@@ -1281,7 +1298,9 @@ static void zmount_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		return;
 	}
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
-	if (claim_inline_begin(z)) {
+	if (server_journal_stalled(z->srv)) {
+		flush_next(z, req, f);
+	} else if (claim_inline_begin(z)) {
 		flush_next(z, req, f);
 		claim_inline_end(z);
 	} else if (!defer(z, z->journal_queue, JOB_FLUSH, req, ino, fi, NULL, 0)) {

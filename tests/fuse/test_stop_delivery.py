@@ -191,19 +191,24 @@ def test_kill9_repeats_no_finished_batch(ds, tmp_path):
     assert s_next < N // W
 
 
-@pytest.mark.parametrize('unfinished', ['half read', 'read whole, not closed'])
+@pytest.mark.parametrize('unfinished', ['half read', 'read whole, not closed',
+                                        'half read, a child exec'])
 def test_kill9_serves_an_unfinished_batch_again(ds, tmp_path, unfinished):
     """One rank, one claim per step: 3 batches read and closed, a 4th opened and read in
-    part (or whole) but not closed when the daemon is killed. The next mount
-    (resume=auto) starts at the 4th: the finished ones are not served again, the
-    unfinished one is (a batch counts as finished when its close() returns)."""
+    part (or whole) but not closed when the daemon is killed (or closed only by the
+    exec of a child, which inherited the descriptor: a close in another process). The
+    next mount (resume=auto) starts at the 4th: the finished ones are not served again,
+    the unfinished one is (a batch is finished when a close returns after a read
+    returned its last byte)."""
     journal = tmp_path / 'j.sqlite'
     opts = 'world_size=1,global_batch=4,journal=%s' % journal
     m = Mount(ds, tmp_path / 'mp0', opts, allow_errors=True).start()
     first = [read_all(m.path('rank', 0, 'next')) for _ in range(3)]
-    f = open(m.path('rank', 0, 'next'), 'rb')
+    f = open(m.path('rank', 0, 'next'), 'rb', buffering=0)   # read(10) reads 10 bytes
     try:
-        fourth = f.read(10) if unfinished == 'half read' else f.read()
+        fourth = f.read() if unfinished == 'read whole, not closed' else f.read(10)
+        if unfinished == 'half read, a child exec':
+            subprocess.run(['true'], check=True)
         m.kill9()
     finally:
         try:
