@@ -10,11 +10,14 @@
  * codes become -errno here, through the table the catalog uses too (sqlite_errno.h).
  *
  * Invariant: journal_claim() returns 0 only after the cursor advance is committed
- * (synchronous=NORMAL: survives a killed process; FULL: survives power loss). A claim
- * that cannot be committed returns -EIO and leaves the cursor where it was, both in
- * memory and on disk. The delivered position never passes the cursor; what is consumed
- * (consumed_samples, the resume point) is counted from it, so a claim whose reader never
- * had its bytes is served again after a restart, never skipped.
+ * (synchronous=NORMAL: survives a killed process; FULL: survives power loss): by its own
+ * commit, or earlier, by journal_sync_delivered()'s, which reserves the rank's next claim
+ * (the row's cursor may then be one claim past the cursor handed out, until the claim
+ * or a clean journal_flush_delivered()). A claim that cannot be committed returns -EIO
+ * and leaves the cursor where it was, both in memory and on disk. The delivered
+ * position never passes the cursor handed out; what is consumed (consumed_samples, the
+ * resume point) is counted from it, so a claim whose reader never had its bytes is
+ * served again after a restart, never skipped.
  *
  * Locking: a writable journal is opened in SQLite's EXCLUSIVE locking mode: the mount
  * holds the file's lock from journal_open() to journal_close(), so a second mount of the
@@ -368,7 +371,8 @@ uint64_t journal_consumed(struct journal *j);
 int journal_layouts(struct journal *j, struct journal_layout **out, size_t *count);
 
 /* The recorded cursors of one layout (by journal_layout.id), by rank. For the current
- * layout they equal journal_cursor(). *out malloc'd; 0, -ENOENT (no such layout),
+ * layout they equal journal_cursor(), or are one claim past it where
+ * journal_sync_delivered() reserved the rank's next claim. *out malloc'd; 0, -ENOENT (no such layout),
  * -ENOMEM, -EBADMSG, -EIO. */
 int journal_cursors(struct journal *j, int64_t layout_id,
 		    struct journal_cursor **out, size_t *count);
