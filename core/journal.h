@@ -10,11 +10,14 @@
  * codes become -errno here, through the table the catalog uses too (sqlite_errno.h).
  *
  * Invariant: journal_claim() returns 0 only after the cursor advance is committed
- * (synchronous=NORMAL: survives a killed process; FULL: survives power loss). A claim
- * that cannot be committed returns -EIO and leaves the cursor where it was, both in
- * memory and on disk. The delivered position never passes the cursor; what is consumed
- * (consumed_samples, the resume point) is counted from it, so a claim whose reader never
- * had its bytes is served again after a restart, never skipped.
+ * (synchronous=NORMAL: survives a killed process; FULL: survives power loss): by its own
+ * commit, or earlier, by journal_sync_delivered()'s, which reserves the rank's next claim
+ * (the row's cursor may then be one claim past the cursor handed out, until the claim
+ * or a clean journal_flush_delivered()). A claim that cannot be committed returns -EIO
+ * and leaves the cursor where it was, both in memory and on disk. The delivered
+ * position never passes the cursor handed out; what is consumed (consumed_samples, the
+ * resume point) is counted from it, so a claim whose reader never had its bytes is
+ * served again after a restart, never skipped.
  *
  * Locking: a writable journal is opened in SQLite's EXCLUSIVE locking mode: the mount
  * holds the file's lock from journal_open() to journal_close(), so a second mount of the
@@ -290,10 +293,13 @@ int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_
 /*
  * Deliveries. By default a claim counts as delivered when it commits (a caller that
  * hands the bytes over at once). After journal_track_delivery(), the caller reports
- * deliveries with journal_delivered(), and they are written lazily: with the rank's next
- * claim (the same row update, no extra commit) and by journal_flush_delivered() (a
- * clean unmount). A kill in between loses only the latest deliveries: those claims are
- * then served again by a restart (a repeat, never a skip).
+ * deliveries with journal_delivered() (in memory), and they are written with the rank's
+ * next claim (the same row update, no extra commit), by journal_sync_delivered() (the
+ * mount calls it when a reader closes its batch, before the close() returns: what a
+ * reader finished is never served again after a kill -9) and by
+ * journal_flush_delivered() (a clean unmount). A kill loses only deliveries reported and
+ * not yet written: those claims are then served again by a restart (a repeat, never a
+ * skip).
  */
 /* Deliveries are reported from now on (the mount calls it once after journal_start).
  * The delivered position of every served rank starts at its cursor. */
@@ -305,6 +311,18 @@ void journal_track_delivery(struct journal *j);
  * journal_start, rank not served, not tracking, or (step, micro) past the rank's
  * committed cursor: nothing beyond what was claimed can be delivered). */
 int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t micro);
+
+/* Make rank's delivered position, as reported so far, durable before returning (with
+ * sync=normal it survives a killed process, with sync=full a power loss). Nothing is
+ * written when it is already: by the rank's claim, or by another caller. When it is
+ * not, every served rank's unwritten position goes in the same transaction, so callers
+ * that come at once share one commit (a group commit: they queue on the journal's lock
+ * while the first commits). Waits for a claim or commit in progress, and for the
+ * journal's file system. 0, or -EINVAL (no journal_start, rank not served, not
+ * tracking), -EROFS, -EIO (not written: disk full, I/O error, or the journal file was
+ * deleted or replaced under the mount; the position stays reported, to go with the
+ * next claim; reason in journal_last_error), -ENOMEM. */
+int journal_sync_delivered(struct journal *j, uint64_t rank);
 
 /* Write the delivered positions reported since the last write, in one transaction
  * (nothing when none changed). 0, -EROFS, -EIO (nothing written; reason in
@@ -353,7 +371,8 @@ uint64_t journal_consumed(struct journal *j);
 int journal_layouts(struct journal *j, struct journal_layout **out, size_t *count);
 
 /* The recorded cursors of one layout (by journal_layout.id), by rank. For the current
- * layout they equal journal_cursor(). *out malloc'd; 0, -ENOENT (no such layout),
+ * layout they equal journal_cursor(), or are one claim past it where
+ * journal_sync_delivered() reserved the rank's next claim. *out malloc'd; 0, -ENOENT (no such layout),
  * -ENOMEM, -EBADMSG, -EIO. */
 int journal_cursors(struct journal *j, int64_t layout_id,
 		    struct journal_cursor **out, size_t *count);

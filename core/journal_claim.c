@@ -155,39 +155,57 @@ static int check_unmoved(struct journal *j, int every_time)
 		     "is unreadable)", j->path, consumed, minstep);
 }
 
-/* Commit the advance of ranks[i] past its cursor (caller holds j->mu and checked i),
- * with the rank's delivered position in the same row update: the claim already pays
- * for the transaction, so recording deliveries costs no commit of its own. */
-static int claim_locked(struct journal *j, size_t i)
+/* Write ranks[i]'s row with st_claim (caller holds j->mu): cursor c, delivered
+ * position d; in the caller's transaction, or committed on its own. SQLite's rc, or
+ * SQLITE_NOTFOUND when the row is missing. */
+static int write_row(struct journal *j, size_t i, struct rank_pos c, struct rank_pos d)
 {
-	uint64_t step = j->pos[i].step, micro = j->pos[i].micro;
-	struct rank_pos d;
 	int rc;
 
-	rc = check_unmoved(j, 0);
-	if (rc)
-		return rc;
-	d = delivered_now(j, i);
-	layout_advance(&j->cur.layout, &step, &micro);
-	if (!j->track) /* the caller hands the batch over as the claim commits */
-		d = (struct rank_pos){ step, micro };
-	sqlite3_bind_int64(j->st_claim, 1, (int64_t)step);
-	sqlite3_bind_int64(j->st_claim, 2, (int64_t)micro);
+	sqlite3_bind_int64(j->st_claim, 1, (int64_t)c.step);
+	sqlite3_bind_int64(j->st_claim, 2, (int64_t)c.micro);
 	sqlite3_bind_int64(j->st_claim, 3, j->cur.id);
 	sqlite3_bind_int64(j->st_claim, 4, (int64_t)j->ranks[i]);
 	sqlite3_bind_int64(j->st_claim, 5, (int64_t)d.step);
 	sqlite3_bind_int64(j->st_claim, 6, (int64_t)d.micro);
 	rc = sqlite3_step(j->st_claim);
 	sqlite3_reset(j->st_claim);
-	if (rc != SQLITE_DONE) {
-		jfail_sql(j, rc, "cannot journal a claim");
-		return -EIO;
+	if (rc != SQLITE_DONE)
+		return rc;
+	return sqlite3_changes(j->db) == 1 ? SQLITE_OK : SQLITE_NOTFOUND;
+}
+
+/* Hand out the claim at ranks[i]'s cursor (caller holds j->mu and checked i): commit
+ * the cursor's advance past it, with the rank's delivered position in the same row
+ * update (the claim pays for the transaction, so recording deliveries costs no commit
+ * of its own) -- unless a delivery's commit reserved this claim already (cpos past
+ * pos: journal_sync_delivered), when nothing is written. */
+static int claim_locked(struct journal *j, size_t i)
+{
+	struct rank_pos next = j->pos[i], d;
+	int rc;
+
+	rc = check_unmoved(j, 0);
+	if (rc)
+		return rc;
+	layout_advance(&j->cur.layout, &next.step, &next.micro);
+	if (pos_before(j->pos[i], j->cpos[i])) {
+		d = j->dpos[i];
+	} else {
+		d = delivered_now(j, i);
+		if (!j->track) /* the caller hands the batch over as the claim commits */
+			d = next;
+		rc = write_row(j, i, next, d);
+		if (rc == SQLITE_NOTFOUND)
+			return jfail(j, -EIO, "journal %s: the cursor row of rank %" PRIu64 " is "
+				     "missing", j->path, j->ranks[i]);
+		if (rc != SQLITE_OK) {
+			jfail_sql(j, rc, "cannot journal a claim");
+			return -EIO;
+		}
+		j->cpos[i] = next;
 	}
-	if (sqlite3_changes(j->db) != 1)
-		return jfail(j, -EIO, "journal %s: the cursor row of rank %" PRIu64 " is missing",
-			     j->path, j->ranks[i]);
-	j->pos[i].step = step;
-	j->pos[i].micro = micro;
+	j->pos[i] = next;
 	j->dpos[i] = d;
 	if (j->track) {
 		pthread_mutex_lock(&j->dmu);
@@ -226,58 +244,6 @@ int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t 
 	return rc;
 }
 
-int journal_flush_delivered(struct journal *j)
-{
-	sqlite3_stmt *st = NULL;
-	size_t n = 0;
-	int rc;
-
-	pthread_mutex_lock(&j->mu);
-	if (j->readonly) {
-		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
-		goto out;
-	}
-	rc = 0;
-	for (size_t i = 0; i < j->nranks && j->cur.id; i++)
-		n += !pos_same(delivered_now(j, i), j->dpos[i]);
-	if (!n)
-		goto out;
-	rc = check_unmoved(j, 1);
-	if (rc)
-		goto out;
-	rc = jnl_exec(j->db, "BEGIN IMMEDIATE");
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(j->db, "UPDATE cursor SET delivered_step = ?1, "
-					"delivered_micro = ?2 WHERE layout = ?3 AND rank = ?4",
-					-1, &st, NULL);
-	for (size_t i = 0; rc == SQLITE_OK && i < j->nranks; i++) {
-		struct rank_pos d = delivered_now(j, i);
-
-		if (pos_same(d, j->dpos[i]))
-			continue;
-		sqlite3_bind_int64(st, 1, (int64_t)d.step);
-		sqlite3_bind_int64(st, 2, (int64_t)d.micro);
-		sqlite3_bind_int64(st, 3, j->cur.id);
-		sqlite3_bind_int64(st, 4, (int64_t)j->ranks[i]);
-		rc = sqlite3_step(st);
-		sqlite3_reset(st);
-		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-	}
-	sqlite3_finalize(st);
-	if (rc == SQLITE_OK)
-		rc = jnl_exec(j->db, "COMMIT");
-	if (rc != SQLITE_OK) {
-		rc = jfail_sql(j, rc, "cannot record the delivered positions");
-		rc = rc == -ENOMEM ? rc : -EIO;
-		goto out;
-	}
-	for (size_t i = 0; i < j->nranks; i++)
-		j->dpos[i] = delivered_now(j, i);
-out:
-	pthread_mutex_unlock(&j->mu);
-	return rc;
-}
-
 static int claim_check(struct journal *j, uint64_t rank, ssize_t *i)
 {
 	if (j->readonly)
@@ -288,6 +254,115 @@ static int claim_check(struct journal *j, uint64_t rank, ssize_t *i)
 	if (*i < 0)
 		return jfail(j, -EINVAL, "rank %" PRIu64 " is not served by this mount", rank);
 	return 0;
+}
+
+/* The committed cursor ranks[i]'s row should get now (caller holds j->mu), given its
+ * delivered position d. reserve: when every claim handed out was delivered (d = pos: a
+ * reader that reads a batch, closes it and opens the next), one claim past the cursor,
+ * so that the rank's next claim finds itself committed and costs no commit of its own
+ * (a kill then leaves the row one claim ahead of what was handed out: a claim never
+ * handed out is never delivered, so a restart serves it, as any claim in flight).
+ * Otherwise what is committed, or with !reserve the cursor itself (a clean stop writes
+ * the cursors as handed out). */
+static struct rank_pos row_cursor(struct journal *j, size_t i, struct rank_pos d, int reserve)
+{
+	struct rank_pos c = j->pos[i];
+
+	if (!reserve)
+		return c;
+	if (pos_same(d, c) && pos_same(j->cpos[i], c)) {
+		layout_advance(&j->cur.layout, &c.step, &c.micro);
+		return c;
+	}
+	return j->cpos[i];
+}
+
+/* Write every delivered position reported and not yet written, in one transaction
+ * (caller holds j->mu and checked the handle is writable): the group commit of
+ * journal_sync_delivered(), whose concurrent callers wait on j->mu and then find their
+ * rank written by whoever held it. One rank, the common case, is one autocommit UPDATE
+ * on the claims' statement, prepared at open. reserve: see row_cursor(); without it,
+ * rows whose committed cursor is past the cursor are written back too. every_time:
+ * check on every call that the path still names the journal (check_unmoved), not once
+ * per 10 ms. 0, -EIO, -ENOMEM. */
+static int flush_locked(struct journal *j, int reserve, int every_time)
+{
+	struct rank_pos one[2], *w = one; /* written, by rank: (cursor, delivered) pairs */
+	size_t n = 0;
+	int rc;
+
+	for (size_t i = 0; i < j->nranks && j->cur.id; i++)
+		n += !pos_same(delivered_now(j, i), j->dpos[i]) ||
+		     (!reserve && !pos_same(j->cpos[i], j->pos[i]));
+	if (!n)
+		return 0;
+	rc = check_unmoved(j, every_time);
+	if (rc)
+		return rc;
+	if (n > 1 && !(w = malloc(2 * j->nranks * sizeof(*w))))
+		return jfail(j, -ENOMEM, "cannot record the delivered positions: out of memory");
+	rc = n > 1 ? jnl_exec(j->db, "BEGIN IMMEDIATE") : SQLITE_OK;
+	for (size_t i = 0, k = 0; rc == SQLITE_OK && i < j->nranks; i++) {
+		k = n > 1 ? 2 * i : 0;
+		w[k + 1] = delivered_now(j, i);
+		w[k] = j->cpos[i];
+		if (pos_same(w[k + 1], j->dpos[i]) && (reserve || pos_same(w[k], j->pos[i])))
+			continue; /* nothing new: no reservation either */
+		w[k] = row_cursor(j, i, w[k + 1], reserve);
+		rc = write_row(j, i, w[k], w[k + 1]);
+		if (rc == SQLITE_OK && n == 1) { /* an autocommit UPDATE: committed */
+			j->cpos[i] = w[0];
+			j->dpos[i] = w[1];
+		}
+	}
+	if (rc == SQLITE_OK && n > 1)
+		rc = jnl_exec(j->db, "COMMIT");
+	for (size_t i = 0; rc == SQLITE_OK && n > 1 && i < j->nranks; i++) {
+		j->cpos[i] = w[2 * i];
+		j->dpos[i] = w[2 * i + 1];
+	}
+	if (w != one)
+		free(w);
+	if (rc == SQLITE_NOTFOUND) {
+		if (n > 1)
+			jnl_exec(j->db, "ROLLBACK");
+		return jfail(j, -EIO, "journal %s: a cursor row of this mount is missing", j->path);
+	}
+	if (rc != SQLITE_OK) {
+		/* nothing written: the positions stay reported, for the next claim or flush */
+		rc = jfail_sql(j, rc, "cannot record the delivered positions");
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	return 0;
+}
+
+int journal_flush_delivered(struct journal *j)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&j->mu);
+	if (j->readonly)
+		rc = jfail(j, -EROFS, "journal %s is open read-only", j->path);
+	else
+		rc = flush_locked(j, 0, 1);
+	pthread_mutex_unlock(&j->mu);
+	return rc;
+}
+
+int journal_sync_delivered(struct journal *j, uint64_t rank)
+{
+	ssize_t i;
+	int rc;
+
+	pthread_mutex_lock(&j->mu);
+	rc = claim_check(j, rank, &i);
+	if (!rc && !j->track)
+		rc = jfail(j, -EINVAL, "deliveries are not tracked (journal_track_delivery)");
+	/* written already: by the rank's claim, or by another caller's group commit */
+	if (!rc && !pos_same(delivered_now(j, (size_t)i), j->dpos[i]))
+		rc = flush_locked(j, 1, 0);
+	pthread_mutex_unlock(&j->mu);
+	return rc;
 }
 
 int journal_claim(struct journal *j, uint64_t rank, uint64_t step, uint64_t micro)
@@ -511,7 +586,7 @@ int journal_rewind(struct journal *j, uint64_t step)
 	for (size_t i = 0; i < j->nranks; i++) {
 		j->pos[i].step = step;
 		j->pos[i].micro = 0;
-		j->dpos[i] = j->dlv[i] = j->claimed[i] = j->pos[i];
+		j->cpos[i] = j->dpos[i] = j->dlv[i] = j->claimed[i] = j->pos[i];
 	}
 	pthread_mutex_unlock(&j->dmu);
 	j->err[0] = 0;

@@ -51,7 +51,11 @@ struct journal {
 	char weights[JOURNAL_WEIGHTS_MAX]; /* journal_set_weights(): "" for none */
 	size_t nranks;
 	uint64_t *ranks;            /* sorted */
-	struct rank_pos *pos;       /* committed cursor of ranks[i] */
+	struct rank_pos *pos;       /* cursor of ranks[i]: the next claim handed out */
+	/* committed cursor of ranks[i]: pos, or one claim past it when a delivery's commit
+	 * (journal_sync_delivered) reserved the rank's next claim; a claim below it needs
+	 * no commit of its own */
+	struct rank_pos *cpos;
 	struct rank_pos *dpos;      /* committed delivered position of ranks[i] */
 	/* journal_track_delivery(): deliveries are reported by journal_delivered() and
 	 * written with the rank's next claim or journal_flush_delivered(); else a claim

@@ -875,6 +875,7 @@ void journal_close(struct journal *j)
 	free(j->wal_cleanup);
 	free(j->ranks);
 	free(j->pos);
+	free(j->cpos);
 	free(j->dpos);
 	free(j->dlv);
 	free(j->claimed);

@@ -155,6 +155,8 @@ struct rank_state {
 	pthread_mutex_t view_lock;
 	uint64_t ci;             /* claim index of the cursor: the next claim */
 	double commit_since;     /* a claim's journal commit started then (now_s); 0: none */
+	double sync_since;       /* server_finished()'s commit started then; 0: none (under
+	                          * view_lock alone: a close holds no other lock of the rank) */
 	uint64_t generation;     /* bumped by a rewind: in-flight decodes and deliveries of
 	                          * earlier claims are dropped */
 	struct delivery dv;      /* which claims reached their reader */
@@ -183,6 +185,7 @@ struct reader_pool {
 
 struct server {
 	const struct dataset *ds;
+	int stall_logged;        /* server_finished() said the journal stalls (atomic) */
 	const struct dataset_info *info;
 	struct server_config cfg;
 	struct rankset ranks;
@@ -787,6 +790,48 @@ int server_delivered(struct server *s, const struct batch *b)
 	return 0;
 }
 
+int server_finished(struct server *s, const struct batch *b)
+{
+	struct rank_state *rs = find_rank(s, b->rank);
+	int rc = server_delivered(s, b);
+	double stalled;
+	char why[256];
+
+	if (rc || !s->journal)
+		return rc;
+	stalled = server_journal_wait(s);
+	if (stalled > SERVER_JOURNAL_STALL_S) {
+		if (!__atomic_exchange_n(&s->stall_logged, 1, __ATOMIC_RELAXED))
+			slog(s, LOG_WARNING, "the journal has kept a commit waiting for %.1f s (its "
+			     "file system stalls): closes of next return without waiting for their "
+			     "delivery to be written, and a crash before it is written serves those "
+			     "batches again", stalled);
+		return -ETIMEDOUT;
+	}
+	/* Outside the rank's lock: a claim holds it during its own commit, and the
+	 * journal's lock orders the two. */
+	pthread_mutex_lock(&rs->view_lock);
+	rs->sync_since = now_s();
+	pthread_mutex_unlock(&rs->view_lock);
+	rc = journal_sync_delivered(s->journal, b->rank);
+	pthread_mutex_lock(&rs->view_lock);
+	rs->sync_since = 0;
+	pthread_mutex_unlock(&rs->view_lock);
+	if (!rc) {
+		__atomic_store_n(&s->stall_logged, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	journal_last_error(s->journal, why, sizeof(why));
+	slog(s, LOG_WARNING, "rank %" PRIu64 ": the delivery of step %" PRIu64 " micro %"
+	     PRIu64 " could not be written to the journal (%s); it goes with the rank's "
+	     "next claim, and a crash before that serves it again", b->rank, b->step,
+	     b->micro, *why ? why : strerror(-rc));
+	pthread_mutex_lock(&s->qlock);
+	s->stats.journal_errors++;
+	pthread_mutex_unlock(&s->qlock);
+	return rc;
+}
+
 int server_stop_claims(struct server *s, double timeout_s)
 {
 	struct timespec until;
@@ -1184,9 +1229,16 @@ double server_journal_wait(struct server *s)
 		pthread_mutex_lock(&s->rs[i].view_lock);
 		if (s->rs[i].commit_since > 0 && now - s->rs[i].commit_since > wait)
 			wait = now - s->rs[i].commit_since;
+		if (s->rs[i].sync_since > 0 && now - s->rs[i].sync_since > wait)
+			wait = now - s->rs[i].sync_since;
 		pthread_mutex_unlock(&s->rs[i].view_lock);
 	}
 	return wait;
+}
+
+int server_journal_stalled(struct server *s)
+{
+	return server_journal_wait(s) > SERVER_JOURNAL_STALL_S;
 }
 
 void server_get_stats(struct server *s, struct server_stats *out)

@@ -152,6 +152,22 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out);
  * recorded: logged; a restart serves it again). b stays the caller's. */
 int server_delivered(struct server *s, const struct batch *b);
 
+/* The reader of b (a claim of server_claim()) finished it: it closed its file, having
+ * had every byte it asked for. As server_delivered(), and then the rank's delivered
+ * position is durable in the journal before this returns (journal_sync_delivered():
+ * one commit, shared by the ranks that finish at once, which also reserves the rank's
+ * next claim), so a kill -9 of the mount after it never serves b again -- provided
+ * every earlier claim of the rank was delivered too (the position is a prefix: with one
+ * reader per rank, the rule, it is). May wait for a claim's commit and for the
+ * journal's file system: call it where blocking is allowed. 0, or the errors of
+ * server_delivered(), or -EIO / -ENOMEM / -EROFS when the journal could not write it
+ * (logged, counted in journal_errors; the position goes with the rank's next claim,
+ * and a crash before that serves b again), or -ETIMEDOUT without waiting when a journal
+ * commit has waited for more than SERVER_JOURNAL_STALL_S already (its file system
+ * stalls; logged once per stall; the delivery stays in memory, as with -EIO).
+ * Without a journal, server_delivered(). */
+int server_finished(struct server *s, const struct batch *b);
+
 /* A clean stop: from now on every server_claim() fails with -ESHUTDOWN. Returns once
  * every claim in progress has finished, 0, or -ETIMEDOUT after timeout_s seconds (a
  * claim still waits for the journal). */
@@ -202,10 +218,19 @@ int server_rewind(struct server *s, uint64_t step);
  * steps whose every claim was delivered). */
 uint64_t server_consumed(struct server *s);
 
-/* Seconds the oldest journal commit that claims wait for (a claim's own, or a rewind's,
- * which holds every rank) has taken so far; 0 when none is in progress. A commit that
+/* Seconds the oldest journal commit that claims wait for (a claim's own, a rewind's,
+ * which holds every rank, or a close's: server_finished) has taken so far; 0 when none
+ * is in progress. A commit that
  * lasts is a journal file system that stalls. */
 double server_journal_wait(struct server *s);
+
+/* A journal commit that has waited this long means its file system stalls (a healthy
+ * one takes microseconds, or milliseconds with sync=full): closes stop waiting for
+ * their deliveries' commits then (server_finished), so that a stalled journal holds up
+ * claims and nothing else. */
+#define SERVER_JOURNAL_STALL_S 0.2
+/* 1 when server_journal_wait() is past SERVER_JOURNAL_STALL_S, else 0. Never waits. */
+int server_journal_stalled(struct server *s);
 
 void server_get_stats(struct server *s, struct server_stats *out);
 const struct server_config *server_get_config(const struct server *s);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,8 @@ struct open_file {
 	int delivered;          /* reported (atomic): read to its end, or released */
 	int progress;           /* next, step/<t>, at/<G>: a read to its end is progress */
 	int progressed;         /* noted in z->progress (atomic): once per handle */
+	int tail_replies;       /* replies holding the last byte being sent (atomic): a
+	                         * close waits for them (zmount_flush) */
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
 	/* next: the claiming thread and rank, while the handle is in z->next_holders */
 	uint64_t rank;
@@ -593,7 +596,7 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
  * readers wait; the builds never queue behind them. Claims stay on the request thread
  * while few run at once (claim_inline_begin).
  */
-enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE };
+enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE, JOB_FLUSH };
 
 struct request_job {
 	struct jobq_job job;
@@ -955,6 +958,9 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		fuse_reply_err(req, claim_errno(z, rc));
 		return;
 	}
+	/* Only a close of next has work to do before close() returns (zmount_flush); the
+	 * kernel sends no flush for the others. */
+	fi->noflush = type != NODE_NEXT;
 	if (type == NODE_README || type == NODE_SAMPLE) {
 		/* The same bytes for the life of the mount, and small: through the page cache,
 		 * so they can be mapped (np.load(mmap_mode='r'), np.memmap) and a second read
@@ -1143,7 +1149,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct zmount *z = zmount_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
 	size_t n = 0;
-	int sent = -1;
+	int sent = -1, tail;
 
 	(void)ino;
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
@@ -1152,6 +1158,11 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		open_file_put(z, f);
 		return;
 	}
+	/* Whether this reply holds the batch's last byte (or asks past it) is known before
+	 * it is sent: a close that comes right behind the read waits for the report. */
+	tail = f->claimed && off >= 0 && (uint64_t)off + size >= file_len(f);
+	if (tail)
+		__atomic_add_fetch(&f->tail_replies, 1, __ATOMIC_ACQ_REL);
 	if (f->batch && f->batch->nviews && off >= 0) {
 		/* Samples go from the dataset's mapping to the reader in the kernel's one
 		 * copy (fuse_reply_iov). */
@@ -1188,6 +1199,8 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * even if the reader dies before it closes. */
 	if (sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
 		open_file_delivered(z, f);
+	if (tail)
+		__atomic_sub_fetch(&f->tail_replies, 1, __ATOMIC_ACQ_REL);
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);
@@ -1288,6 +1301,52 @@ static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_
 		control_write(z, req, data, size);
 }
 
+/* A close of a handle of next: every close(2) of a descriptor of it, in any process
+ * (a child's exec closes the ones it inherited, long before the reader is done).
+ * Once a read has returned the batch's last byte, the reader has it whole: its claim's
+ * delivery is made durable in the journal before this close returns
+ * (server_finished), and a kill -9 of the mount after that never serves it again. A
+ * close before that (a partial read, or a forked child's) changes nothing here: the
+ * release, when the last descriptor goes, counts the claim as delivered, in memory.
+ * Takes the handle's reference given by the caller. */
+static void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f)
+{
+	/* a read that holds the last byte may still be inside its reply on another thread
+	 * while the reader, which has the bytes, already closes: wait for its report */
+	while (__atomic_load_n(&f->tail_replies, __ATOMIC_ACQUIRE))
+		sched_yield();
+	if (f->claimed && __atomic_load_n(&f->delivered, __ATOMIC_ACQUIRE))
+		server_finished(z->srv, f->batch); /* failures are logged; the close succeeds */
+	fuse_reply_err(req, 0);
+	open_file_put(z, f);
+}
+
+/* Replies: err 0 (a delivery the journal could not write is logged, and the close
+ * still succeeds: the reader has its bytes). Only handles of next get flushes (open_node
+ * sets noflush on every other). The commit may wait for a claim's: it runs on this
+ * request thread under the same limit as claims (claim_inline_begin), else offloaded;
+ * while the journal stalls it is not waited for at all (server_finished), and the
+ * close is answered here, never queued behind the stalled claims. */
+static void zmount_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct zmount *z = zmount_of(req);
+	struct open_file *f = (struct open_file *)fi->fh;
+
+	if (!f || inode_type(ino) != NODE_NEXT) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
+	if (server_journal_stalled(z->srv)) {
+		flush_next(z, req, f);
+	} else if (claim_inline_begin(z)) {
+		flush_next(z, req, f);
+		claim_inline_end(z);
+	} else if (!defer(z, z->journal_queue, JOB_FLUSH, req, ino, fi, NULL, 0)) {
+		flush_next(z, req, f);
+	}
+}
+
 /* Replies: err 0. Frees the handle's batch. */
 static void zmount_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -1318,6 +1377,8 @@ static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 	if (cancelled) {
 		if (j->req)
 			fuse_reply_err(j->req, ENOTCONN); /* the mount is going away */
+		if (j->op == JOB_FLUSH)
+			open_file_put(j->z, (struct open_file *)j->fi.fh);
 	} else {
 		switch (j->op) {
 		case JOB_LOOKUP:
@@ -1334,6 +1395,9 @@ static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 			break;
 		case JOB_RELEASE:
 			server_release(j->z->srv, inode_rank(j->ino), 1);
+			break;
+		case JOB_FLUSH:
+			flush_next(j->z, j->req, (struct open_file *)j->fi.fh);
 			break;
 		}
 	}
@@ -1424,6 +1488,7 @@ const struct fuse_lowlevel_ops zmount_ops = {
 	.open = zmount_open,
 	.read = zmount_read,
 	.write = zmount_write,
+	.flush = zmount_flush,
 	.release = zmount_release,
 	.mknod = zmount_mknod,
 	.mkdir = zmount_mkdir,

@@ -537,7 +537,7 @@ class Bench:
     def b5(self):
         exe = self.build / 'tests' / 'bench_journal'
         if not exe.exists():
-            self.na('B5', 'journaled claims/s', '>= 20,000/s (sync=normal)',
+            self.na('B5', 'journaled claims/s', '>= 50,000/s (sync=normal)',
                     'bench_journal not built yet')
             return
         _, out, err = self.run([exe], timeout=600)
@@ -549,12 +549,13 @@ class Bench:
                 rates[mode] = float(m.group(1))
         if 'normal' not in rates:
             self.row('B5', 'journaled claims/s', out.strip().replace('\n', '; ')[:80], '', '',
-                     '>= 20,000/s (sync=normal)', None)
+                     '>= 50,000/s (sync=normal)', None)
             return
-        self.row('B5', 'journaled claims/s, sync=normal / full',
+        # each claim's delivery durable before the next claim, as a mount's close makes it
+        self.row('B5', 'journaled claims/s, durable deliveries, sync=normal / full',
                  '%.0f / %s' % (rates['normal'], '%.0f' % rates['full'] if 'full' in rates
-                                else '?'), '', '', '>= 20,000/s (sync=normal)',
-                 rates['normal'] >= 20000)
+                                else '?'), '', '', '>= 50,000/s (sync=normal)',
+                 rates['normal'] >= 50000)
 
     # ---------------------------------------------------------------- B6
     def b6(self):

@@ -3,16 +3,21 @@
  * claim latency percentiles, and the journal's size on disk (database + -wal) after the
  * claims. A benchmark, not a test: it prints, it never fails on a timing.
  *
- * usage: bench_journal [DIR] [CLAIMS_NORMAL] [CLAIMS_FULL] [THREADS]
+ * usage: bench_journal [DIR] [CLAIMS_NORMAL] [CLAIMS_FULL] [THREADS] [DELIVERY]
  *   DIR            where the journal is created (default $TMPDIR or /tmp; use a real
  *                  disk: on tmpfs fsync is free and sync=full means nothing)
  *   CLAIMS_NORMAL  claims with sync=normal (default 1000000)
  *   CLAIMS_FULL    claims with sync=full (default 5000: each one is an fsync)
  *   THREADS        claiming threads, each on its own ranks (default 1)
+ *   DELIVERY       durable (default): as a mount does when a reader closes its batch,
+ *                  each claim's delivery is reported (journal_delivered) and made
+ *                  durable (journal_sync_delivered) before the rank's next claim: two
+ *                  commits per claim where no other rank's delivery shares one;
+ *                  lazy: reported only, written with the rank's next claim (the mount
+ *                  before deliveries were durable: one commit per claim)
  * The layout is W=8, B=64, m=1 (8 claims per rank per step), claims round-robin over
  * the ranks: each claim is one journal_claim_next(), i.e. one committed transaction.
- * As in a mount, deliveries are tracked (journal_track_delivery): each claim is reported
- * delivered (journal_delivered) before the rank's next claim, which writes it.
+ * The latency is the claim's alone; claims/s counts the deliveries' commits too.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,6 +52,7 @@ struct worker {
 	struct journal *j;
 	struct layout l;
 	uint64_t first_rank, nranks, claims;
+	int durable;
 	double *lat;
 	int rc;
 };
@@ -68,13 +74,16 @@ static void *work(void *arg)
 		/* the reader has its batch: what a mount reports at its last byte or close */
 		layout_advance(&w->l, &step, &micro);
 		w->rc = journal_delivered(w->j, rank, step, micro);
+		if (!w->rc && w->durable)
+			w->rc = journal_sync_delivered(w->j, rank);
 		if (w->rc)
 			return NULL;
 	}
 	return NULL;
 }
 
-static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigned threads)
+static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigned threads,
+	       int durable)
 {
 	struct journal_ident id;
 	struct journal *j;
@@ -113,7 +122,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 	t0 = clock_mono_s();
 	for (unsigned t = 0; t < threads; t++) {
 		wk[t] = (struct worker){ j, l, t * (W / threads), W / threads, claims / threads,
-					 lat + t * (claims / threads), 0 };
+					 durable, lat + t * (claims / threads), 0 };
 		pthread_create(&th[t], NULL, work, &wk[t]);
 	}
 	for (unsigned t = 0; t < threads; t++) {
@@ -128,8 +137,9 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 	db_live = fsize(path);
 	wal_live = fsize(wal);
 	qsort(lat, done, sizeof(*lat), cmp_double);
-	printf("sync=%-6s threads=%u claims=%-8" PRIu64 " %9.0f claims/s  latency us: p50 %.1f "
-	       "p99 %.1f p99.9 %.1f max %.1f\n", sync == JOURNAL_SYNC_FULL ? "full" : "normal",
+	printf("sync=%-6s delivery=%-7s threads=%u claims=%-8" PRIu64 " %9.0f claims/s  latency "
+	       "us: p50 %.1f p99 %.1f p99.9 %.1f max %.1f\n",
+	       sync == JOURNAL_SYNC_FULL ? "full" : "normal", durable ? "durable" : "lazy",
 	       threads, done, (double)done / dt, lat[done / 2] * 1e6, lat[done * 99 / 100] * 1e6,
 	       lat[done * 999 / 1000] * 1e6, lat[done - 1] * 1e6);
 	printf("              journal size while mounted: %lld B database + %lld B wal = %lld B\n",
@@ -149,11 +159,12 @@ int main(int argc, char **argv)
 	uint64_t normal = argc > 2 ? strtoull(argv[2], NULL, 10) : 1000000;
 	uint64_t full = argc > 3 ? strtoull(argv[3], NULL, 10) : 5000;
 	unsigned threads = argc > 4 ? (unsigned)atoi(argv[4]) : 1;
+	int durable = argc > 5 ? strcmp(argv[5], "lazy") != 0 : 1;
 
 	printf("bench_journal: journal in %s, layout W=8 B=64 m=1\n", dir);
-	if (normal && run(dir, JOURNAL_SYNC_NORMAL, normal, threads))
+	if (normal && run(dir, JOURNAL_SYNC_NORMAL, normal, threads, durable))
 		return 1;
-	if (full && run(dir, JOURNAL_SYNC_FULL, full, threads))
+	if (full && run(dir, JOURNAL_SYNC_FULL, full, threads, durable))
 		return 1;
 	return 0;
 }

@@ -8,7 +8,9 @@ through /control, and daemons killed with SIGKILL in the middle of reads. Assert
   - each mount starts where the resume rules say (latest position statement when there
     is a checkpoint mark, else the slowest rank's completed steps), `zephon journal
     resume-point` agrees, and step numbers continue across remounts;
-  - a killed daemon forgot no claim a reader received;
+  - a killed daemon forgot no claim a reader received, and no batch a reader finished
+    (closed) is served again: its delivery was durable when close() returned (repeats
+    counted: 0), while a batch in flight at the kill is;
   - complete steps, concatenated over ranks in rank order, equal the W=1 step;
   - below the final resume point every gsn was served, so every epoch there covers every
     sample exactly once.
@@ -94,15 +96,18 @@ class History:
         self.layout = None        # (S0, G0, W, B, m) of the current round
         self.cursor = {}          # rank -> [step, micro] (the next claim)
         # rank -> [step, micro]: the delivered position the journal holds (every claim
-        # before it was read whole). A claim writes the one before it (readers here read
-        # each batch whole before the next open); a clean unmount writes the cursor; a
-        # kill -9 leaves the rank's last delivery unwritten.
+        # before it was read whole and closed). A close writes it before it returns, so
+        # it is the cursor after every claim read here; a kill -9 may leave a claim in
+        # flight (opened, not closed) undelivered.
         self.written = {}
         self.killed = None
         self.mounts = []          # [(Mount, ranks, journal)]
         self.round = 0
         self.prev_nodes = 1
         self.whole_epochs = True  # a mixture has per-source epochs, not N-sample ones
+        self.kills = 0
+        self.claims = 0           # claims read (finished or in flight at a kill)
+        self.repeats = 0          # finished claims a kill left undelivered: must stay 0
 
     # -- the model ---------------------------------------------------------------
     def gsn(self, rank, step, micro):
@@ -185,12 +190,13 @@ class History:
         assert ids == self.ref[g:g + m], ('rank', rank, 'step', step, 'micro', micro, 'gsn', g)
         for i, sid in enumerate(ids):
             self.served[g + i] = sid
+        self.claims += 1
         self.round_claims[rank].append((step, micro, ids))
         self.advance(rank)
+        self.written[rank] = list(self.cursor[rank])   # finished: written by its close
 
     def advance(self, rank):
         s0, g0, w, b, m = self.layout
-        self.written[rank] = list(self.cursor[rank])   # written with this claim
         c = self.cursor[rank]
         c[1] += 1
         if c[1] == b // w // m:
@@ -219,13 +225,22 @@ class History:
         mnt, group = self.rng.choice(self.mounts)
         rank = self.rng.choice(group)
         got, stop = [], threading.Event()
+        inflight = []   # a claim opened and not finished: [bytes read or None]
 
         def reader():
+            path = mnt.path('rank', rank, 'next')
             while not stop.is_set():
                 try:
-                    got.append(read_all(mnt.path('rank', rank, 'next')))
+                    f = open(path, 'rb')
                 except OSError:
                     return
+                inflight.append(None)
+                try:
+                    inflight[-1] = f.read()
+                    f.close()   # finished: close() returned
+                except OSError:
+                    return
+                got.append(inflight.pop())
         t = threading.Thread(target=reader)
         t.start()
         time.sleep(self.rng.uniform(0.001, 0.03))
@@ -239,30 +254,40 @@ class History:
         mnt.stop(check=True)
         for data in got:
             self.check_claim(rank, [ids_of(l) for l in data.splitlines()])
-        # Nothing handed out is forgotten: the journal has every claim the reader got,
-        # and at most the one it was receiving when the daemon died.
+        finished = {r: list(self.written[r]) for r in group}
+        # Nothing handed out is forgotten: the journal has every claim the reader got
+        # (finished or in flight). Its cursor may be one claim further: the one the
+        # reader was opening when the daemon died, or one a close reserved (its commit
+        # carries the rank's next claim); neither was handed out whole.
         show = json.loads(run('journal', 'show', '--json', mnt.journal).stdout)
         cursors = show['layouts'][-1]['cursors']
+        s0, g0, w, b, m = self.layout
         for r in group:
-            jc = [cursors[str(r)]['step'], cursors[str(r)]['micro']]
-            if r == rank and jc != self.cursor[r]:
-                # journaled, then lost in flight with the daemon: it was handed out (the
-                # reader died with it), and its bytes are the pure function of its gsn
+            if r == rank and inflight:
+                # opened (journaled), then lost with the daemon: the reader may have had
+                # some of its bytes, which are the pure function of its gsn
                 g = self.gsn(r, *self.cursor[r])
-                m = self.layout[4]
                 self.served.update((g + i, self.ref[g + i]) for i in range(m))
                 self.advance(r)
-            assert jc == self.cursor[r], (r, jc, self.cursor[r])
-            # The delivered position may lag the model's: the reader has a reply's bytes
-            # once the daemon's write of it returns in the kernel, and the daemon records
-            # the delivery only after that write, on its request thread. The reader's
-            # next open, answered by another request thread, can commit its claim before
-            # that, without the delivery, and the kill then loses it: the batch is served
-            # again (a repeat, never a skip). Ahead of the model would be a skip.
+            jc = [cursors[str(r)]['step'], cursors[str(r)]['micro']]
+            c = self.cursor[r]
+            ahead = [c[0] + 1, 0] if c[1] + 1 == b // w // m else [c[0], c[1] + 1]
+            assert jc in (self.cursor[r], ahead), (r, jc, self.cursor[r])
+            # Every batch a reader finished is delivered (nothing it finished is served
+            # again); the in-flight one may be (its bytes came before the kill) or not.
+            # Ahead of what was handed out would be a skip.
             jd = [cursors[str(r)]['delivered_step'], cursors[str(r)]['delivered_micro']]
-            assert jd <= self.written[r], ('delivered ahead', r, jd, self.written[r])
+            self.repeats += self.claims_between(jd, finished[r])
+            assert jd <= self.cursor[r], ('delivered ahead', r, jd, self.cursor[r])
             self.written[r] = jd
+        self.kills += 1
         self.log('kill -9: journal cursors', cursors)
+
+    def claims_between(self, lo, hi):
+        """Claims of one rank from position lo up to hi (0 when hi <= lo)."""
+        s0, g0, w, b, m = self.layout
+        a = b // w // m
+        return max(0, (hi[0] * a + hi[1]) - (lo[0] * a + lo[1]))
 
     def stop_mounts(self):
         """Unmount every mount of the round; the clean ones write their deliveries (the
@@ -347,6 +372,9 @@ def run_history(ds, ref, tmp_path, seed, whole_epochs=True):
     h.whole_epochs = whole_epochs
     try:
         h.run()
+        print('elastic history %d: %d kills, %d claims, %d finished claims served again'
+              % (seed, h.kills, h.claims, h.repeats))
+        assert h.repeats == 0, ('finished batches served again after a kill', h.repeats)
     except BaseException:
         for mnt, _ in h.mounts:
             mnt.stop(check=False)

@@ -81,8 +81,10 @@ def test_kill9_during_concurrent_readers_loses_no_claim(ds, tmp_path):
         for r in range(4):
             claimed = (cursors[r][0] - s0) * 4 + cursors[r][1]
             # every batch a reader received is journaled; at most the 2 in flight (one
-            # per reader thread of the rank) were journaled and then lost with the daemon
-            assert len(got[r]) <= claimed <= len(got[r]) + 2, (round_, r, len(got[r]), claimed)
+            # per reader thread of the rank) were journaled and then lost with the
+            # daemon, and one more a close reserved (its commit carries the rank's next
+            # claim) and no open took
+            assert len(got[r]) <= claimed <= len(got[r]) + 3, (round_, r, len(got[r]), claimed)
             # and what they received were that rank's claims: its slice of each step
             g0 = status['start_samples']
             ref_upto(g0 + (claimed // 4 + 1) * 16)

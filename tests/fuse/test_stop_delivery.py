@@ -1,5 +1,6 @@
 """A step counts as consumed only when every rank had its batch: a clean stop (SIGTERM,
-SIGINT) lets the batches handed out be read, and a kill -9 only ever repeats a step.
+SIGINT) lets the batches handed out be read, and a kill -9 repeats no batch a reader
+finished (closed: its close() returned) and serves again every one it did not.
 
 Each round mounts world_size=4,global_batch=4 (one sample per open of next) with
 resume=auto on one journal, runs 4 reader processes (one per rank) that read next in a
@@ -37,11 +38,14 @@ with open(out, 'ab', buffering=0) as o:
         except OSError as e:
             o.write(b'#read %d\n' % e.errno)
             break
-        finally:
-            try:
-                f.close()
-            except OSError:
-                pass
+        except BaseException:
+            f.close()
+            raise
+        try:
+            f.close()
+        except OSError as e:  # the daemon died in the close: the batch is not finished
+            o.write(data + b'#close %d\n' % e.errno)
+            break
         o.write(data)
 '''
 
@@ -140,24 +144,83 @@ def test_clean_stop_delivers_every_claim(ds, tmp_path, sig):
     assert s_next < N // W   # still in epoch 0: the gsns above were unambiguous
 
 
-def test_kill9_serves_undelivered_steps_again(ds, tmp_path):
-    """3 rounds of kill -9: resume=auto never starts past a step some rank did not
-    receive; it may repeat at most the last step each rank received (a delivery not
-    yet written)."""
+def finished(steps, end):
+    """How many of a reader's batches it finished: all it received, but the last when
+    its close failed (the daemon died in it: "#close ERRNO")."""
+    return len(steps) - (1 if end and end.startswith(b'#close') else 0)
+
+
+def delivered_steps(journal):
+    """rank -> the journal's delivered step of the last layout (m = A = 1 here: one
+    claim per step)."""
+    show = json.loads(run('journal', 'show', '--json', journal).stdout)
+    cursors = show['layouts'][-1]['cursors']
+    for c in cursors.values():
+        assert c['delivered_micro'] == 0 and c['micro'] == 0, c
+    return {int(r): c['delivered_step'] for r, c in cursors.items()}
+
+
+def test_kill9_repeats_no_finished_batch(ds, tmp_path):
+    """3 rounds of kill -9 with 4 readers: every batch a reader finished is in its rank's
+    delivered position (none is served again: repeats counted, 0), and resume=auto
+    never starts past a step some rank did not receive."""
     gsn = gsn_of(ds)
     journal = tmp_path / 'j.sqlite'
     rng = random.Random(9)
     received = {r: [] for r in range(W)}
+    repeats = finished_total = 0
     for k in range(3):
-        s0, got, _ = one_round(ds, tmp_path, journal, k, gsn, 'kill9', rng)
+        s0, got, ends_how = one_round(ds, tmp_path, journal, k, gsn, 'kill9', rng)
         _, s_next = resume_point(journal)
+        delivered = delivered_steps(journal)
         ends = {r: s0 + len(got[r]) for r in range(W)}
         for r in range(W):
             assert got[r] == list(range(s0, ends[r])), (k, r)
-        assert s_next <= min(ends.values()), (k, s0, s_next, ends)   # no skip
-        assert s_next >= min(ends.values()) - 1, (k, s0, s_next, ends)
+            done = s0 + finished(got[r], ends_how[r])
+            # finished => durable; never past what the reader received
+            repeats += max(0, done - delivered[r])
+            finished_total += done - s0
+            assert done <= delivered[r] <= ends[r], (k, r, done, delivered[r], ends[r])
+        assert s_next == min(delivered.values()), (k, s_next, delivered)
         for r in range(W):
             received[r] += [t for t in got[r] if t < s_next]
+    print('kill -9: %d batches finished, %d of them served again' % (finished_total, repeats))
+    assert repeats == 0 and finished_total > 0
     for r in range(W):
         assert received[r] == list(range(s_next)), r
     assert s_next < N // W
+
+
+@pytest.mark.parametrize('unfinished', ['half read', 'read whole, not closed',
+                                        'half read, a child exec'])
+def test_kill9_serves_an_unfinished_batch_again(ds, tmp_path, unfinished):
+    """One rank, one claim per step: 3 batches read and closed, a 4th opened and read in
+    part (or whole) but not closed when the daemon is killed (or closed only by the
+    exec of a child, which inherited the descriptor: a close in another process). The
+    next mount (resume=auto) starts at the 4th: the finished ones are not served again,
+    the unfinished one is (a batch is finished when a close returns after a read
+    returned its last byte)."""
+    journal = tmp_path / 'j.sqlite'
+    opts = 'world_size=1,global_batch=4,journal=%s' % journal
+    m = Mount(ds, tmp_path / 'mp0', opts, allow_errors=True).start()
+    first = [read_all(m.path('rank', 0, 'next')) for _ in range(3)]
+    f = open(m.path('rank', 0, 'next'), 'rb', buffering=0)   # read(10) reads 10 bytes
+    try:
+        fourth = f.read() if unfinished == 'read whole, not closed' else f.read(10)
+        if unfinished == 'half read, a child exec':
+            subprocess.run(['true'], check=True)
+        m.kill9()
+    finally:
+        try:
+            f.close()
+        except OSError:
+            pass
+    unmount(m.mp)
+    m.stop(check=True)
+    assert delivered_steps(journal) == {0: 3}
+    assert resume_point(journal) == (12, 3)
+    m = Mount(ds, tmp_path / 'mp1', opts).start()
+    again = read_all(m.path('rank', 0, 'next'))
+    m.stop()
+    assert again not in first and again.startswith(fourth), (again, fourth)
+    assert again == batch(ds, 'world_size=1,global_batch=4', 0, 3)

@@ -3,10 +3,15 @@
  * version 1 (built here from the released version-1 DDL) is read as is by a read-only
  * open and migrated by a writable one, its cursors counting as delivered; with
  * journal_track_delivery() a claim counts as consumed only once journal_delivered()
- * says so, the delivery is written with the rank's next claim or by
- * journal_flush_delivered(), and what a kill leaves on disk only ever repeats claims.
+ * says so, the delivery is written with the rank's next claim, by
+ * journal_sync_delivered() (at once, reserving the rank's next claim, in one commit
+ * shared by every rank with a delivery to write) or by journal_flush_delivered(), and
+ * what a kill leaves on disk only ever repeats claims, never one that was synced.
  */
 #include "test_journal_util.h"
+
+#include <sys/stat.h>
+#include <time.h>
 
 #include <sqlite3.h>
 
@@ -191,12 +196,114 @@ static void test_untracked(void)
 	free(p);
 }
 
+/* Bytes of p's -wal: each commit appends a frame, so an unchanged size means nothing
+ * was committed. */
+static long long wal_size(const char *p)
+{
+	char w[4200];
+	struct stat st;
+
+	snprintf(w, sizeof(w), "%s-wal", p);
+	return stat(w, &st) ? -1 : (long long)st.st_size;
+}
+
+static void test_synced(void)
+{
+	char *p = path_in(dir, "synced.sqlite"), err[512];
+	const char *one[1] = { p };
+	struct journal_layout cl;
+	struct journal *j;
+	uint64_t g, s, m;
+	long long w0;
+
+	unlink(p);
+	j = open_ok(p);
+	/* W=2, B=4, m=1: 2 claims per rank and step */
+	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
+	REQUIRE(journal_current(j, &cl) == 0);
+	CHECK(journal_sync_delivered(j, 0) == -EINVAL); /* not tracking yet */
+	journal_track_delivery(j);
+	CHECK(journal_sync_delivered(j, 5) == -EINVAL); /* not served */
+	CHECK(journal_sync_delivered(j, 0) == 0);       /* nothing delivered: nothing to do */
+
+	/* a reader reads (0, 0) and closes it: durable at once, with the rank's next claim
+	 * (0, 1) reserved in the same commit: the row's cursor is one claim ahead */
+	REQUIRE(journal_claim_next(j, 0, &s, &m) == 0 && s == 0 && m == 0);
+	CHECK(journal_delivered(j, 0, 0, 1) == 0);
+	CHECK(journal_sync_delivered(j, 0) == 0);
+	CHECK(row(j, cl.id, 0, 1) == 1 && row(j, cl.id, 0, 0) == 10);
+	CHECK(journal_cursor(j, 0, &s, &m) == 0 && s == 0 && m == 1); /* as handed out */
+	/* the next claim is the reserved one: no commit */
+	w0 = wal_size(p);
+	REQUIRE(journal_claim_next(j, 0, &s, &m) == 0 && s == 0 && m == 1);
+	CHECK(wal_size(p) == w0);
+	CHECK(journal_sync_delivered(j, 0) == 0);       /* nothing new: no commit */
+	CHECK(wal_size(p) == w0);
+	/* and the one after it commits again */
+	CHECK(journal_delivered(j, 0, 1, 0) == 0);
+	CHECK(journal_sync_delivered(j, 0) == 0);
+	CHECK(row(j, cl.id, 0, 1) == 10 && row(j, cl.id, 0, 0) == 11);
+	REQUIRE(journal_claim_next(j, 0, &s, &m) == 0 && s == 1 && m == 0);
+	w0 = wal_size(p);
+	REQUIRE(journal_claim_next(j, 0, &s, &m) == 0 && s == 1 && m == 1); /* not reserved */
+	CHECK(wal_size(p) > w0);
+	CHECK(row(j, cl.id, 0, 0) == 20);
+
+	/* one sync writes every rank's pending delivery (a group commit); a claim still out
+	 * (rank 0's (1, 1)) means no reservation for that rank */
+	REQUIRE(journal_claim_next(j, 1, &s, &m) == 0 && s == 0 && m == 0);
+	CHECK(journal_delivered(j, 1, 0, 1) == 0);
+	CHECK(journal_delivered(j, 0, 1, 1) == 0);
+	CHECK(journal_sync_delivered(j, 0) == 0);
+	CHECK(row(j, cl.id, 0, 1) == 11 && row(j, cl.id, 0, 0) == 20);
+	CHECK(row(j, cl.id, 1, 1) == 1 && row(j, cl.id, 1, 0) == 10);
+	w0 = wal_size(p);
+	CHECK(journal_sync_delivered(j, 1) == 0);       /* written by rank 0's call */
+	CHECK(wal_size(p) == w0);
+	CHECK_EQ_U64(journal_consumed(j), 0);           /* rank 1 has step 0 half done */
+
+	/* a kill now (a close without flush): resume=auto counts every synced delivery */
+	CHECK(journal_delivered(j, 1, 0, 1) == 0);
+	REQUIRE(journal_claim_next(j, 1, &s, &m) == 0 && s == 0 && m == 1); /* reserved */
+	CHECK(journal_delivered(j, 1, 1, 0) == 0);
+	CHECK(journal_sync_delivered(j, 1) == 0);
+	journal_close(j);
+	CHECK(journal_resume_point_files(one, 1, &g, &s, err, sizeof(err)) == 0);
+	CHECK(s == 1 && g == 4);
+
+	/* a clean stop (journal_flush_delivered) writes the cursors back as handed out */
+	j = open_ok(p);
+	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
+	REQUIRE(journal_current(j, &cl) == 0);
+	journal_track_delivery(j);
+	REQUIRE(journal_claim_next(j, 0, &s, &m) == 0 && s == 1 && m == 0);
+	CHECK(journal_delivered(j, 0, 1, 1) == 0);
+	CHECK(journal_sync_delivered(j, 0) == 0);
+	CHECK(row(j, cl.id, 0, 0) == 20);
+	CHECK(journal_flush_delivered(j) == 0);
+	CHECK(row(j, cl.id, 0, 0) == 11 && row(j, cl.id, 0, 1) == 11);
+
+	/* the journal deleted under the mount: the sync fails (once the path is checked,
+	 * every 10 ms), and the delivery stays reported; a crash may repeat it */
+	REQUIRE(journal_claim_next(j, 0, &s, &m) == 0 && s == 1 && m == 1);
+	CHECK(journal_delivered(j, 0, 2, 0) == 0);
+	REQUIRE(unlink(p) == 0);
+	nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
+	CHECK(journal_sync_delivered(j, 0) == -EIO);
+	journal_last_error(j, err, sizeof(err));
+	CHECK(strstr(err, "deleted or replaced") != NULL);
+	CHECK_EQ_U64(journal_consumed(j), 4);           /* in memory: rank 1 is at step 1 */
+	journal_close(j);
+	free(p);
+}
+
 int main(void)
 {
 	dir = scratch_dir("journal-delivery");
 	test_migration();
 	test_tracked();
 	test_untracked();
+	test_synced();
 	rm_rf(dir);
 	free(dir);
 	return check_status();

@@ -1,14 +1,21 @@
 /*
- * test_journal_kill: kill -9 during concurrent claims, 20 times.
+ * test_journal_kill: kill -9 during concurrent claims and durable deliveries, 20 times.
  *
- * A forked child starts a layout (resume=auto) and runs 8 threads that claim at once:
- * threads 0-3 each own one rank (journal_cursor + journal_claim), threads 4-7 share
- * ranks 4 and 5 two by two (journal_claim_next). Each claim that journal_claim* returned
- * 0 for is written to a pipe (what a reader received). After a random delay the parent
- * SIGKILLs the child, then checks: PRAGMA integrity_check is "ok"; every reported claim
- * lies below its rank's journaled cursor (nothing handed out is forgotten); no claim was
- * reported twice; at most one claim per thread is journaled but unreported (in flight at
- * the kill); and the next round's auto start is the minimum over ranks of completed steps.
+ * A forked child starts a layout (resume=auto), tracks deliveries as a mount does, and
+ * runs 8 threads that claim at once: threads 0-3 each own one rank (journal_cursor +
+ * journal_claim), threads 4-7 share ranks 4 and 5 two by two (journal_claim_next). Each
+ * claim that journal_claim* returned 0 for is written to a pipe (what a reader
+ * received); then the thread finishes it as a reader's close does: marks it in the
+ * rank's delivered prefix (struct delivery: the two threads of a shared rank finish out
+ * of order), reports the prefix (journal_delivered), makes it durable
+ * (journal_sync_delivered) and writes the durable prefix to the pipe. After a random
+ * delay the parent SIGKILLs the child, then checks: PRAGMA integrity_check is "ok";
+ * every reported claim lies below its rank's journaled cursor (nothing handed out is
+ * forgotten); no claim was reported twice; at most one claim per thread is journaled
+ * but unreported (in flight at the kill), plus one a sync reserved; every rank's
+ * journaled delivered position is at or past every prefix reported durable (no
+ * finished claim is served again: counted, 0) and at or before its claims received (no
+ * skip); and the next round's auto start is the minimum over ranks of delivered steps.
  * Rounds alternate sync=normal and sync=full. The delays come from ZEPHON_KILL_SEED
  * (default 1, printed on failure); where a kill lands still depends on the scheduler.
  */
@@ -25,18 +32,49 @@
 
 #include "check.h"
 #include "clock.h"
+#include "delivery.h"
 
 #define ROUNDS 20
 #define THREADS 8
 #define W 6
 #define B 12            /* share 2, m 1: A = 2 micro-batches per rank per step */
 
+/* kind MSG_CLAIM: the claim (step, micro) was received; MSG_DURABLE: every claim of
+ * rank before (step, micro) is delivered and durable. */
+enum { MSG_CLAIM, MSG_DURABLE };
 struct msg {
-	uint64_t rank, step, micro;
+	uint64_t kind, rank, step, micro;
 };
 
 static struct journal *cj;
+static struct layout cl;
 static int out_fd;
+/* per rank: which claims were finished (claim index from S0), under dlock */
+static pthread_mutex_t dlock = PTHREAD_MUTEX_INITIALIZER;
+static struct delivery dv[W];
+
+/* Finish claim m of a reader: the rank's delivered prefix, made durable. */
+static void finish(const struct msg *m)
+{
+	uint64_t ci, prefix;
+	struct msg d = { MSG_DURABLE, m->rank, 0, 0 };
+
+	if (layout_pos_ci(&cl, m->step, m->micro, &ci))
+		_exit(83);
+	pthread_mutex_lock(&dlock);
+	if (delivery_mark(&dv[m->rank], ci) < 0)
+		_exit(84);
+	prefix = dv[m->rank].prefix;
+	layout_ci_pos(&cl, prefix, &d.step, &d.micro);
+	/* under the lock: a report never goes behind one already made */
+	if (journal_delivered(cj, m->rank, d.step, d.micro))
+		_exit(85);
+	pthread_mutex_unlock(&dlock);
+	if (journal_sync_delivered(cj, m->rank))
+		_exit(86);
+	if (write(out_fd, &d, sizeof(d)) != (ssize_t)sizeof(d))
+		_exit(87);
+}
 
 static void *claimer(void *arg)
 {
@@ -57,8 +95,10 @@ static void *claimer(void *arg)
 		}
 		if (rc)
 			_exit(81);
+		m.kind = MSG_CLAIM;
 		if (write(out_fd, &m, sizeof(m)) != (ssize_t)sizeof(m))
 			_exit(82);
+		finish(&m);
 	}
 	return NULL;
 }
@@ -76,6 +116,15 @@ static void child(const char *path, const struct journal_ident *id, enum journal
 	}
 	if (start_text(cj, "auto", l.world_size, l.global_batch, l.micro_batch, "", &l))
 		_exit(71);
+	cl = l;
+	journal_track_delivery(cj);
+	for (int r = 0; r < W; r++) {
+		uint64_t ci;
+
+		if (layout_pos_ci(&cl, l.start_step, 0, &ci))
+			_exit(74);
+		delivery_init(&dv[r], ci);
+	}
 	start.rank = UINT64_MAX; /* the start message: step = S0 */
 	start.step = l.start_step;
 	start.micro = l.start_samples;
@@ -102,6 +151,8 @@ static int cmp_msg(const void *a, const void *b)
 {
 	const struct msg *x = a, *y = b;
 
+	if (x->kind != y->kind)
+		return x->kind < y->kind ? -1 : 1;
 	if (x->rank != y->rank)
 		return x->rank < y->rank ? -1 : 1;
 	if (x->step != y->step)
@@ -132,7 +183,7 @@ int main(void)
 {
 	char *dir = scratch_dir("kill"), *path = path_in(dir, "journal.sqlite");
 	struct journal_ident id = ident_of(FP_A, 3, ORDER_SHUFFLE_GLOBAL, 1000);
-	uint64_t expect_s0 = 0, total = 0, inflight_total = 0;
+	uint64_t expect_s0 = 0, total = 0, inflight_total = 0, durable_total = 0, repeats = 0;
 	const char *seed_env = getenv("ZEPHON_KILL_SEED");
 	uint64_t seed0 = seed_env ? strtoull(seed_env, NULL, 0) : 1, seed = seed0;
 
@@ -210,6 +261,26 @@ int main(void)
 		journal_close(j);
 
 		qsort(got, n, sizeof(*got), cmp_msg);
+		/* the durable prefixes (sorted after the claims): the furthest per rank */
+		uint64_t durable[W] = { 0 }, received_end[W] = { 0 };
+		size_t nclaims = n;
+
+		for (size_t i = 0; i < n; i++) {
+			REQUIRE(got[i].rank < W);
+			if (got[i].kind == MSG_DURABLE) {
+				uint64_t c = (got[i].step - expect_s0) * 2 + got[i].micro;
+
+				nclaims = i < nclaims ? i : nclaims;
+				durable[got[i].rank] = c > durable[got[i].rank] ? c : durable[got[i].rank];
+			}
+		}
+		n = nclaims;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t c = (got[i].step - expect_s0) * 2 + got[i].micro + 1;
+
+			received_end[got[i].rank] = c > received_end[got[i].rank] ? c :
+						    received_end[got[i].rank];
+		}
 		for (size_t i = 0; i < n; i++) {
 			REQUIRE(got[i].rank < W);
 			/* received => journaled */
@@ -226,11 +297,21 @@ int main(void)
 
 			for (size_t i = 0; i < n; i++)
 				reported += got[i].rank == r;
+			uint64_t delivered = (cs[r].delivered_step - expect_s0) * 2 +
+					     cs[r].delivered_micro;
+
 			CHECK(journaled >= reported);
-			CHECK(journaled - reported <= (r < 4 ? 1 : 2)); /* in flight at the kill */
+			/* in flight at the kill, and one claim a sync reserved */
+			CHECK(journaled - reported <= (r < 4 ? 1 : 2) + 1);
 			inflight_total += journaled - reported;
-			minstep = cs[r].step < minstep ? cs[r].step : minstep;
+			/* finished and durable => delivered after the kill: never served again */
+			repeats += durable[r] > delivered ? durable[r] - delivered : 0;
+			durable_total += durable[r];
+			/* never past what its readers received: no skip */
+			CHECK(delivered <= received_end[r]);
+			minstep = cs[r].delivered_step < minstep ? cs[r].delivered_step : minstep;
 		}
+		CHECK_EQ_U64(repeats, 0);
 		total += n;
 		if (getenv("ZEPHON_KILL_VERBOSE"))
 			fprintf(stderr, "round %d (%s): %zu received, cursors %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", round, sync ? "full" : "normal", n, cs[0].step, cs[1].step, cs[2].step, cs[3].step, cs[4].step, cs[5].step);
@@ -240,8 +321,9 @@ int main(void)
 		free(got);
 	}
 	printf("kill: %d rounds, %" PRIu64 " claims received by readers, %" PRIu64
-	       " journaled but in flight at a kill, resume at step %" PRIu64 "\n",
-	       ROUNDS, total, inflight_total, expect_s0);
+	       " journaled but in flight at a kill, %" PRIu64 " finished and durable, %"
+	       PRIu64 " of them served again, resume at step %" PRIu64 "\n",
+	       ROUNDS, total, inflight_total, durable_total, repeats, expect_s0);
 	if (!check_failures)
 		rm_rf(dir);
 	else
