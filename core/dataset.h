@@ -84,6 +84,10 @@ struct dataset_info {
 	                            * document (pack --eod-token); catalog meta key
 	                            * 'eod_token', absent in older datasets (0: none) */
 	uint32_t eod_token;        /* the end-of-document token id; fits dtype */
+	int have_max_token_id;     /* tokens only: meta 'max_token_id', absent before it */
+	uint64_t max_token_id;     /* the largest token id in the dataset */
+	char tokenizer_sha256[65]; /* pack --tokenizer: sha256 of its files (meta
+	                            * 'tokenizer_sha256'); "" otherwise. In the fingerprint */
 	int compressed;            /* 1 for compress=zstd */
 	uint64_t raw_bytes, stored_bytes;
 	uint64_t shards;
@@ -214,7 +218,8 @@ const char *sample_reader_last_error(const struct sample_reader *r);
 
 /* The metadata text that closes a dataset's fingerprint (pack.h states the whole rule):
  * "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\nseq_len=L\nsamples=N\n",
- * with E, D empty and L 0 where they do not apply. Writes at most len bytes (NUL
+ * with E, D empty and L 0 where they do not apply, then "tokenizer_sha256=H\n" for a
+ * dataset packed with --tokenizer (info->tokenizer_sha256). Writes at most len bytes (NUL
  * included); returns the text's length. */
 size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len);
 

@@ -15,6 +15,8 @@
 #include <xxhash.h>
 
 #include "compressor.h"
+#include "docindex.h"
+#include "le.h"
 #include "instream.h"
 #include "pool.h"
 #include "shard_writer.h"
@@ -38,6 +40,7 @@ void pack_opts_init(struct pack_opts *o)
 	o->level = PACK_LEVEL_DEFAULT;
 	o->dict_size = PACK_DICT_SIZE_DEFAULT;
 	o->shard_bytes = PACK_SHARD_BYTES_DEFAULT;
+	o->tokdocs_fd = -1;
 }
 
 void pack_report(struct packer *p, int done)
@@ -49,12 +52,13 @@ void pack_report(struct packer *p, int done)
 	p->prog.samples = p->samples;
 	p->prog.raw_bytes = p->raw_bytes;
 	p->prog.stored_bytes = p->w ? shard_writer_stored_bytes(p->w) : 0;
+	p->prog.documents = p->docs ? docindex_writer_count(p->docs) : 0;
+	p->prog.tokens = p->tokens;
 	p->prog.done = done;
 	p->o->progress(p->o->ctx, &p->prog);
 }
 
-/* Cut every whole window out of p->window into the batch. */
-static int cut_windows(struct packer *p)
+int pack_cut_windows(struct packer *p)
 {
 	size_t stride = (size_t)(p->o->seq_len * p->itemsize), off = 0;
 	size_t wlen = stride + (size_t)p->o->overlap * p->itemsize;
@@ -68,6 +72,34 @@ static int cut_windows(struct packer *p)
 	}
 	memmove(p->window.data, p->window.data + off, p->window.len - off);
 	p->window.len -= off;
+	return rc;
+}
+
+/* p->max_token over len bytes of little-endian tokens of p->itemsize. */
+static void note_max_token(struct packer *p, const uint8_t *d, size_t len)
+{
+	uint64_t max = p->max_token;
+
+	for (size_t i = 0; i + p->itemsize <= len; i += p->itemsize) {
+		uint64_t v = p->itemsize == 1 ? d[i] : p->itemsize == 2 ? le16_get(d + i) :
+			le32_get(d + i);
+
+		if (v > max)
+			max = v;
+	}
+	p->max_token = max;
+	p->have_max_token = 1;
+}
+
+int pack_open_docindex(struct packer *p)
+{
+	char *path;
+	int rc;
+
+	if (asprintf(&path, "%s/%s", p->tmpdir, DOCINDEX_FILE) < 0)
+		return -ENOMEM;
+	rc = docindex_writer_open(path, &p->docs, p->err, p->errlen);
+	free(path);
 	return rc;
 }
 
@@ -127,10 +159,11 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 		if (rc == 0)
 			break;
 		if (s.content == CONTENT_TOKENS) {
+			note_max_token(p, rec.data, rec.len);
 			p->tokens += rec.len / p->itemsize;
 			rc = buf_append(&p->window, rec.data, rec.len);
 			if (!rc)
-				rc = cut_windows(p);
+				rc = pack_cut_windows(p);
 		} else {
 			rc = pack_batch_add(p, rec.data, rec.len, s.record_line);
 			if (!rc && pack_batch_full(p))
@@ -203,6 +236,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	info.dtype = p->dtype;
 	info.seq_len = p->o->seq_len + p->o->overlap;
 	info.samples = p->samples;
+	if (p->docs)
+		memcpy(info.tokenizer_sha256, p->tok_sha256, sizeof(info.tokenizer_sha256));
 	dataset_fingerprint_text(&info, text, sizeof(text));
 	XXH3_128bits_update(p->fp, text, strlen(text));
 	xxh128_hex(XXH3_128bits_digest(p->fp), res->fingerprint);
@@ -219,9 +254,20 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set(c, "dtype", dtype_name(p->dtype));
 		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
-		if (p->o->have_eod_token)
-			rc |= catalog_meta_set_u64(c, "eod_token", p->o->eod_token);
+		if (p->have_eod)
+			rc |= catalog_meta_set_u64(c, "eod_token", p->eod);
+		if (p->have_max_token)
+			rc |= catalog_meta_set_u64(c, "max_token_id", p->max_token);
+		rc |= catalog_meta_set_u64(c, "tokens", p->tokens);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
+	}
+	if (p->docs) {
+		rc |= catalog_meta_set(c, "tokenizer", p->tok_name);
+		rc |= catalog_meta_set(c, "tokenizer_sha256", p->tok_sha256);
+		rc |= catalog_meta_set_u64(c, "vocab_size", p->vocab_size);
+		if (p->have_bos)
+			rc |= catalog_meta_set_u64(c, "bos_token", p->bos);
+		rc |= catalog_meta_set_u64(c, "documents", res->documents);
 	}
 	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
 	if (p->o->compress)
@@ -270,6 +316,8 @@ static int pack_inputs(struct packer *p, const enum source_format *formats)
 	p->training = o->compress && !o->no_dict && o->dict_size > 0;
 	if (!p->training && (rc = pack_open_writer(p)))
 		return rc;
+	if (o->tokdocs_fd >= 0)
+		return pack_tokdocs(p);
 	for (size_t k = 0; k < p->nsources; k++) {
 		size_t i = p->sources[k];
 
@@ -314,6 +362,15 @@ static int pack_finish(struct packer *p, struct pack_result *res)
 					 "one window of --seq-len %" PRIu64, p->tokens, o->seq_len);
 		token_rows(p);
 	}
+	if (p->docs) {
+		res->documents = docindex_writer_count(p->docs);
+		rc = docindex_writer_finish(p->docs, p->err, p->errlen);
+		p->docs = NULL;
+		if (rc)
+			return rc;
+	}
+	res->tokens = p->tokens;
+	res->max_token = p->max_token;
 	if (p->training && (rc = pack_dict_finish(p)))
 		return rc;
 	rc = shard_writer_finish(p->w, why, sizeof(why));
@@ -333,6 +390,7 @@ static int pack_finish(struct packer *p, struct pack_result *res)
 static void packer_release(struct packer *p)
 {
 	shard_writer_free(p->w);
+	docindex_writer_free(p->docs);
 	if (p->comp)
 		for (unsigned t = 0; t < pool_size(p->pool); t++)
 			compressor_free(p->comp[t]);
@@ -370,6 +428,8 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 	p.err = err;
 	p.errlen = errlen;
 	p.dirfd = -1;
+	p.have_eod = o->have_eod_token;
+	p.eod = o->eod_token;
 	err[0] = 0;
 	formats = calloc(o->ninputs ? o->ninputs : 1, sizeof(*formats));
 	p.source_tokens = calloc(o->ninputs ? o->ninputs : 1, sizeof(*p.source_tokens));

@@ -72,6 +72,17 @@ struct packer {
 	struct buf window;
 	uint64_t tokens;             /* all tokens read */
 	uint64_t *source_tokens;
+	int have_max_token;
+	uint64_t max_token;          /* the largest token id packed */
+	int have_eod;
+	uint64_t eod;                /* --eod-token, or the tokenizer front end's EOS */
+	/* --tokenizer (pack_text.c): the front end's header and the document index */
+	struct docindex_writer *docs;
+	char tok_name[256], tok_sha256[65];
+	uint64_t vocab_size;
+	int have_bos;
+	uint64_t bos;
+	uint64_t input_base;         /* bytes of the inputs finished before this one */
 	/* counters */
 	uint64_t samples, raw_bytes, input_done, input_total;
 	struct pack_progress prog;
@@ -90,6 +101,13 @@ int pack_fail(struct packer *p, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void pack_report(struct packer *p, int done);
 int pack_cancelled(const struct packer *p);
+/* Cut every whole window out of p->window into the batch. */
+int pack_cut_windows(struct packer *p);
+/* Create the document index in the temporary directory (p->docs). */
+int pack_open_docindex(struct packer *p);
+
+/* pack_text.c: read the --tokenizer front end's stream from o->tokdocs_fd. */
+int pack_tokdocs(struct packer *p);
 
 /* pack_plan.c: check the inputs and options before any work. */
 int pack_plan(struct packer *p, enum source_format *formats);
