@@ -433,6 +433,10 @@ static int union_info(struct dataset *ds)
 		in->stored_bytes += si->stored_bytes;
 		in->shards += si->shards;
 		in->compressed |= si->compressed;
+		/* the union's largest id is known only when every source's is */
+		in->have_max_token_id &= si->have_max_token_id;
+		if (si->max_token_id > in->max_token_id)
+			in->max_token_id = si->max_token_id;
 		fps[s] = si->fingerprint;
 	}
 	rc = dataset_union_fingerprint(fps, ds->nsrc, in->fingerprint);

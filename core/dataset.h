@@ -117,7 +117,8 @@ int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen
  * union's: samples, raw_bytes, stored_bytes and shards summed; compressed when any
  * source is; fingerprint the XXH3-128 (32 hex digits) of "zephon-mixture-v1\n" then
  * each source's fingerprint and "\n", in order (a different order is another mixture);
- * every other field is the sources' common one.
+ * max_token_id the largest (known when every source's is); every other field is the
+ * sources' common one (tokenizer_sha256 the first's).
  * Every catalog is read and checked before any shard file is opened. On failure returns
  * -errno with a one-line reason in err and nothing left open: dataset_open()'s errors for
  * the first source that fails (its message names its directory); -EINVAL for count == 0,

@@ -236,7 +236,7 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	info.dtype = p->dtype;
 	info.seq_len = p->o->seq_len + p->o->overlap;
 	info.samples = p->samples;
-	if (p->docs)
+	if (p->o->tokdocs_fd >= 0)
 		memcpy(info.tokenizer_sha256, p->tok_sha256, sizeof(info.tokenizer_sha256));
 	dataset_fingerprint_text(&info, text, sizeof(text));
 	XXH3_128bits_update(p->fp, text, strlen(text));
@@ -261,7 +261,7 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set_u64(c, "tokens", p->tokens);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
 	}
-	if (p->docs) {
+	if (p->o->tokdocs_fd >= 0) {
 		rc |= catalog_meta_set(c, "tokenizer", p->tok_name);
 		rc |= catalog_meta_set(c, "tokenizer_sha256", p->tok_sha256);
 		rc |= catalog_meta_set_u64(c, "vocab_size", p->vocab_size);

@@ -254,6 +254,9 @@ int render_status(struct zmount *z, struct buf *out)
 		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
 		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
 				    json_u64(z->info->eod_token) : json_null());
+		/* loaders refuse a dataset whose ids a model's embedding cannot hold */
+		json_object_set_new(root, "max_token_id", z->info->have_max_token_id ?
+				    json_u64(z->info->max_token_id) : json_null());
 	}
 	return dump_json(root, out);
 }
