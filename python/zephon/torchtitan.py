@@ -125,8 +125,9 @@ class ZephonDataLoader(BaseDataLoader):
     trainer: no mount configured, not a token dataset, ``world_size`` other than the DP
     degree, a rank the mount does not serve, windows that do not make inputs of the
     trainer's sequence length, a micro-batch that does not divide the rank's share of a
-    step, ``num_tokens_per_batch`` that is not a whole number of samples, or an
-    ``eod_token`` other than the dataset's.
+    step, ``num_tokens_per_batch`` that is not a whole number of samples, an
+    ``eod_token`` other than the dataset's, or a dataset holding token ids the model's
+    ``vocab_size`` does not.
     """
 
     _loader_cls: type = ZephonLoader
@@ -142,6 +143,11 @@ class ZephonDataLoader(BaseDataLoader):
         the dataset's own (``zephon pack --eod-token``), or, for a dataset without one,
         positions count per window. A value other than the dataset's is refused
         (``ValueError``): positions would not restart where its documents start."""
+
+        vocab_size: int | None = None
+        """The model's vocabulary size: a dataset holding a token id at or above it
+        (``max_token_id`` in ``zephon info``) is refused with a ``ValueError`` at build
+        time. ``zephon.recipes.use_zephon`` sets it from the model's config."""
 
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
                  tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
