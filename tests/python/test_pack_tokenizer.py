@@ -470,3 +470,120 @@ def test_an_interrupted_pack_leaves_nothing(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 1 and 'pack interrupted; nothing was written' in err, err
     assert sorted(f.name for f in tmp_path.iterdir()) == ['big.jsonl']
+
+
+# ---------------------------------------------------------------- README, loaders
+
+README = pathlib.Path(__file__).resolve().parents[2] / 'README.md'
+
+
+def readme_block(first):
+    """The README's fenced block whose first line starts with `first`, its commands with
+    continuation lines joined."""
+    text = README.read_text()
+    start = text.index('```\n' + first) + 4
+    block = text[start:text.index('```', start)]
+    return block.replace('\\\n', ' ').strip().split('\n')
+
+
+def test_readme_lineage_example_as_written(tmp_path):
+    need(CC, BLNS)
+    lines = readme_block('$ zephon pack -q --tokenizer torchtitan-test')
+    for name, target in (('torchtitan-test', TOK), (CC.name, CC), (BLNS.name, BLNS)):
+        (tmp_path / name).symlink_to(target)
+    env = dict(os.environ, PATH='%s:%s' % (pathlib.Path(ZEPHON).parent, os.environ['PATH']))
+    i, out = 0, []
+    while i < len(lines):
+        cmd = lines[i][2:]
+        p = subprocess.run(cmd, shell=True, cwd=tmp_path, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        assert p.returncode == 0, (cmd, p.stderr)
+        i += 1
+        want = []
+        while i < len(lines) and not lines[i].startswith('$ '):
+            want.append(lines[i])
+            i += 1
+        assert p.stdout.splitlines() == want, (cmd, p.stdout)
+
+
+def test_readme_torchtitan_walkthrough_from_raw_text(tmp_path):
+    need(SHAKESPEARE)
+    from torchtitan.components.loss import IGNORE_INDEX
+    from torchtitan.config import ConfigManager
+
+    lines = readme_block('zephon pack --tokenizer torchtitan/tests/assets/tokenizer')
+    assert len(lines) == 4, lines
+    subst = [('/data/', '%s/' % tmp_path), ('/tmp/z', str(tmp_path / 'z')),
+             ('torchtitan/tests/assets/tokenizer', str(TOK)),
+             ('tinyshakespeare.txt', str(SHAKESPEARE)),
+             ('world_size=8,global_batch=64', 'world_size=1,global_batch=8')]
+
+    def as_here(cmd):
+        for a, b in subst:
+            cmd = cmd.replace(a, b)
+        return cmd
+
+    env = dict(os.environ, PATH='%s:%s' % (pathlib.Path(ZEPHON).parent, os.environ['PATH']))
+    (tmp_path / 'z').mkdir()
+    for cmd in lines[:2]:
+        p = subprocess.run(as_here(cmd), shell=True, env=env, text=True, timeout=600,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.returncode == 0, (cmd, p.stderr)
+    try:
+        # the torchrun line: the trainer's config from the same arguments, its loader built
+        # as the trainer builds it (training needs a GPU)
+        run = as_here(lines[2]).split()
+        assert run[0] == 'ZEPHON_MOUNT=%s' % (tmp_path / 'z')
+        args = run[run.index('torchtitan.train') + 1:run.index('#')]
+        os.environ['ZEPHON_MOUNT'] = str(tmp_path / 'z')
+        try:
+            c = ConfigManager().parse_args(args)
+            tok = c.tokenizer.build(tokenizer_path=c.hf_assets_path)
+            dl = c.dataloader.build(dp_world_size=1, dp_rank=0, tokenizer=tok,
+                                    seq_len=c.training.seq_len,
+                                    local_batch_size=c.training.local_batch_size)
+        finally:
+            del os.environ['ZEPHON_MOUNT']
+        assert c.dataloader.vocab_size == 2048 and dl.eod_token == EOS
+        inp, labels = next(iter(dl))
+        ids = inp['input']
+        assert ids.shape == (8, 2048) and int(ids.max()) < 2048
+        want = windows(tmp_path / 'ds')
+        raw = np.frombuffer(zrun('batch', tmp_path / 'ds', '-o',
+                                 'world_size=1,global_batch=8,seed=1,format=bin', '--rank', 0,
+                                 '--step', 0), dtype='<u2').reshape(8, 2049).astype(np.int64)
+        assert np.array_equal(ids.numpy(), raw[:, :-1])
+        lab = raw[:, 1:].copy()
+        lab[raw[:, :-1] == EOS] = IGNORE_INDEX
+        assert np.array_equal(labels.numpy(), lab)
+        assert want.shape[1] == 2049
+    finally:
+        p = subprocess.run(as_here(lines[3]), shell=True, env=env, timeout=60)
+        if p.returncode:
+            subprocess.run(['fusermount3', '-uz', str(tmp_path / 'z')])
+    assert p.returncode == 0
+
+
+def test_loaders_refuse_ids_the_model_has_no_embedding_for(tmp_path, mounts):
+    from conftest import IDX
+    from zephon.recipes import llama3_debugmodel_zephon
+    from zephon.torch import ZephonLoader
+    need(IDX)
+    ds = tmp_path / 'gpt2'
+    zrun('pack', '--format', 'tokens', '--seq-len', 2048, '--overlap', 1, '--eod-token', 50256,
+         IDX, '-o', ds)
+    assert info(ds)['max_token_id'] == 50256
+    m = mounts(ds, world_size=1, global_batch=8)
+    with pytest.raises(ValueError, match=r'holds token id 50256, but the model\'s vocabulary '
+                       r'has 2048 ids'):
+        ZephonLoader(m.path, dp_rank=0, dp_world_size=1, vocab_size=2048)
+    assert ZephonLoader(m.path, dp_rank=0, dp_world_size=1, vocab_size=50257).max_token_id == 50256
+    os.environ['ZEPHON_MOUNT'] = str(m.path)
+    try:
+        c = llama3_debugmodel_zephon()
+    finally:
+        del os.environ['ZEPHON_MOUNT']
+    assert c.dataloader.vocab_size == 2048
+    with pytest.raises(ValueError, match='50256'):
+        c.dataloader.build(dp_world_size=1, dp_rank=0, tokenizer=None, seq_len=2048,
+                           local_batch_size=8)
