@@ -11,6 +11,7 @@
  *                           bytes (the catalog's shards table names every file)
  *   DIR/shard-NNNNN.idx     struct shard_index_header, then `count` struct shard_index_entry,
  *                           all little-endian, mmap-able
+ *   DIR/documents.idx       (packs with --tokenizer only) the document index, docindex.h
  * Sample ids [first_sample, first_sample + count) of a shard are consecutive; shards
  * tile [0, N) in order. Lookup by id: binary search over the (few) shards, then one
  * index entry: O(log shards) = O(1) in practice.

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,4 +243,28 @@ uint64_t docindex_find(const struct docindex *di, uint64_t t)
 	if (e.first_token > t || t - e.first_token >= e.tokens)
 		return di->count;
 	return lo;
+}
+
+int docindex_check(const struct docindex *di, uint64_t count, uint64_t tokens,
+		   size_t nsources, char *err, size_t errlen)
+{
+	struct docindex_entry e;
+	uint64_t next = 0;
+
+	if (di->count != count)
+		return err_set(err, errlen, -EBADMSG, "%s: %ju documents, the catalog says %ju",
+			       DOCINDEX_FILE, (uintmax_t)di->count, (uintmax_t)count);
+	for (uint64_t i = 0; i < di->count; i++) {
+		docindex_get(di, i, &e);
+		if (e.first_token != next || e.tokens == 0 || e.source >= nsources)
+			return err_set(err, errlen, -EBADMSG, "%s: document %ju: first token %ju "
+				       "(expected %ju), %ju tokens, source %u of %zu", DOCINDEX_FILE,
+				       (uintmax_t)i, (uintmax_t)e.first_token, (uintmax_t)next,
+				       (uintmax_t)e.tokens, e.source, nsources);
+		next += e.tokens;
+	}
+	if (next != tokens || le64_get(di->map + 24) != tokens)
+		return err_set(err, errlen, -EBADMSG, "%s: %ju tokens, the catalog says %ju",
+			       DOCINDEX_FILE, (uintmax_t)next, (uintmax_t)tokens);
+	return 0;
 }

@@ -75,4 +75,10 @@ void docindex_get(const struct docindex *di, uint64_t i, struct docindex_entry *
  * when there is none, or t lies past the last document). O(log count). */
 uint64_t docindex_find(const struct docindex *di, uint64_t t);
 
+/* Check the whole index against its dataset: count documents, tokens in all (the catalog's
+ * meta `documents` and `tokens`), every entry starting where the one before ends, none
+ * empty, every source below nsources. 0, or -EBADMSG with the first problem in err. */
+int docindex_check(const struct docindex *di, uint64_t count, uint64_t tokens,
+		   size_t nsources, char *err, size_t errlen);
+
 #endif

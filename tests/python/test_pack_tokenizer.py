@@ -587,3 +587,22 @@ def test_loaders_refuse_ids_the_model_has_no_embedding_for(tmp_path, mounts):
     with pytest.raises(ValueError, match='50256'):
         c.dataloader.build(dp_world_size=1, dp_rank=0, tokenizer=None, seq_len=2048,
                            local_batch_size=8)
+
+
+def test_verify_checks_the_document_index(tmp_path):
+    need(CC)
+    ds = tmp_path / 'ds'
+    pack(ds, '--tokenizer', TOK, '--seq-len', L, CC)
+    zrun('verify', ds)
+    idx = ds / 'documents.idx'
+    data = bytearray(idx.read_bytes())
+    assert len(data) == 32 + 32 * 10 and data[:8] == b'ZPHDOC\x00\x01'
+    data[32 + 3 * 32] ^= 1                            # document 3's first token
+    idx.chmod(0o644)
+    idx.write_bytes(bytes(data))
+    p = subprocess.run([ZEPHON, 'verify', str(ds)], stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 1 and 'documents.idx: document 3: first token' in p.stderr
+    idx.write_bytes(bytes(data[:-7]))
+    p = subprocess.run([ZEPHON, 'info', str(ds), '--sample', '0'], stderr=subprocess.PIPE,
+                       text=True)
+    assert p.returncode == 1 and 'not a document index of this version, or truncated' in p.stderr
