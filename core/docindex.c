@@ -268,3 +268,18 @@ int docindex_check(const struct docindex *di, uint64_t count, uint64_t tokens,
 			       DOCINDEX_FILE, (uintmax_t)next, (uintmax_t)tokens);
 	return 0;
 }
+
+void docindex_range(const struct docindex *di, uint64_t first, uint64_t n, uint64_t *d0,
+		    uint64_t *d1)
+{
+	struct docindex_entry e;
+	uint64_t d = docindex_find(di, first), last = first + n - 1;
+
+	*d0 = d;
+	for (; d < di->count; d++) {
+		docindex_get(di, d, &e);
+		if (e.first_token > last)
+			break;
+	}
+	*d1 = d;
+}

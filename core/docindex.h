@@ -75,6 +75,18 @@ void docindex_get(const struct docindex *di, uint64_t i, struct docindex_entry *
  * when there is none, or t lies past the last document). O(log count). */
 uint64_t docindex_find(const struct docindex *di, uint64_t t);
 
+/* The documents that tokens [first, first + n) of the stream touch: [*d0, *d1) (empty
+ * when those tokens lie past the last document). n >= 1. */
+void docindex_range(const struct docindex *di, uint64_t first, uint64_t n, uint64_t *d0,
+		    uint64_t *d1);
+/* The tokens [first, first + n) of window `sample` of a token dataset of window length
+ * seq_len (tokens as stored) and overlap (0 or 1): first = sample * (seq_len - overlap). */
+static inline uint64_t docindex_window_first(uint64_t sample, uint64_t seq_len,
+					     uint64_t overlap)
+{
+	return sample * (seq_len - overlap);
+}
+
 /* Check the whole index against its dataset: count documents, tokens in all (the catalog's
  * meta `documents` and `tokens`), every entry starting where the one before ends, none
  * empty, every source below nsources. 0, or -EBADMSG with the first problem in err. */

@@ -206,7 +206,7 @@ static int print_sample(const struct dataset *ds, uint64_t id, int json)
 	struct docindex *di;
 	struct docindex_entry e;
 	char err[512], rec[64];
-	uint64_t first, last, d;
+	uint64_t first, last, d, d1;
 	json_t *docs, *o;
 	int rc;
 
@@ -230,19 +230,18 @@ static int print_sample(const struct dataset *ds, uint64_t id, int json)
 		die_msg("info: %s", err);
 		return 1;
 	}
-	first = id * (in->seq_len - in->overlap);
+	first = docindex_window_first(id, in->seq_len, in->overlap);
 	last = first + in->seq_len - 1;
 	docs = json_array();
 	if (!json)
 		printf("sample %" PRIu64 ": tokens %" PRIu64 "-%" PRIu64 " of the token stream\n",
 		       id, first, last);
-	for (d = docindex_find(di, first); d < docindex_count(di); d++) {
+	docindex_range(di, first, in->seq_len, &d, &d1);
+	for (; d < d1; d++) {
 		uint64_t a, b;
 		const struct catalog_source *s;
 
 		docindex_get(di, d, &e);
-		if (e.first_token > last)
-			break;
 		if (e.source >= c->nsources) {
 			die_msg("info: %s: document %" PRIu64 " names source %" PRIu32 " of %zu",
 				DOCINDEX_FILE, d, e.source, c->nsources);

@@ -606,3 +606,20 @@ def test_verify_checks_the_document_index(tmp_path):
     p = subprocess.run([ZEPHON, 'info', str(ds), '--sample', '0'], stderr=subprocess.PIPE,
                        text=True)
     assert p.returncode == 1 and 'not a document index of this version, or truncated' in p.stderr
+
+
+def test_state_names_the_documents_of_the_last_claim(tmp_path, mounts):
+    need(CC)
+    ds = tmp_path / 'ds'
+    pack(ds, '--tokenizer', TOK, '--seq-len', L, CC)
+    m = mounts(ds, world_size=1, global_batch=4, shuffle='none')
+    with open(m.path + '/rank/0/next', 'rb') as f:
+        f.read()
+    with open(m.path + '/rank/0/state') as f:
+        last = json.load(f)['last']
+    assert last['samples'] == [0, 1, 2, 3]
+    want = []
+    for s in last['samples']:
+        docs = json.loads(zrun('info', ds, '--sample', s, '--json'))['documents']
+        want.append([{'path': d['path'], 'record': d['record']} for d in docs])
+    assert last['documents'] == want and want[0] == [{'path': str(CC), 'record': 1}]
