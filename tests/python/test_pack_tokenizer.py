@@ -453,22 +453,37 @@ def test_missing_python_or_package_says_what_to_install(tmp_path):
             "'zephon[tokenize]'" % sys.executable) in p.stderr
 
 
-def test_an_interrupted_pack_leaves_nothing(tmp_path):
+def test_progress_bar_on_a_terminal_and_an_interrupted_pack_leaves_nothing(tmp_path):
     need(SHAKESPEARE)
+    import pty
+    import select
     big = tmp_path / 'big.jsonl'
     text = SHAKESPEARE.read_text()
     with open(big, 'w') as f:
-        for i in range(20):
+        for i in range(40):
             f.write(json.dumps({'text': text}) + '\n')
     out = tmp_path / 'ds'
+    master, slave = pty.openpty()
     p = subprocess.Popen([ZEPHON, 'pack', '--tokenizer', str(TOK), '--seq-len', '2', str(big),
-                          '-o', str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    time.sleep(3)
-    assert p.poll() is None, p.communicate()
+                          '-o', str(out)], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    drawn, deadline = b'', time.monotonic() + 300
+    while b'tokens/s' not in drawn and time.monotonic() < deadline and p.poll() is None:
+        if select.select([master], [], [], 1)[0]:
+            drawn += os.read(master, 65536)
+    assert p.poll() is None, drawn
+    # the bar: percent, input MB, documents, tokens, tokens/s, MB/s, ETA
+    assert b' documents ' in drawn and b' tokens ' in drawn and b'/s' in drawn, drawn
+    assert b'ETA' in drawn and b'MiB' in drawn, drawn
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 1 and 'pack interrupted; nothing was written' in err, err
+    p.wait(timeout=60)
+    try:
+        while select.select([master], [], [], 0.5)[0]:
+            drawn += os.read(master, 65536)
+    except OSError:
+        pass
+    os.close(master)
+    assert p.returncode == 1 and b'pack interrupted; nothing was written' in drawn, drawn
     assert sorted(f.name for f in tmp_path.iterdir()) == ['big.jsonl']
 
 
