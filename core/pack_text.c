@@ -339,12 +339,12 @@ int pack_tokdocs(struct packer *p)
 				break;
 			}
 			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, &tmp);
-			if (!rc)
-				pack_report(p, 0);
 			break;
 		case 'P':
-			if (!(rc = td_u64(p, &r, &u)))
+			if (!(rc = td_u64(p, &r, &u))) {
 				p->input_done = p->input_base + (u < row.size ? u : row.size);
+				pack_report(p, 0);
+			}
 			break;
 		case 'S':
 			if (!(rc = td_text(p, &r, &text))) {

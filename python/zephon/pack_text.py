@@ -677,10 +677,11 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
                     return 1
                 raise val
             continue
+        # the bytes first: the packer redraws its bar when the batch is in
+        w.progress(item.done)
         if item.texts:
             lens, ids = encode_batch(spec, item.texts)
             w.batch(np.asarray(item.records, dtype="<u8"), lens, ids)
-        w.progress(item.done)
     w.end()
     return 0
 
