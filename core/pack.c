@@ -75,15 +75,19 @@ int pack_cut_windows(struct packer *p)
 	return rc;
 }
 
-/* p->max_token over len bytes of little-endian tokens of p->itemsize. */
+/* p->max_token over len bytes of little-endian tokens of p->itemsize (int32 ones read
+ * signed: a negative id is below any vocabulary size). */
 static void note_max_token(struct packer *p, const uint8_t *d, size_t len)
 {
 	uint64_t max = p->max_token;
+	int is_signed = p->dtype == DTYPE_INT32;
 
 	for (size_t i = 0; i + p->itemsize <= len; i += p->itemsize) {
 		uint64_t v = p->itemsize == 1 ? d[i] : p->itemsize == 2 ? le16_get(d + i) :
 			le32_get(d + i);
 
+		if (is_signed && (int32_t)v < 0)
+			continue;
 		if (v > max)
 			max = v;
 	}
