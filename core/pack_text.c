@@ -175,7 +175,8 @@ static int read_header(struct packer *p, struct tdreader *r)
 	    header_u64(text, "eod", &p->eod) || header_u64(text, "vocab_size", &p->vocab_size) ||
 	    !header_get(text, "tokenizer", p->tok_name, sizeof(p->tok_name)) ||
 	    !header_get(text, "tokenizer_sha256", p->tok_sha256, sizeof(p->tok_sha256)) ||
-	    strlen(p->tok_sha256) != 64 || p->eod > dtype_max(dt) || p->eod >= p->vocab_size)
+	    strspn(p->tok_sha256, "0123456789abcdef") != 64 || p->tok_sha256[64] ||
+	    p->eod > dtype_max(dt) || p->eod >= p->vocab_size)
 		goto out;
 	p->have_bos = header_u64(text, "bos", &p->bos) == 0;
 	if (header_u64(text, "input_bytes", &p->input_total))
@@ -297,6 +298,7 @@ int pack_tokdocs(struct packer *p)
 		rc = -ENOMEM;
 		goto out;
 	}
+	XXH3_128bits_reset(r.hash); /* the header and records before the first input too */
 	if ((rc = read_header(p, &r)) || (rc = pack_open_docindex(p)))
 		goto out;
 	while (!done) {
