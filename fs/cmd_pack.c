@@ -593,6 +593,14 @@ int cmd_pack(int argc, char **argv)
 		if ((rc = pack_option(OPT_FORMAT, &o)) >= 0)
 			return rc;
 	}
+	if (format_name && fe.tokenizer && strcmp(format_name, "auto") &&
+	    strcmp(format_name, "jsonl") && strcmp(format_name, "lines") &&
+	    strcmp(format_name, "text") && strcmp(format_name, "parquet") &&
+	    strcmp(format_name, "arrow")) {
+		die_msg("pack: --format '%s' with --tokenizer: use auto, jsonl, text (one document "
+			"per file), lines, parquet or arrow", format_name);
+		return 2;
+	}
 	fe.format = format_name;
 	if (optind >= argc) {
 		die_msg("pack: no inputs; usage: zephon pack INPUT... -o DATASET (see --help)");

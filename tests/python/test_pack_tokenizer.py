@@ -638,3 +638,17 @@ def test_state_names_the_documents_of_the_last_claim(tmp_path, mounts):
         docs = json.loads(zrun('info', ds, '--sample', s, '--json'))['documents']
         want.append([{'path': d['path'], 'record': d['record']} for d in docs])
     assert last['documents'] == want and want[0] == [{'path': str(CC), 'record': 1}]
+
+
+def test_missing_input_and_a_format_of_tokens(tmp_path):
+    p = pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2, tmp_path / 'nope.jsonl',
+             ok=False)
+    assert 'nope.jsonl: no such file or folder' in p.stderr
+    p = pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2, '--format', 'tokens',
+             tmp_path / 'nope.jsonl', ok=False)
+    assert p.returncode == 2 and "--format 'tokens' with --tokenizer: use auto, jsonl" in p.stderr
+    p = pack(tmp_path / 'ds', '--tokenizer', TOK, tmp_path / 'nope.jsonl', ok=False)
+    assert p.returncode == 2 and 'needs a window length; pass --seq-len L' in p.stderr
+    p = pack(tmp_path / 'ds', '--text-field', 'x', '--seq-len', 2, tmp_path / 'nope.jsonl',
+             ok=False)
+    assert p.returncode == 2 and 'pass --tokenizer PATH' in p.stderr
