@@ -91,6 +91,18 @@ static int read_meta(const struct catalog *c, struct dataset_info *in, char *err
 			in->have_eod_token = 1;
 			in->eod_token = (uint32_t)u;
 		}
+		if (catalog_meta_get(c, "max_token_id")) {
+			if (catalog_meta_u64(c, "max_token_id", &in->max_token_id) ||
+			    in->max_token_id > dtype_max(in->dtype))
+				BAD("catalog meta 'max_token_id' is not a token id of dtype %s",
+				    dtype_name(in->dtype));
+			in->have_max_token_id = 1;
+		}
+		v = catalog_meta_get(c, "tokenizer_sha256");
+		if (v && (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64))
+			BAD("catalog meta 'tokenizer_sha256' is not 64 hex digits");
+		if (v)
+			memcpy(in->tokenizer_sha256, v, 65);
 	}
 	v = catalog_meta_get(c, "compress");
 	if (!v || (strcmp(v, "zstd") && strcmp(v, "none")))
@@ -421,6 +433,10 @@ static int union_info(struct dataset *ds)
 		in->stored_bytes += si->stored_bytes;
 		in->shards += si->shards;
 		in->compressed |= si->compressed;
+		/* the union's largest id is known only when every source's is */
+		in->have_max_token_id &= si->have_max_token_id;
+		if (si->max_token_id > in->max_token_id)
+			in->max_token_id = si->max_token_id;
 		fps[s] = si->fingerprint;
 	}
 	rc = dataset_union_fingerprint(fps, ds->nsrc, in->fingerprint);
@@ -921,6 +937,9 @@ size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size
 			 tokens ? dtype_name(info->dtype) : "",
 			 tokens ? info->seq_len : 0, info->samples);
 
+	if (n >= 0 && (size_t)n < len && tokens && info->tokenizer_sha256[0])
+		n += snprintf(out + n, len - (size_t)n, "tokenizer_sha256=%s\n",
+			      info->tokenizer_sha256);
 	return n < 0 ? 0 : (size_t)n;
 }
 

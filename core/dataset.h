@@ -11,6 +11,7 @@
  *                           bytes (the catalog's shards table names every file)
  *   DIR/shard-NNNNN.idx     struct shard_index_header, then `count` struct shard_index_entry,
  *                           all little-endian, mmap-able
+ *   DIR/documents.idx       (packs with --tokenizer only) the document index, docindex.h
  * Sample ids [first_sample, first_sample + count) of a shard are consecutive; shards
  * tile [0, N) in order. Lookup by id: binary search over the (few) shards, then one
  * index entry: O(log shards) = O(1) in practice.
@@ -61,6 +62,10 @@ struct dataset_info {
 	                            * document (pack --eod-token); catalog meta key
 	                            * 'eod_token', absent in older datasets (0: none) */
 	uint32_t eod_token;        /* the end-of-document token id; fits dtype */
+	int have_max_token_id;     /* tokens only: meta 'max_token_id', absent before it */
+	uint64_t max_token_id;     /* the largest token id in the dataset */
+	char tokenizer_sha256[65]; /* pack --tokenizer: sha256 of its files (meta
+	                            * 'tokenizer_sha256'); "" otherwise. In the fingerprint */
 	int compressed;            /* 1 for compress=zstd */
 	uint64_t raw_bytes, stored_bytes;
 	uint64_t shards;
@@ -90,7 +95,8 @@ int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen
  * union's: samples, raw_bytes, stored_bytes and shards summed; compressed when any
  * source is; fingerprint the XXH3-128 (32 hex digits) of "zephon-mixture-v1\n" then
  * each source's fingerprint and "\n", in order (a different order is another mixture);
- * every other field is the sources' common one.
+ * max_token_id the largest (known when every source's is); every other field is the
+ * sources' common one (tokenizer_sha256 the first's).
  * Every catalog is read and checked before any shard file is opened. On failure returns
  * -errno with a one-line reason in err and nothing left open: dataset_open()'s errors for
  * the first source that fails (its message names its directory); -EINVAL for count == 0,
@@ -191,7 +197,8 @@ const char *sample_reader_last_error(const struct sample_reader *r);
 
 /* The metadata text that closes a dataset's fingerprint (pack.h states the whole rule):
  * "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\nseq_len=L\nsamples=N\n",
- * with E, D empty and L 0 where they do not apply. Writes at most len bytes (NUL
+ * with E, D empty and L 0 where they do not apply, then "tokenizer_sha256=H\n" for a
+ * dataset packed with --tokenizer (info->tokenizer_sha256). Writes at most len bytes (NUL
  * included); returns the text's length. */
 size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len);
 

@@ -15,6 +15,8 @@
 #include <xxhash.h>
 
 #include "compressor.h"
+#include "docindex.h"
+#include "le.h"
 #include "instream.h"
 #include "pool.h"
 #include "shard_writer.h"
@@ -28,24 +30,27 @@ void pack_opts_init(struct pack_opts *o)
 	o->level = PACK_LEVEL_DEFAULT;
 	o->dict_size = PACK_DICT_SIZE_DEFAULT;
 	o->shard_bytes = PACK_SHARD_BYTES_DEFAULT;
+	o->tokdocs_fd = -1;
 }
 
-/* Cut every whole window out of p->window into the batch. */
-static int cut_windows(struct packer *p)
+/* p->max_token over len bytes of little-endian tokens of p->itemsize (int32 ones read
+ * signed: a negative id is below any vocabulary size). */
+static void note_max_token(struct packer *p, const uint8_t *d, size_t len)
 {
-	size_t stride = (size_t)(p->o->seq_len * p->itemsize), off = 0;
-	size_t wlen = stride + (size_t)p->o->overlap * p->itemsize;
-	int rc = 0;
+	uint64_t max = p->max_token;
+	int is_signed = p->dtype == DTYPE_INT32;
 
-	while (!rc && p->window.len - off >= wlen) {
-		rc = pack_batch_add(p, p->window.data + off, wlen, 0);
-		off += stride; /* overlap: the window's last token starts the next one */
-		if (!rc && pack_batch_full(p))
-			rc = pack_batch_flush(p);
+	for (size_t i = 0; i + p->itemsize <= len; i += p->itemsize) {
+		uint64_t v = p->itemsize == 1 ? d[i] : p->itemsize == 2 ? le16_get(d + i) :
+			le32_get(d + i);
+
+		if (is_signed && (int32_t)v < 0)
+			continue;
+		if (v > max)
+			max = v;
 	}
-	memmove(p->window.data, p->window.data + off, p->window.len - off);
-	p->window.len -= off;
-	return rc;
+	p->max_token = max;
+	p->have_max_token = 1;
 }
 
 /* Pack o->inputs[i] as the next source (catalog row). */
@@ -99,10 +104,11 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 		if (rc == 0)
 			break;
 		if (s.content == CONTENT_TOKENS) {
+			note_max_token(p, rec.data, rec.len);
 			p->tokens += rec.len / p->itemsize;
 			rc = buf_append(&p->window, rec.data, rec.len);
 			if (!rc)
-				rc = cut_windows(p);
+				rc = pack_cut_windows(p);
 		} else {
 			rc = pack_batch_add(p, rec.data, rec.len, s.record_line);
 			if (!rc && pack_batch_full(p))
@@ -175,6 +181,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	info.dtype = p->dtype;
 	info.seq_len = p->o->seq_len + p->o->overlap;
 	info.samples = p->samples;
+	if (p->o->tokdocs_fd >= 0)
+		memcpy(info.tokenizer_sha256, p->tok_sha256, sizeof(info.tokenizer_sha256));
 	dataset_fingerprint_text(&info, text, sizeof(text));
 	XXH3_128bits_update(p->fp, text, strlen(text));
 	xxh128_hex(XXH3_128bits_digest(p->fp), res->fingerprint);
@@ -191,9 +199,20 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set(c, "dtype", dtype_name(p->dtype));
 		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
 		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
-		if (p->o->have_eod_token)
-			rc |= catalog_meta_set_u64(c, "eod_token", p->o->eod_token);
+		if (p->have_eod)
+			rc |= catalog_meta_set_u64(c, "eod_token", p->eod);
+		if (p->have_max_token)
+			rc |= catalog_meta_set_u64(c, "max_token_id", p->max_token);
+		rc |= catalog_meta_set_u64(c, "tokens", p->tokens);
 		rc |= catalog_meta_set_u64(c, "remainder_tokens", res->remainder_tokens);
+	}
+	if (p->o->tokdocs_fd >= 0) {
+		rc |= catalog_meta_set(c, "tokenizer", p->tok_name);
+		rc |= catalog_meta_set(c, "tokenizer_sha256", p->tok_sha256);
+		rc |= catalog_meta_set_u64(c, "vocab_size", p->vocab_size);
+		if (p->have_bos)
+			rc |= catalog_meta_set_u64(c, "bos_token", p->bos);
+		rc |= catalog_meta_set_u64(c, "documents", res->documents);
 	}
 	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
 	if (p->o->compress)
@@ -242,6 +261,8 @@ static int pack_inputs(struct packer *p, const enum source_format *formats)
 	p->training = o->compress && !o->no_dict && o->dict_size > 0;
 	if (!p->training && (rc = pack_open_writer(p)))
 		return rc;
+	if (o->tokdocs_fd >= 0)
+		return pack_tokdocs(p);
 	for (size_t k = 0; k < p->nsources; k++) {
 		size_t i = p->sources[k];
 
@@ -286,6 +307,15 @@ static int pack_finish(struct packer *p, struct pack_result *res)
 					 "one window of --seq-len %" PRIu64, p->tokens, o->seq_len);
 		token_rows(p);
 	}
+	if (p->docs) {
+		res->documents = docindex_writer_count(p->docs);
+		rc = docindex_writer_finish(p->docs, p->err, p->errlen);
+		p->docs = NULL;
+		if (rc)
+			return rc;
+	}
+	res->tokens = p->tokens;
+	res->max_token = p->max_token;
 	if (p->training && (rc = pack_batch_write_held(p)))
 		return rc;
 	rc = shard_writer_finish(p->w, why, sizeof(why));
@@ -305,6 +335,7 @@ static int pack_finish(struct packer *p, struct pack_result *res)
 static void packer_release(struct packer *p)
 {
 	shard_writer_free(p->w);
+	docindex_writer_free(p->docs);
 	if (p->comp)
 		for (unsigned t = 0; t < pool_size(p->pool); t++)
 			compressor_free(p->comp[t]);
@@ -342,6 +373,8 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 	p.err = err;
 	p.errlen = errlen;
 	p.dirfd = -1;
+	p.have_eod = o->have_eod_token;
+	p.eod = o->eod_token;
 	err[0] = 0;
 	formats = calloc(o->ninputs ? o->ninputs : 1, sizeof(*formats));
 	p.source_tokens = calloc(o->ninputs ? o->ninputs : 1, sizeof(*p.source_tokens));

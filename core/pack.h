@@ -21,7 +21,8 @@
  * Fingerprint (catalog meta `fingerprint`): XXH3-128 over, in order, every sample as
  * (u64 little-endian length, bytes) in id order, then the text
  * "zephon-dataset-v1\n" "kind=K\n" "content=C\n" "record_ext=E\n" "dtype=D\n"
- * "seq_len=L\n" "samples=N\n". Compression, level, dictionary and shard size are not in
+ * "seq_len=L\n" "samples=N\n", and for a pack with --tokenizer "tokenizer_sha256=H\n"
+ * (another tokenizer is another dataset, even where the ids happen to agree). Compression, level, dictionary and shard size are not in
  * it: they do not change the sample bytes or ids.
  *
  * Core rule: never prints. Progress and notices go to the caller's callbacks.
@@ -46,6 +47,7 @@
  * thread, then written in order by the calling thread. */
 #define PACK_BATCH_BYTES (4u << 20)
 #define PACK_BATCH_RECORDS 16384
+#define PACK_TOKDOCS_MAGIC "ZTOKDOC1"
 
 struct pack_progress {
 	uint64_t input_bytes;        /* bytes of input consumed, all inputs so far */
@@ -53,6 +55,8 @@ struct pack_progress {
 	uint64_t samples;
 	uint64_t raw_bytes;
 	uint64_t stored_bytes;
+	uint64_t documents;          /* --tokenizer: documents and tokens so far */
+	uint64_t tokens;
 	size_t input;                /* which source is being read */
 	size_t inputs;               /* sources: inputs after folding Megatron pairs */
 	int done;                    /* the last call */
@@ -79,6 +83,10 @@ struct pack_opts {
 	int skip_bad;
 	int force;                   /* replace an existing dataset at out */
 	unsigned threads;            /* 0: one per online CPU */
+	/* >= 0: the inputs are this pipe's token documents, which `zephon pack
+	 * --tokenizer`'s front end writes (pack_text.c has the format, PACK_TOKDOCS_MAGIC
+	 * its first bytes); inputs and format are then not read. -1 otherwise. */
+	int tokdocs_fd;
 	void (*progress)(void *ctx, const struct pack_progress *p);
 	void (*notice)(void *ctx, const char *msg);
 	void *ctx;
@@ -97,6 +105,9 @@ struct pack_result {
 	size_t sources;              /* inputs packed, after folding Megatron pairs */
 	uint64_t skipped;            /* records skipped (--skip-bad) and files not followed */
 	uint64_t remainder_tokens;
+	uint64_t documents;          /* --tokenizer: documents packed (0 otherwise) */
+	uint64_t tokens;             /* tokens read, all inputs */
+	uint64_t max_token;          /* the largest token id (token datasets) */
 	size_t dict_bytes;           /* 0 when packed without a dictionary */
 	enum dataset_kind kind;
 	char fingerprint[33];

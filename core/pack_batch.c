@@ -305,3 +305,21 @@ int pack_batch_full(const struct packer *p)
 {
 	return p->b.data.len >= PACK_BATCH_BYTES || p->b.n >= PACK_BATCH_RECORDS;
 }
+
+/* Cut every whole window out of p->window into the batch. */
+int pack_cut_windows(struct packer *p)
+{
+	size_t stride = (size_t)(p->o->seq_len * p->itemsize), off = 0;
+	size_t wlen = stride + (size_t)p->o->overlap * p->itemsize;
+	int rc = 0;
+
+	while (!rc && p->window.len - off >= wlen) {
+		rc = pack_batch_add(p, p->window.data + off, wlen, 0);
+		off += stride; /* overlap: the window's last token starts the next one */
+		if (!rc && pack_batch_full(p))
+			rc = pack_batch_flush(p);
+	}
+	memmove(p->window.data, p->window.data + off, p->window.len - off);
+	p->window.len -= off;
+	return rc;
+}

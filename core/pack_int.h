@@ -74,6 +74,17 @@ struct packer {
 	struct buf window;
 	uint64_t tokens;             /* all tokens read */
 	uint64_t *source_tokens;
+	int have_max_token;
+	uint64_t max_token;          /* the largest token id packed */
+	int have_eod;
+	uint64_t eod;                /* --eod-token, or the tokenizer front end's EOS */
+	/* --tokenizer (pack_text.c): the front end's header and the document index */
+	struct docindex_writer *docs;
+	char tok_name[256], tok_sha256[65];
+	uint64_t vocab_size;
+	int have_bos;
+	uint64_t bos;
+	uint64_t input_base;         /* bytes of the inputs finished before this one */
 	/* counters */
 	uint64_t samples, raw_bytes, input_done, input_total;
 	struct pack_progress prog;
@@ -93,6 +104,9 @@ int pack_fail(struct packer *p, int rc, const char *fmt, ...)
 void pack_report(struct packer *p, int done);
 int pack_cancelled(const struct packer *p);
 
+/* pack_text.c: read the --tokenizer front end's stream from o->tokdocs_fd. */
+int pack_tokdocs(struct packer *p);
+
 /* pack_plan.c: check the inputs and options before any work. */
 int pack_plan(struct packer *p, enum source_format *formats);
 
@@ -108,6 +122,9 @@ int pack_batch_full(const struct packer *p);
 /* End dictionary training (pack_dict_train()), open the writer, and write the held
  * samples; 0 or -errno (the message in p->err). */
 int pack_batch_write_held(struct packer *p);
+/* Cut every whole window out of p->window into the batch (pack_batch.c); 0 or what
+ * pack_batch_add/pack_batch_flush return. */
+int pack_cut_windows(struct packer *p);
 
 /* pack_dict.c: dictionary training on the first samples held back.
  * pack_dict_hold: 0, 1 when enough samples are held (the caller then calls

@@ -137,6 +137,12 @@ int pack_plan(struct packer *p, enum source_format *formats)
 	const struct pack_opts *o = p->o;
 	char why[600];
 
+	if (o->tokdocs_fd >= 0) {
+		/* the front end read, checked and tokenized the inputs */
+		p->content = CONTENT_TOKENS;
+		p->kind = DATASET_TOKENS;
+		goto options;
+	}
 	if (o->ninputs == 0)
 		return pack_fail(p, -EINVAL, "no inputs; give one or more files or directories");
 	p->all_jsonl = 1;
@@ -159,6 +165,7 @@ int pack_plan(struct packer *p, enum source_format *formats)
 		}
 	}
 	p->kind = p->content == CONTENT_TOKENS ? DATASET_TOKENS : DATASET_RECORDS;
+options:
 	if (p->kind == DATASET_TOKENS && o->seq_len == 0)
 		return pack_fail(p, -EINVAL, "token inputs need a window length; pass --seq-len L");
 	if (p->kind != DATASET_TOKENS && o->seq_len)
@@ -185,6 +192,8 @@ int pack_plan(struct packer *p, enum source_format *formats)
 		p->dtype_from = "--dtype";
 		p->itemsize = dtype_size(o->dtype);
 	}
+	if (o->tokdocs_fd >= 0)
+		return 0;
 	if (out_outside_inputs(p, formats))
 		return -EINVAL;
 	if (resolve_inputs(p, formats))

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 
+#include "docindex.h"
 #include "shard_writer.h"
 
 int pack_fail(struct packer *p, int rc, const char *fmt, ...)
@@ -26,6 +27,8 @@ void pack_report(struct packer *p, int done)
 	p->prog.samples = p->samples;
 	p->prog.raw_bytes = p->raw_bytes;
 	p->prog.stored_bytes = p->w ? shard_writer_stored_bytes(p->w) : 0;
+	p->prog.documents = p->docs ? docindex_writer_count(p->docs) : 0;
+	p->prog.tokens = p->tokens;
 	p->prog.done = done;
 	p->o->progress(p->o->ctx, &p->prog);
 }

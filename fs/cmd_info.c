@@ -1,4 +1,5 @@
 /* cmd_info.c: `zephon info DATASET [--json]`: what a dataset holds. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,16 +12,21 @@
 #include "cmd.h"
 #include "mixspec.h"
 #include "dataset.h"
+#include "docindex.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: zephon info DATASET [--json]\n"
+		"usage: zephon info DATASET [--json] [--sample ID]\n"
 		"\n"
 		"Describe a packed dataset: kind, sample count, raw and stored bytes, compression,\n"
-		"shards, dtype and seq_len (tokens), inputs and the fingerprint. --json prints one\n"
-		"JSON object (keys kind, samples, fingerprint, raw_bytes, stored_bytes, shards,\n"
-		"dtype, seq_len, sources, ...).\n");
+		"shards, dtype and seq_len (tokens), inputs and the fingerprint; for a dataset\n"
+		"packed with --tokenizer, the tokenizer (name, sha256, vocabulary size, BOS, EOS),\n"
+		"the documents and tokens. --json prints one JSON object (keys kind, samples,\n"
+		"fingerprint, raw_bytes, stored_bytes, shards, dtype, seq_len, tokenizer,\n"
+		"documents, tokens, max_token_id, sources, ...).\n"
+		"--sample ID (datasets packed with --tokenizer): the documents window ID holds,\n"
+		"each with its input file and line or row, from the dataset's document index.\n");
 }
 
 static uint64_t meta_u64(const struct catalog *c, const char *key)
@@ -67,6 +73,19 @@ static int print_json(const struct dataset *ds)
 			    json_integer((json_int_t)in->eod_token) : json_null());
 	json_object_set_new(o, "remainder_tokens", tokens ?
 			    json_integer((json_int_t)meta_u64(c, "remainder_tokens")) : json_null());
+	json_object_set_new(o, "max_token_id", tokens && in->have_max_token_id ?
+			    json_integer((json_int_t)in->max_token_id) : json_null());
+	json_object_set_new(o, "tokens", tokens && catalog_meta_get(c, "tokens") ?
+			    json_integer((json_int_t)meta_u64(c, "tokens")) : json_null());
+	json_object_set_new(o, "documents", catalog_meta_get(c, "documents") ?
+			    json_integer((json_int_t)meta_u64(c, "documents")) : json_null());
+	json_object_set_new(o, "tokenizer", in->tokenizer_sha256[0] ? json_pack(
+		"{s:s?, s:s, s:I, s:o, s:o}", "name", catalog_meta_get(c, "tokenizer"),
+		"sha256", in->tokenizer_sha256, "vocab_size", (json_int_t)meta_u64(c, "vocab_size"),
+		"bos_token", catalog_meta_get(c, "bos_token") ?
+			json_integer((json_int_t)meta_u64(c, "bos_token")) : json_null(),
+		"eos_token", in->have_eod_token ? json_integer((json_int_t)in->eod_token) :
+			json_null()) : json_null());
 	json_object_set_new(o, "record_ext", in->content == CONTENT_TEXT ?
 			    json_string(in->record_ext) : json_null());
 	json_object_set_new(o, "skipped", json_integer((json_int_t)meta_u64(c, "skipped")));
@@ -118,6 +137,18 @@ static void print_table(const struct dataset *ds)
 			printf("eod_token     none (no end-of-document token appended)\n");
 		printf("remainder     %" PRIu64 " tokens dropped at the end\n",
 		       meta_u64(c, "remainder_tokens"));
+		if (in->have_max_token_id)
+			printf("max_token_id  %" PRIu64 "\n", in->max_token_id);
+	}
+	if (in->tokenizer_sha256[0]) {
+		printf("tokenizer     %s, sha256 %s\n", catalog_meta_get(c, "tokenizer") ?
+		       catalog_meta_get(c, "tokenizer") : "?", in->tokenizer_sha256);
+		printf("vocab_size    %" PRIu64 "\n", meta_u64(c, "vocab_size"));
+		if (catalog_meta_get(c, "bos_token"))
+			printf("bos_token     %" PRIu64 ", before every document\n",
+			       meta_u64(c, "bos_token"));
+		printf("documents     %" PRIu64 " (%" PRIu64 " tokens, BOS and EOS included)\n",
+		       meta_u64(c, "documents"), meta_u64(c, "tokens"));
 	}
 	printf("raw bytes     %" PRIu64 " (%s)\n", in->raw_bytes,
 	       human_size((double)in->raw_bytes, a, sizeof(a)));
@@ -155,16 +186,118 @@ static void print_table(const struct dataset *ds)
 	}
 }
 
+/* "line 7", "row 3" or "" for a document's record in an input of format fmt. */
+static const char *record_name(const char *fmt, uint64_t record, char *buf, size_t len)
+{
+	if (!strcmp(fmt, "jsonl") || !strcmp(fmt, "lines"))
+		snprintf(buf, len, "line %" PRIu64, record);
+	else if (!strcmp(fmt, "parquet") || !strcmp(fmt, "arrow"))
+		snprintf(buf, len, "row %" PRIu64, record);
+	else
+		buf[0] = 0;
+	return buf;
+}
+
+/* `zephon info DATASET --sample ID`: the documents window ID holds (lineage). */
+static int print_sample(const struct dataset *ds, uint64_t id, int json)
+{
+	const struct dataset_info *in = dataset_info(ds);
+	const struct catalog *c = dataset_catalog(ds);
+	struct docindex *di;
+	struct docindex_entry e;
+	char err[512], rec[64];
+	uint64_t first, last, d, d1;
+	json_t *docs, *o;
+	int rc;
+
+	if (in->kind != DATASET_TOKENS) {
+		die_msg("info: --sample names the documents of a token window; %s holds records",
+			dataset_dir(ds));
+		return 2;
+	}
+	if (id >= in->samples) {
+		die_msg("info: --sample %" PRIu64 ": %s has samples 0-%" PRIu64, id,
+			dataset_dir(ds), in->samples - 1);
+		return 2;
+	}
+	rc = docindex_open(dataset_dir(ds), &di, err, sizeof(err));
+	if (rc == -ENOENT) {
+		die_msg("info: %s has no document index (it was not packed with --tokenizer)",
+			dataset_dir(ds));
+		return 1;
+	}
+	if (rc) {
+		die_msg("info: %s", err);
+		return 1;
+	}
+	first = docindex_window_first(id, in->seq_len, in->overlap);
+	last = first + in->seq_len - 1;
+	docs = json_array();
+	if (!json)
+		printf("sample %" PRIu64 ": tokens %" PRIu64 "-%" PRIu64 " of the token stream\n",
+		       id, first, last);
+	docindex_range(di, first, in->seq_len, &d, &d1);
+	for (; d < d1; d++) {
+		uint64_t a, b;
+		const struct catalog_source *s;
+
+		docindex_get(di, d, &e);
+		if (e.source >= c->nsources) {
+			die_msg("info: %s: document %" PRIu64 " names source %" PRIu32 " of %zu",
+				DOCINDEX_FILE, d, e.source, c->nsources);
+			docindex_close(di);
+			json_decref(docs);
+			return 1;
+		}
+		s = &c->sources[e.source];
+		a = e.first_token > first ? e.first_token - first : 0;
+		b = e.first_token + e.tokens - 1 < last ? e.first_token + e.tokens - 1 - first :
+			last - first;
+		record_name(s->format, e.record, rec, sizeof(rec));
+		if (json)
+			json_array_append_new(docs, json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
+				"document", (json_int_t)d, "source", (json_int_t)e.source,
+				"path", s->path, "format", s->format, "record", (json_int_t)e.record,
+				"first_token", (json_int_t)e.first_token, "tokens", (json_int_t)e.tokens,
+				"window_offset", (json_int_t)a, "window_tokens", (json_int_t)(b - a + 1)));
+		else
+			printf("  window tokens %" PRIu64 "-%" PRIu64 ": document %" PRIu64 " (tokens "
+			       "%" PRIu64 "-%" PRIu64 " of its %" PRIu64 "), %s%s%s\n", a, b, d,
+			       first + a - e.first_token, first + b - e.first_token, e.tokens, s->path,
+			       rec[0] ? " " : "", rec);
+	}
+	docindex_close(di);
+	if (!json) {
+		json_decref(docs);
+		return 0;
+	}
+	o = json_pack("{s:I, s:I, s:I, s:o}", "sample", (json_int_t)id, "first_token",
+		      (json_int_t)first, "tokens", (json_int_t)in->seq_len, "documents", docs);
+	rc = o ? 0 : 1;
+	if (o) {
+		char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+
+		if (text)
+			puts(text);
+		rc = text ? 0 : 1;
+		free(text);
+		json_decref(o);
+	}
+	return rc;
+}
+
 int cmd_info(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		{ "sample", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct dataset *ds;
 	char err[1024];
-	int json = 0, opt, rc;
+	int json = 0, opt, rc, have_sample = 0;
+	uint64_t sample = 0;
 
 	optind = 1;
 	opterr = 0;
@@ -173,6 +306,18 @@ int cmd_info(int argc, char **argv)
 		case 'j':
 			json = 1;
 			break;
+		case 's': {
+			char *end;
+
+			errno = 0;
+			sample = strtoull(optarg, &end, 10);
+			if (optarg[0] < '0' || optarg[0] > '9' || *end || errno) {
+				die_msg("info: --sample '%s' is not a sample id", optarg);
+				return 2;
+			}
+			have_sample = 1;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -182,7 +327,7 @@ int cmd_info(int argc, char **argv)
 		}
 	}
 	if (argc - optind != 1) {
-		die_msg("info: give exactly one DATASET; usage: zephon info DATASET [--json]");
+		die_msg("info: give exactly one DATASET; usage: zephon info DATASET [--json] [--sample ID]");
 		return 2;
 	}
 	if (mixspec_is_spec(argv[optind])) {
@@ -196,7 +341,9 @@ int cmd_info(int argc, char **argv)
 		die_msg("info: %s", err);
 		return 1;
 	}
-	if (json)
+	if (have_sample)
+		rc = print_sample(ds, sample, json);
+	else if (json)
 		rc = print_json(ds);
 	else
 		print_table(ds);

@@ -1,18 +1,22 @@
 /* cmd_pack.c: `zephon pack INPUT... -o DATASET`: the command line around core/pack.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "cmd.h"
+#include "instream.h"
 #include "pack.h"
 #include "parse.h"
+#include "source.h"
 
 #define NOTICES_SHOWN 20
 /* Above this fraction of the raw bytes stored, zstd saves too little to pay for decoding
@@ -21,12 +25,21 @@
 
 struct pack_ui {
 	int bar;                 /* draw a progress bar (stderr is a terminal) */
+	int tokenizer;           /* --tokenizer: count documents and tokens */
 	int drawn;
 	double start, last;
 	uint64_t notices;
 };
 
 static volatile sig_atomic_t interrupted;
+
+/* The --tokenizer front end: its options and, once started, its process and pipe. */
+struct front_end {
+	const char *tokenizer, *text_field, *column, *split, *format;
+	const char *python;
+	pid_t pid;
+	int fd;
+};
 
 static void on_signal(int sig)
 {
@@ -65,7 +78,15 @@ static void progress(void *ctx, const struct pack_progress *p)
 
 		snprintf(eta, sizeof(eta), "  ETA %u:%02u:%02u", s / 3600, s / 60 % 60, s % 60);
 	}
-	fprintf(stderr, "\r\033[K%3.0f%% [%s] %s/%s  %" PRIu64 " samples  %.0f samples/s  %s/s%s",
+	if (ui->tokenizer)
+		fprintf(stderr, "\r\033[K%3.0f%% [%s] %s/%s  %" PRIu64 " documents  %" PRIu64
+			" tokens  %.0f tokens/s  %s/s%s", frac * 100, bar,
+			human_size((double)p->input_bytes, a, sizeof(a)),
+			human_size((double)p->input_bytes_total, b, sizeof(b)), p->documents,
+			p->tokens, el > 0 ? (double)p->tokens / el : 0.0,
+			human_size(rate, r, sizeof(r)), eta);
+	else
+		fprintf(stderr, "\r\033[K%3.0f%% [%s] %s/%s  %" PRIu64 " samples  %.0f samples/s  %s/s%s",
 		frac * 100, bar, human_size((double)p->input_bytes, a, sizeof(a)),
 		human_size((double)p->input_bytes_total, b, sizeof(b)), p->samples,
 		el > 0 ? (double)p->samples / el : 0.0, human_size(rate, r, sizeof(r)), eta);
@@ -131,6 +152,24 @@ static void usage(FILE *f)
 		"                        CPU); the dataset is the same for every N\n"
 		"  -q, --quiet           no progress bar and no summary\n"
 		"\n"
+		"raw text (README, \"Raw text to tokens\"): with --tokenizer the inputs are text,\n"
+		"tokenized with Hugging Face tokenizers by zephon's Python front end\n"
+		"(pip install 'zephon[tokenize]'; ZEPHON_PYTHON names its interpreter, default\n"
+		"python3) and packed as tokens, one document after the other, each with the BOS\n"
+		"and EOS that TorchTitan's HuggingFaceTokenizer adds:\n"
+		"  --tokenizer PATH      a tokenizer.json, or a folder with tokenizer.json and\n"
+		"                        tokenizer_config.json (BOS/EOS come from the config)\n"
+		"  --text-field F        JSONL: the field holding the text (default text)\n"
+		"  --column C            Parquet and datasets folders: the string column (default\n"
+		"                        text)\n"
+		"  --split S             a Hub folder of several splits: the one to pack (default\n"
+		"                        train)\n"
+		"  --format F            auto (by name), jsonl, text (one document per file),\n"
+		"                        lines (one per non-empty line), parquet, arrow\n"
+		"Inputs: *.jsonl, *.json[l].gz/.zst/.xz/.bz2/.lzma/.lz4, *.parquet, text files, a\n"
+		"folder saved by datasets' save_to_disk, a folder of Parquet shards, a folder of\n"
+		"text files. --dtype defaults to uint16 below 65,536 ids, else uint32.\n"
+		"\n"
 		"Bad input stops the pack with an error naming the file and position; nothing is\n"
 		"left behind. A progress bar is drawn when stderr is a terminal.\n",
 		PACK_LEVEL_DEFAULT, PACK_DICT_SIZE_DEFAULT);
@@ -161,7 +200,8 @@ static int parse_size(const char *s, uint64_t *out)
 
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
        OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP,
-       OPT_EOD_TOKEN };
+       OPT_EOD_TOKEN, OPT_TOKENIZER, OPT_TEXT_FIELD, OPT_COLUMN, OPT_SPLIT,
+       OPT_DECODE_LINES };
 
 /* Apply option opt (of getopt_long, with optarg) to o. -1 to go on, or the exit status
  * of a bad value (2, with the message printed). */
@@ -281,6 +321,9 @@ static void print_summary(const struct pack_opts *o, const struct pack_result *r
 			   * symlinks and special files: each had its warning */
 		printf("  skipped %" PRIu64 " record%s or file%s (see the warnings above)\n",
 		       res->skipped, res->skipped == 1 ? "" : "s", res->skipped == 1 ? "" : "s");
+	if (res->documents)
+		printf("  %" PRIu64 " documents, %" PRIu64 " tokens (BOS and EOS included), largest "
+		       "id %" PRIu64 "\n", res->documents, res->tokens, res->max_token);
 	if (res->kind == DATASET_TOKENS && res->remainder_tokens)
 		printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
 		       res->remainder_tokens);
@@ -305,6 +348,147 @@ static int run_interruptible(const struct pack_opts *o, struct pack_result *res,
 	return rc;
 }
 
+/* `zephon pack --decode-lines FILE` (for the --tokenizer front end): FILE's lines,
+ * each ended by '\n', on stdout, through the readers of pack's own text inputs: every
+ * compression they take, checked to the end, a BOM on line 1 dropped, a '\r' before
+ * '\n' dropped. Exit 1 with "zephon: FILE:LINE: reason" on stderr. */
+static int decode_lines(const char *path)
+{
+	struct instream *in;
+	const uint8_t *line;
+	size_t len;
+	char err[1024];
+	int rc;
+
+	if (instream_open(path, NULL, &in, err, sizeof(err))) {
+		die_msg("%s", err);
+		return 1;
+	}
+	while ((rc = instream_getline(in, SAMPLE_MAX_BYTES, &line, &len, err, sizeof(err))) == 1) {
+		source_text_skip_bom(instream_lineno(in), &line, &len);
+		if (fwrite(line, 1, len, stdout) != len || putchar('\n') == EOF) {
+			rc = -EIO;
+			snprintf(err, sizeof(err), "%s: writing its lines: %s", path, strerror(errno));
+			break;
+		}
+	}
+	instream_close(in);
+	if (fflush(stdout) != 0 && !rc) {
+		rc = -EIO;
+		snprintf(err, sizeof(err), "%s: writing its lines: %s", path, strerror(errno));
+	}
+	if (rc < 0) {
+		die_msg("%s", err);
+		return 1;
+	}
+	return 0;
+}
+
+/* Start the --tokenizer front end: `$ZEPHON_PYTHON -m zephon.pack_text` (python3 by
+ * default) with the text options and the inputs, its stdout a pipe (fe->fd) that
+ * carries the token documents (core/pack_text.c). 0, or -1 with the message printed. */
+static int front_end_start(struct front_end *fe, const struct pack_opts *o,
+			   char *const *inputs, size_t ninputs)
+{
+	const char *py = getenv("ZEPHON_PYTHON");
+	const char **argv = calloc(ninputs + 32, sizeof(*argv));
+	char self[4096], eod[32];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int p[2];
+	size_t k = 0;
+
+	if (!argv || n <= 0 || pipe2(p, O_CLOEXEC)) {
+		die_msg("pack: cannot start the tokenizer front end: %s", strerror(errno));
+		free(argv);
+		return -1;
+	}
+	self[n] = 0;
+	fe->python = py && *py ? py : "python3";
+	argv[k++] = fe->python;
+	argv[k++] = "-m";
+	argv[k++] = "zephon.pack_text";
+	argv[k++] = "--tokenizer";
+	argv[k++] = fe->tokenizer;
+	argv[k++] = "--zephon";
+	argv[k++] = self;
+	if (fe->text_field) {
+		argv[k++] = "--text-field";
+		argv[k++] = fe->text_field;
+	}
+	if (fe->column) {
+		argv[k++] = "--column";
+		argv[k++] = fe->column;
+	}
+	if (fe->split) {
+		argv[k++] = "--split";
+		argv[k++] = fe->split;
+	}
+	if (fe->format) {
+		argv[k++] = "--format";
+		argv[k++] = fe->format;
+	}
+	if (o->have_dtype) {
+		argv[k++] = "--dtype";
+		argv[k++] = dtype_name(o->dtype);
+	}
+	if (o->have_eod_token) {
+		snprintf(eod, sizeof(eod), "%" PRIu64, o->eod_token);
+		argv[k++] = "--eod-token";
+		argv[k++] = eod;
+	}
+	if (o->skip_bad)
+		argv[k++] = "--skip-bad";
+	argv[k++] = "--";
+	for (size_t i = 0; i < ninputs; i++)
+		argv[k++] = inputs[i];
+	argv[k] = NULL;
+	fflush(NULL);
+	fe->pid = fork();
+	if (fe->pid < 0) {
+		die_msg("pack: cannot start the tokenizer front end: %s", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		free(argv);
+		return -1;
+	}
+	if (fe->pid == 0) {
+		dup2(p[1], STDOUT_FILENO); /* dup2 clears O_CLOEXEC on the copy */
+		execvp(fe->python, (char *const *)argv);
+		fprintf(stderr, "zephon: pack: cannot run %s: %s\n", fe->python, strerror(errno));
+		_exit(127);
+	}
+	close(p[1]);
+	free(argv);
+	fe->fd = p[0];
+	return 0;
+}
+
+/* Close the pipe, stop the front end if the pack failed, reap it. rc: pack_run()'s;
+ * returns the pack's status, with err explaining a front end that could not run. */
+static int front_end_finish(struct front_end *fe, int rc, char *err, size_t errlen)
+{
+	int status = 0;
+
+	close(fe->fd);
+	if (rc)
+		kill(fe->pid, SIGTERM);
+	while (waitpid(fe->pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (!rc || rc == -ECANCELED)
+		return rc;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+		snprintf(err, errlen, "--tokenizer needs Python 3 with zephon's tokenize extra "
+			 "(pip install 'zephon[tokenize]'), and %s did not run; set ZEPHON_PYTHON "
+			 "to the interpreter that has it", fe->python);
+	else if (strstr(err, "before its first output"))
+		snprintf(err, errlen, "the tokenizer front end (%s -m zephon.pack_text) failed "
+			 "before its first output (its message is above): --tokenizer needs the "
+			 "zephon Python package with its tokenize extra in that interpreter (pip "
+			 "install 'zephon[tokenize]'; ZEPHON_PYTHON names another interpreter)",
+			 fe->python);
+	return rc;
+}
+
 int cmd_pack(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -324,8 +508,15 @@ int cmd_pack(int argc, char **argv)
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
+		{ "text-field", required_argument, NULL, OPT_TEXT_FIELD },
+		{ "column", required_argument, NULL, OPT_COLUMN },
+		{ "split", required_argument, NULL, OPT_SPLIT },
+		{ "decode-lines", required_argument, NULL, OPT_DECODE_LINES },
 		{ NULL, 0, NULL, 0 },
 	};
+	struct front_end fe = { .pid = -1 };
+	const char *format_name = NULL;
 	struct pack_opts o;
 	struct pack_result res;
 	struct pack_ui ui = { 0 };
@@ -354,11 +545,47 @@ int cmd_pack(int argc, char **argv)
 				die_msg("pack: unknown or incomplete option '%s'; see zephon pack --help",
 					argv[optind - 1]);
 			return 2;
+		case OPT_TOKENIZER:
+			fe.tokenizer = optarg;
+			break;
+		case OPT_TEXT_FIELD:
+			fe.text_field = optarg;
+			break;
+		case OPT_COLUMN:
+			fe.column = optarg;
+			break;
+		case OPT_SPLIT:
+			fe.split = optarg;
+			break;
+		case OPT_DECODE_LINES:
+			return decode_lines(optarg);
+		case OPT_FORMAT: /* its names depend on --tokenizer, which may come later */
+			format_name = optarg;
+			break;
 		default:
 			if ((rc = pack_option(opt, &o)) >= 0)
 				return rc;
 		}
 	}
+	if (!fe.tokenizer && (fe.text_field || fe.column || fe.split)) {
+		die_msg("pack: --text-field, --column and --split read text for --tokenizer; "
+			"pass --tokenizer PATH");
+		return 2;
+	}
+	if (format_name && !fe.tokenizer) {
+		optarg = (char *)format_name;
+		if ((rc = pack_option(OPT_FORMAT, &o)) >= 0)
+			return rc;
+	}
+	if (format_name && fe.tokenizer && strcmp(format_name, "auto") &&
+	    strcmp(format_name, "jsonl") && strcmp(format_name, "lines") &&
+	    strcmp(format_name, "text") && strcmp(format_name, "parquet") &&
+	    strcmp(format_name, "arrow")) {
+		die_msg("pack: --format '%s' with --tokenizer: use auto, jsonl, text (one document "
+			"per file), lines, parquet or arrow", format_name);
+		return 2;
+	}
+	fe.format = format_name;
 	if (optind >= argc) {
 		die_msg("pack: no inputs; usage: zephon pack INPUT... -o DATASET (see --help)");
 		return 2;
@@ -375,8 +602,21 @@ int cmd_pack(int argc, char **argv)
 	o.notice = notice;
 	o.ctx = &ui;
 	o.cancel = &interrupted;
+	if (fe.tokenizer) {
+		if (!o.seq_len) {
+			die_msg("pack: --tokenizer packs tokens and needs a window length; pass "
+				"--seq-len L");
+			return 2;
+		}
+		ui.tokenizer = 1;
+		if (front_end_start(&fe, &o, argv + optind, (size_t)(argc - optind)))
+			return 1;
+		o.tokdocs_fd = fe.fd;
+	}
 
 	rc = run_interruptible(&o, &res, err, sizeof(err));
+	if (fe.tokenizer)
+		rc = front_end_finish(&fe, rc, err, sizeof(err));
 	if (ui.drawn)
 		fputs("\r\033[K", stderr);
 	if (ui.notices > NOTICES_SHOWN)

@@ -11,6 +11,8 @@
 #include "cmd.h"
 #include "mixspec.h"
 #include "dataset.h"
+#include "docindex.h"
+#include "catalog.h"
 
 struct verify_ui {
 	int bar;
@@ -52,6 +54,32 @@ static void usage(FILE *f)
 		"index checksum, the shard layout, and the fingerprint and byte totals in the\n"
 		"catalog. Each bad sample is named with its shard file. Exit 0 when clean, 1 on\n"
 		"any corruption.\n");
+}
+
+/* A dataset packed with --tokenizer: its document index against the catalog. 0, or 1
+ * with the problem printed. */
+static int verify_documents(const struct dataset *ds)
+{
+	const struct catalog *c = dataset_catalog(ds);
+	uint64_t count, tokens;
+	struct docindex *di;
+	char err[512];
+	int rc;
+
+	if (catalog_meta_u64(c, "documents", &count))
+		return 0;
+	if (catalog_meta_u64(c, "tokens", &tokens)) {
+		die_msg("verify: %s: the catalog counts documents but not tokens", dataset_dir(ds));
+		return 1;
+	}
+	rc = docindex_open(dataset_dir(ds), &di, err, sizeof(err));
+	if (!rc) {
+		rc = docindex_check(di, count, tokens, c->nsources, err, sizeof(err));
+		docindex_close(di);
+	}
+	if (rc)
+		die_msg("verify: %s: %s", dataset_dir(ds), err);
+	return rc ? 1 : 0;
 }
 
 int cmd_verify(int argc, char **argv)
@@ -104,6 +132,10 @@ int cmd_verify(int argc, char **argv)
 	in = dataset_info(ds);
 	ui.bar = !quiet && isatty(STDERR_FILENO);
 	rc = dataset_verify(ds, on_bad, on_progress, &ui, &rep);
+	if (rc == 0 && verify_documents(ds)) {
+		rep.problems++;
+		rc = -EBADMSG;
+	}
 	if (ui.drawn)
 		fputs("\r\033[K", stderr);
 	if (rc == 0) {

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog.h"
 #include "clock.h"
+#include "docindex.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -333,6 +335,9 @@ int render_status(struct zmount *z, struct buf *out)
 		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
 		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
 				    json_u64(z->info->eod_token) : json_null());
+		/* loaders refuse a dataset whose ids a model's embedding cannot hold */
+		json_object_set_new(root, "max_token_id", z->info->have_max_token_id ?
+				    json_u64(z->info->max_token_id) : json_null());
 	}
 	return dump_json(root, out);
 }
@@ -358,6 +363,40 @@ static void add_sources(json_t *jlast, struct zmount *z, const struct claim_info
 	json_object_set_new(jlast, "source_epochs", epochs);
 }
 
+/* A dataset packed with --tokenizer: for each sample of the claim, the documents its
+ * window holds, as [{"path", "record"}, ...] (lineage; docindex.h). Nothing for other
+ * datasets, mixtures, or an index that does not open. */
+static void add_documents(json_t *jlast, struct zmount *z, const struct claim_info *last)
+{
+	const struct catalog *c = dataset_catalog(z->ds);
+	const struct dataset_info *in = z->info;
+	struct docindex *di;
+	struct docindex_entry e;
+	json_t *all;
+	char err[256];
+
+	if (z->served->is_mixture || in->kind != DATASET_TOKENS || !in->tokenizer_sha256[0] ||
+	    docindex_open(dataset_dir(z->ds), &di, err, sizeof(err)))
+		return;
+	all = json_array();
+	for (uint64_t i = 0; i < last->count && last->ids; i++) {
+		json_t *docs = json_array();
+		uint64_t d, d1;
+
+		docindex_range(di, docindex_window_first(last->ids[i], in->seq_len, in->overlap),
+			       in->seq_len, &d, &d1);
+		for (; d < d1; d++) {
+			docindex_get(di, d, &e);
+			if (e.source < c->nsources)
+				json_array_append_new(docs, json_pack("{s:s, s:o}", "path",
+					c->sources[e.source].path, "record", json_u64(e.record)));
+		}
+		json_array_append_new(all, docs);
+	}
+	docindex_close(di);
+	json_object_set_new(jlast, "documents", all);
+}
+
 int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 {
 	uint64_t step, micro;
@@ -378,6 +417,8 @@ int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 				  "epoch", json_u64(last.epoch), "samples", ids);
 		if (jlast && z->served->is_mixture)
 			add_sources(jlast, z, &last);
+		if (jlast)
+			add_documents(jlast, z, &last);
 	}
 	free(last.ids);
 	root = json_pack("{s:o, s:o, s:o, s:o}", "rank", json_u64(rank), "step", json_u64(step),

@@ -35,13 +35,21 @@ def use_zephon(config: Trainer.Config, *, mount: str | None = None,
 
     ``mount`` defaults to ``$ZEPHON_MOUNT`` (read again when the loader is built, if still
     empty); ``eod_token`` to ``$ZEPHON_EOD_TOKEN`` when set, else None: the dataset's own
-    (``zephon pack --eod-token``); ``vocab_size`` is only what the placeholder tokenizer
-    reports."""
+    (``zephon pack --eod-token``); ``vocab_size`` defaults to the model's (its
+    ``model_spec``): the placeholder tokenizer reports it, and the loader refuses a dataset
+    holding a token id at or above it."""
+    if vocab_size is None:
+        try:
+            from torchtitan.models.common.config_utils import decoder_vocab_size
+            vocab_size = decoder_vocab_size(config.model_spec)
+        except (ImportError, AttributeError, TypeError, ValueError):
+            vocab_size = None  # a model without one: nothing to check against
     if mount is None:
         mount = os.environ.get("ZEPHON_MOUNT", "")
     if eod_token is None and os.environ.get("ZEPHON_EOD_TOKEN"):
         eod_token = int(os.environ["ZEPHON_EOD_TOKEN"])
-    config.dataloader = ZephonDataLoader.Config(mount=mount, eod_token=eod_token)
+    config.dataloader = ZephonDataLoader.Config(mount=mount, eod_token=eod_token,
+                                                vocab_size=vocab_size)
     config.tokenizer = PretokenizedTokenizer.Config(vocab_size=vocab_size or 0)
     config.validator.enable = False
     return config
@@ -49,10 +57,12 @@ def use_zephon(config: Trainer.Config, *, mount: str | None = None,
 
 def llama3_debugmodel_zephon() -> Trainer.Config:
     """TorchTitan's ``llama3_debugmodel`` (vocabulary 2048: token ids below 2048) with its
-    data from ``$ZEPHON_MOUNT``. Pack for it with ``zephon pack --format tokens --seq-len
-    2048 --overlap 1`` (or change the trainer's sequence length) and mount with
-    ``world_size`` = the data-parallel degree and ``global_batch`` = 8 x that degree (the
-    config's micro-batch: 0.3.0's ``local_batch_size`` 8, main's 8 x 2048 tokens)."""
+    data from ``$ZEPHON_MOUNT``. Pack for it with its tokenizer, ``zephon pack --tokenizer
+    tests/assets/tokenizer --seq-len 2048 --overlap 1`` (TorchTitan's test tokenizer; or set
+    ``--training.seq_len``) and mount with ``world_size`` = the data-parallel degree and
+    ``global_batch`` = 8 x that degree (the config's micro-batch: 0.3.0's
+    ``local_batch_size`` 8, main's 8 x 2048 tokens). A dataset with ids of 2048 or more is
+    refused."""
     from torchtitan.models.common.config_utils import decoder_vocab_size
     from torchtitan.models.llama3.config_registry import llama3_debugmodel
 

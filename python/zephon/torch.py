@@ -75,6 +75,7 @@ class _TokenMount:
                  micro_batch: int | None = None, **options: Any) -> None:
         tokens_per_batch = options.pop("tokens_per_batch", None)
         want_global = options.pop("global_batch", None)
+        vocab_size = options.pop("vocab_size", None)
         if options:
             raise TypeError(f"{type(self).__name__}: unknown options {sorted(options)}")
         self.mount = os.path.abspath(os.fspath(mount))
@@ -100,6 +101,14 @@ class _TokenMount:
         self.dtype = np.dtype(_DTYPES[st["dtype"]])
         eod = st.get("eod_token")
         self.eod_token: int | None = None if eod is None else int(eod)
+        mx = st.get("max_token_id")
+        self.max_token_id: int | None = None if mx is None else int(mx)
+        if vocab_size is not None and mx is not None and int(mx) >= int(vocab_size):
+            raise ValueError(f"the dataset {st.get('dataset')} holds token id {mx}, but the "
+                             f"model's vocabulary has {vocab_size} ids (0-{int(vocab_size) - 1}):"
+                             " its embedding cannot look it up; pack with the model's "
+                             "tokenizer (zephon pack --tokenizer) or use a model whose "
+                             "vocab_size is above the dataset's max_token_id")
         self.format: str = st["format"]
         self.global_batch: int = int(st["global_batch"])
         self.dp_rank = int(dp_rank)
@@ -188,6 +197,8 @@ class ZephonLoader(_TokenMount):
                 ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
             global_batch (int): the trainer's samples per optimizer step; must be the
                 mount's ``global_batch``.
+            vocab_size (int): the model's vocabulary size; a dataset holding a token id at
+                or above it (``max_token_id``, recorded by every token pack) is refused.
             write_marks (bool, default True): let this process write position marks to
                 the mount's ``control`` (only the lowest DP rank of the mount does).
 
@@ -196,10 +207,15 @@ class ZephonLoader(_TokenMount):
     one token), ``micro_batch``, ``global_batch``, ``dp_rank``, ``dp_world_size``,
     ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored),
     ``eod_token`` (the end-of-document token id that ``zephon pack --eod-token`` put after
-    every document, or ``None``: datasets packed without it, or before it existed).
+    every document, or ``None``: datasets packed without it, or before it existed),
+    ``max_token_id`` (the largest id in the dataset, or ``None`` for packs before it was
+    recorded). Windows are raw: across a document boundary the label after an EOS is the
+    next document's first token; TorchTitan's loader (:mod:`zephon.torchtitan`) masks it,
+    mask it yourself (``labels[inputs == eod_token] = -100``) to train as TorchTitan does.
 
     Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
-    fit the trainer's configuration or the dataset is not a token dataset, and ``OSError``
+    fit the trainer's configuration, the dataset is not a token dataset or holds ids the
+    model's ``vocab_size`` does not, and ``OSError``
     when the mount does not answer.
     """
 

@@ -118,8 +118,11 @@ def trainer_batch(windows: torch.Tensor, seq_len: int, *, eod_token: int | None 
     """TorchTitan's batch from ``windows`` ``[m, w]`` (int64) for inputs of ``seq_len``
     tokens: ``w == seq_len + 1`` splits each window into ``w[:-1]`` and ``w[1:]``;
     ``w == seq_len`` keeps the window as input and gives its last label ``IGNORE_INDEX``.
-    ``flat`` joins the ``m`` samples into 1-D tensors of ``m * seq_len`` tokens.
-    Raises ``ValueError`` for any other ``w``."""
+    ``flat`` joins the ``m`` samples into 1-D tensors of ``m * seq_len`` tokens. With
+    ``eod_token``, the label of every input that is ``eod_token`` is ``IGNORE_INDEX``:
+    across a document boundary TorchTitan's own datasets never train "the next document's
+    first token after an EOS" (they shift inputs and labels within each document), nor
+    does Megatron with ``--eod-mask-loss``. Raises ``ValueError`` for any other ``w``."""
     m, w = windows.shape
     if w == seq_len + 1:
         inputs, labels = windows[:, :-1], windows[:, 1:]
@@ -133,6 +136,8 @@ def trainer_batch(windows: torch.Tensor, seq_len: int, *, eod_token: int | None 
                          f"pack with --seq-len {seq_len} --overlap 1 or set the trainer's "
                          f"seq_len to {w - 1}")
     positions = positions_of(inputs, eod_token)
+    if eod_token is not None:
+        labels = torch.where(inputs == eod_token, IGNORE_INDEX, labels)
     if flat:
         return ({"input": inputs.reshape(-1), "positions": positions.reshape(-1)},
                 labels.reshape(-1))
@@ -166,8 +171,9 @@ class ZephonDataLoader(BaseDataLoader):
     trainer: no mount configured, not a token dataset, ``world_size`` other than the DP
     degree, a rank the mount does not serve, windows that do not make inputs of the
     trainer's sequence length, a micro-batch that does not divide the rank's share of a
-    step, ``num_tokens_per_batch`` that is not a whole number of samples, or an
-    ``eod_token`` other than the dataset's.
+    step, ``num_tokens_per_batch`` that is not a whole number of samples, an
+    ``eod_token`` other than the dataset's, or a dataset holding token ids the model's
+    ``vocab_size`` does not.
     """
 
     _loader_cls: type = ZephonLoader
@@ -183,6 +189,11 @@ class ZephonDataLoader(BaseDataLoader):
         the dataset's own (``zephon pack --eod-token``), or, for a dataset without one,
         positions count per window. A value other than the dataset's is refused
         (``ValueError``): positions would not restart where its documents start."""
+
+        vocab_size: int | None = None
+        """The model's vocabulary size: a dataset holding a token id at or above it
+        (``max_token_id`` in ``zephon info``) is refused with a ``ValueError`` at build
+        time. ``zephon.recipes.use_zephon`` sets it from the model's config."""
 
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
                  tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
@@ -204,12 +215,13 @@ class ZephonDataLoader(BaseDataLoader):
                 raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
                                  f"local_batch_size {micro} x seq_len {self.seq_len}")
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
-                                        dp_world_size=self.dp_world_size, micro_batch=micro)
+                                        dp_world_size=self.dp_world_size, micro_batch=micro,
+                                        vocab_size=config.vocab_size)
         else:
             # 1-D batches of num_tokens_per_batch tokens: a whole number of samples
             self.flat = True
             probe = self._loader_cls(mount, dp_rank=self.dp_rank, dp_world_size=self.dp_world_size,
-                                 micro_batch=1)
+                                 micro_batch=1, vocab_size=config.vocab_size)
             self.seq_len = probe.window - 1 if probe.overlap else probe.window
             tokens = int(num_tokens_per_batch)
             if tokens % self.seq_len:

@@ -1,8 +1,9 @@
 """README.md's TorchTitan section runs as written, on the TorchTitan of this venv (0.3.0, or
-git main under run-titan-main): its config function, and its walk-through (numpy tokens
-below the debug model's vocabulary, pack, mount, `python3 -m zephon.recipes` with the
-trainer's options, unmount) up to the torchrun line, which needs 8 GPUs; /tmp/ in the
-commands becomes the test's own directory. Also the dry run's refusals."""
+git main under run-titan-main): its config function, and its walk-through (raw text packed
+with the debug model's tokenizer, mount, `python3 -m zephon.recipes` with the trainer's
+options, unmount) up to the torchrun line, which needs 8 GPUs; /tmp/ in the commands becomes
+the test's own directory, the tokenizer and the text those of ../shared/data. Also the dry
+run's refusals."""
 import os
 import pathlib
 import re
@@ -11,10 +12,14 @@ import sys
 
 import pytest
 
+from conftest import DATA
 from titan_helpers import FLAT, ROOT, ZEPHON, documents, pack_tokens
 from zephon.torchtitan import ZephonDataLoader
 
 SECTION = '## TorchTitan: `zephon.torchtitan`'
+# what the walk-through names, as this machine has it
+TOKENIZER = DATA / 'tokenizer' / 'torchtitan-test'
+TEXT = DATA / 'text' / 'tinyshakespeare.txt'
 
 
 def blocks():
@@ -49,8 +54,13 @@ def test_the_config_function_block():
 
 
 def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
+    for f in (TOKENIZER, TEXT):
+        if not f.exists():
+            pytest.skip('shared data %s is absent' % f)
     (walk,) = [b for lang, b in blocks() if lang == '' and 'torchrun' in b]
-    cmds = [c.replace('/tmp/', '%s/' % tmp_path) for c in commands(walk)]
+    cmds = [c.replace('/tmp/', '%s/' % tmp_path)
+            .replace('torchtitan/tests/assets/tokenizer', str(TOKENIZER))
+            .replace('tinyshakespeare.txt', str(TEXT)) for c in commands(walk)]
     (gpu,) = [c for c in cmds if 'torchrun' in c]
     (check,) = [c for c in cmds if '-m zephon.recipes' in c]
     # the check is given the GPU job's own trainer options

@@ -1,0 +1,403 @@
+/*
+ * pack_text.c: the token documents that `zephon pack --tokenizer`'s front end
+ * (python/zephon/pack_text.py) streams over a pipe, packed like any token input: the
+ * documents are concatenated and cut into windows, each document goes into the document
+ * index (docindex.h), each input file into the catalog's sources.
+ *
+ * The stream (pack.h, PACK_TOKDOCS_MAGIC), little-endian:
+ *   "ZTOKDOC1", u32 n, n bytes of "key=value\n" lines: dtype, eod (the end-of-document
+ *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional), input_bytes
+ *   (the inputs' total size, for progress), or only error (the front end cannot start:
+ *   the message); then records, each a tag byte:
+ *   'I' u32 n, "FORMAT\tPATH" (n bytes), u64 size      a new input (catalog row)
+ *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id
+ *                                                     documents of the current input
+ *   'P' u64 bytes                                     bytes of the current input read
+ *   'S' u32 n, message                                a record skipped (--skip-bad)
+ *   'X' u32 n, message                                the front end failed: the message
+ *   'Z'                                               the end: every input was sent
+ * The front end is untrusted as far as the dataset goes: every id is checked against
+ * the dtype and vocab_size, every length against the batch.
+ */
+#include "pack_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "docindex.h"
+#include "instream.h"
+#include "le.h"
+
+#define READ_BUF (1u << 20)
+#define TEXT_MAX 65536u
+/* A batch of more tokens than this is refused: the front end sends ~1M. */
+#define BATCH_TOKENS_MAX (UINT64_C(1) << 30)
+
+struct tdreader {
+	int fd;
+	uint8_t *buf;
+	size_t pos, end;
+	uint64_t consumed;
+	XXH3_state_t *hash;          /* the current input's records */
+};
+
+/* Read exactly n bytes. 0, or -ECANCELED (interrupted), -EBADMSG (the stream ended: the
+ * front end died), -EIO. */
+static int td_read(struct packer *p, struct tdreader *r, void *dst, size_t n)
+{
+	uint8_t *d = dst;
+
+	while (n) {
+		if (r->pos == r->end) {
+			ssize_t got;
+
+			if (pack_cancelled(p))
+				return -ECANCELED;
+			got = read(r->fd, r->buf, READ_BUF);
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got < 0)
+				return pack_fail(p, -EIO, "reading the tokenizer front end: %s",
+						 strerror(errno));
+			if (got == 0)
+				return -EBADMSG;
+			r->pos = 0;
+			r->end = (size_t)got;
+		}
+		size_t take = r->end - r->pos < n ? r->end - r->pos : n;
+
+		memcpy(d, r->buf + r->pos, take);
+		if (r->hash)
+			XXH3_128bits_update(r->hash, r->buf + r->pos, take);
+		r->pos += take;
+		d += take;
+		n -= take;
+		r->consumed += take;
+	}
+	return 0;
+}
+
+static int td_u32(struct packer *p, struct tdreader *r, uint32_t *v)
+{
+	uint8_t b[4];
+	int rc = td_read(p, r, b, 4);
+
+	*v = le32_get(b);
+	return rc;
+}
+
+static int td_u64(struct packer *p, struct tdreader *r, uint64_t *v)
+{
+	uint8_t b[8];
+	int rc = td_read(p, r, b, 8);
+
+	*v = le64_get(b);
+	return rc;
+}
+
+/* A length-prefixed text of at most TEXT_MAX bytes, NUL-terminated, into *out (freed by
+ * the caller). */
+static int td_text(struct packer *p, struct tdreader *r, char **out)
+{
+	uint32_t n;
+	int rc = td_u32(p, r, &n);
+
+	*out = NULL;
+	if (rc)
+		return rc;
+	if (n > TEXT_MAX)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a text of %" PRIu32
+				 " bytes (broken stream)", n);
+	if (!(*out = malloc(n + 1)))
+		return -ENOMEM;
+	(*out)[n] = 0;
+	return td_read(p, r, *out, n);
+}
+
+static const char *header_get(const char *text, const char *key, char *val, size_t len)
+{
+	size_t kl = strlen(key);
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		if (!strncmp(l, key, kl) && l[kl] == '=') {
+			const char *v = l + kl + 1, *e = strchr(v, '\n');
+			size_t n = e ? (size_t)(e - v) : strlen(v);
+
+			if (n >= len)
+				n = len - 1;
+			memcpy(val, v, n);
+			val[n] = 0;
+			return val;
+		}
+	}
+	return NULL;
+}
+
+static int header_u64(const char *text, const char *key, uint64_t *out)
+{
+	char v[32], *end;
+
+	if (!header_get(text, key, v, sizeof(v)) || v[0] < '0' || v[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(v, &end, 10);
+	return *end || errno ? -EINVAL : 0;
+}
+
+static int read_header(struct packer *p, struct tdreader *r)
+{
+	char magic[8], *text = NULL, v[256];
+	enum token_dtype dt;
+	int rc = td_read(p, r, magic, sizeof(magic));
+
+	if (rc == -EBADMSG)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end ended before its first "
+				 "output (see its message above)");
+	if (rc)
+		return rc;
+	if (memcmp(magic, PACK_TOKDOCS_MAGIC, 8))
+		return pack_fail(p, -EBADMSG, "the tokenizer front end does not speak this "
+				 "zephon's protocol (expected %.8s); install the zephon Python "
+				 "package of the same version", PACK_TOKDOCS_MAGIC);
+	if ((rc = td_text(p, r, &text)))
+		goto out;
+	if (header_get(text, "error", p->err, p->errlen)) {
+		rc = -EINVAL; /* it could not start: a bad tokenizer, option or input */
+		goto out;
+	}
+	rc = pack_fail(p, -EBADMSG, "the tokenizer front end's header lacks a key or has a "
+		       "bad value");
+	if (!header_get(text, "dtype", v, sizeof(v)) || dtype_parse(v, &dt) ||
+	    header_u64(text, "eod", &p->eod) || header_u64(text, "vocab_size", &p->vocab_size) ||
+	    !header_get(text, "tokenizer", p->tok_name, sizeof(p->tok_name)) ||
+	    !header_get(text, "tokenizer_sha256", p->tok_sha256, sizeof(p->tok_sha256)) ||
+	    strspn(p->tok_sha256, "0123456789abcdef") != 64 || p->tok_sha256[64] ||
+	    p->eod > dtype_max(dt) || p->eod >= p->vocab_size)
+		goto out;
+	p->have_bos = header_u64(text, "bos", &p->bos) == 0;
+	if (header_u64(text, "input_bytes", &p->input_total))
+		p->input_total = 0;
+	if (p->have_dtype && p->dtype != dt) {
+		rc = pack_fail(p, -EINVAL, "internal: the front end chose %s, not the --dtype %s",
+			       dtype_name(dt), dtype_name(p->dtype));
+		goto out;
+	}
+	p->have_dtype = 1;
+	p->dtype = dt;
+	p->itemsize = dtype_size(dt);
+	p->have_eod = 1;
+	p->err[0] = 0;
+	rc = 0;
+out:
+	free(text);
+	return rc;
+}
+
+/* The source row of the input that ends here. */
+static int finish_input(struct packer *p, struct tdreader *r, struct catalog_source *row,
+			uint64_t tokens_before)
+{
+	uint64_t *st;
+	int rc;
+
+	if (!row->path)
+		return 0;
+	xxh128_hex(XXH3_128bits_digest(r->hash), row->checksum);
+	st = realloc(p->source_tokens, (p->cat.nsources + 1) * sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	p->source_tokens = st;
+	st[p->cat.nsources] = p->tokens - tokens_before;
+	rc = catalog_add_source(&p->cat, row);
+	free(row->path);
+	row->path = NULL;
+	p->input_base += row->size;
+	p->input_done = p->input_base;
+	return rc;
+}
+
+/* One 'B' record: documents into the window and the document index. */
+static int read_batch(struct packer *p, struct tdreader *r, const char *path, uint32_t source,
+		      struct buf *tmp)
+{
+	uint32_t docs;
+	uint64_t ntok, sum = 0, max = dtype_max(p->dtype);
+	uint64_t *records;
+	uint32_t *lens;
+	uint8_t *ids;
+	int rc;
+
+	if ((rc = td_u32(p, r, &docs)) || (rc = td_u64(p, r, &ntok)))
+		return rc;
+	if (ntok > BATCH_TOKENS_MAX || docs == 0 || docs > ntok)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a batch of %" PRIu32
+				 " documents and %" PRIu64 " tokens (broken stream)", docs, ntok);
+	tmp->len = 0;
+	if ((rc = buf_reserve(tmp, (size_t)docs * 12 + (size_t)ntok * 4)))
+		return rc;
+	records = (uint64_t *)tmp->data;
+	lens = (uint32_t *)(tmp->data + (size_t)docs * 8);
+	ids = tmp->data + (size_t)docs * 12;
+	if ((rc = td_read(p, r, tmp->data, (size_t)docs * 12 + (size_t)ntok * 4)))
+		return rc;
+	for (uint32_t d = 0; d < docs; d++)
+		sum += le32_get(&lens[d]);
+	if (sum != ntok)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end's batch lengths do not add "
+				 "up (broken stream)");
+	/* ids to the dtype, in place: the output never outruns the input (itemsize <= 4) */
+	for (uint64_t t = 0; t < ntok; t++) {
+		uint32_t id = le32_get(ids + 4 * t);
+
+		if (id > max || id >= p->vocab_size)
+			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
+					 "tokenizer's vocabulary of %" PRIu64, path, id,
+					 dtype_name(p->dtype), p->vocab_size);
+		if (id > p->max_token)
+			p->max_token = id;
+		if (p->itemsize == 2)
+			le16_put(ids + 2 * t, (uint16_t)id);
+		else if (p->itemsize == 1)
+			ids[t] = (uint8_t)id;
+	}
+	for (uint32_t d = 0; d < docs; d++) {
+		uint32_t n = le32_get(&lens[d]);
+
+		if (n == 0)
+			return pack_fail(p, -EBADMSG, "the tokenizer front end sent an empty document "
+					 "(broken stream)");
+		rc = docindex_writer_add(p->docs, n, le64_get(&records[d]), source, p->err,
+					 p->errlen);
+		if (rc)
+			return rc;
+	}
+	p->have_max_token = 1;
+	p->tokens += ntok;
+	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
+		return rc;
+	return pack_cut_windows(p);
+}
+
+/* The document index of this pack, in its temporary directory. */
+static int pack_open_docindex(struct packer *p)
+{
+	char *path;
+	int rc;
+
+	if (asprintf(&path, "%s/%s", p->tmpdir, DOCINDEX_FILE) < 0)
+		return -ENOMEM;
+	rc = docindex_writer_open(path, &p->docs, p->err, p->errlen);
+	free(path);
+	return rc;
+}
+
+int pack_tokdocs(struct packer *p)
+{
+	struct tdreader r = { .fd = p->o->tokdocs_fd };
+	struct catalog_source row;
+	struct buf tmp = BUF_INIT;
+	uint64_t tokens_before = 0;
+	char *path = NULL;
+	int rc, done = 0;
+
+	memset(&row, 0, sizeof(row));
+	r.buf = malloc(READ_BUF);
+	r.hash = XXH3_createState();
+	if (!r.buf || !r.hash) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	XXH3_128bits_reset(r.hash); /* the header and records before the first input too */
+	if ((rc = read_header(p, &r)) || (rc = pack_open_docindex(p)))
+		goto out;
+	while (!done) {
+		uint8_t tag;
+		uint64_t u;
+		char *text = NULL;
+
+		if ((rc = td_read(p, &r, &tag, 1)))
+			break;
+		switch (tag) {
+		case 'I':
+			if ((rc = finish_input(p, &r, &row, tokens_before)))
+				break;
+			XXH3_128bits_reset(r.hash);
+			if ((rc = td_text(p, &r, &text)) || (rc = td_u64(p, &r, &row.size)))
+				break;
+			free(path);
+			path = text;
+			text = NULL;
+			if (!(row.format = strchr(path, '\t'))) {
+				rc = pack_fail(p, -EBADMSG, "the tokenizer front end named an input "
+					       "without its format (broken stream)");
+				break;
+			}
+			*row.format++ = 0;
+			if (!(row.path = strdup(row.format))) {
+				rc = -ENOMEM;
+				break;
+			}
+			row.format = path;
+			p->cur_path = row.path;
+			tokens_before = p->tokens;
+			p->nsources++;
+			p->prog.inputs = p->prog.input = p->nsources;
+			break;
+		case 'B':
+			if (!row.path) {
+				rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent documents "
+					       "before naming their input (broken stream)");
+				break;
+			}
+			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, &tmp);
+			break;
+		case 'P':
+			if (!(rc = td_u64(p, &r, &u))) {
+				p->input_done = p->input_base + (u < row.size ? u : row.size);
+				pack_report(p, 0);
+			}
+			break;
+		case 'S':
+			if (!(rc = td_text(p, &r, &text))) {
+				p->skipped++;
+				if (p->o->notice)
+					p->o->notice(p->o->ctx, text);
+			}
+			break;
+		case 'X':
+			if (!(rc = td_text(p, &r, &text)))
+				rc = pack_fail(p, -EINVAL, "%s", text);
+			break;
+		case 'Z':
+			rc = finish_input(p, &r, &row, tokens_before);
+			done = 1;
+			break;
+		default:
+			rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent record tag 0x%02x "
+				       "(broken stream)", tag);
+		}
+		free(text);
+		if (rc)
+			break;
+	}
+	if (rc == -EBADMSG && !p->err[0])
+		pack_fail(p, rc, "the tokenizer front end stopped before the end of its output "
+			  "(see its message above)");
+	if (!rc && p->cat.nsources == 0)
+		rc = pack_fail(p, -ENODATA, "the inputs hold no documents");
+	if (!rc)
+		rc = pack_batch_flush(p);
+out:
+	if (rc == -ECANCELED)
+		pack_fail(p, rc, "pack interrupted; nothing was written to %s", p->o->out);
+	free(row.path);
+	free(path);
+	buf_release(&tmp);
+	free(r.buf);
+	XXH3_freeState(r.hash);
+	return rc;
+}

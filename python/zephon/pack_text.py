@@ -1,0 +1,742 @@
+"""The front end of ``zephon pack --tokenizer``: raw text in, token documents out.
+
+``zephon pack --tokenizer PATH ... -o DATASET`` runs ``python3 -m zephon.pack_text``
+(``$ZEPHON_PYTHON`` names another interpreter) with its stdout a pipe to the packer, which
+stays the one writer of the dataset (windows, shards, catalog, document index). This
+module reads the inputs in order, tokenizes their documents with Hugging Face
+``tokenizers`` (``encode_batch``: every core, the same ids whatever their number) and
+streams them in the format that ``core/pack_text.c`` documents. Memory stays bounded:
+at most two batches of about :data:`BATCH_CHARS` characters are held, whatever the
+corpus size (a single document is held whole).
+
+Documents are what TorchTitan's ``HuggingFaceTokenizer`` makes of them in its pretraining
+datasets, ``encode(text, add_bos=True, add_eos=True)``: the tokenizer's own ids, then BOS
+in front and EOS behind unless the tokenizer's post-processor already puts them there.
+:func:`load_tokenizer` states the rules (and README.md, "Raw text to tokens").
+
+Needs ``tokenizers`` (and ``pyarrow`` for Parquet and ``datasets`` folders):
+``pip install 'zephon[tokenize]'``.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Iterator
+
+MAGIC = b"ZTOKDOC1"
+#: Characters of text per batch handed to ``encode_batch`` (and documents at most).
+BATCH_CHARS = 4 << 20
+BATCH_DOCS = 16384
+#: First bytes of the compressed streams ``zephon pack`` reads (zstd, gzip, xz, bzip2,
+#: lz4); lzma-alone starts with its properties byte 0x5d.
+COMPRESSED_MAGIC = (b"\x28\xb5\x2f\xfd", b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh",
+                    b"\x04\x22\x4d\x18", b"\x5d\x00\x00")
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+COMPRESSION_SUFFIXES = ("", ".gz", ".zst", ".xz", ".bz2", ".lzma", ".lz4")
+DTYPE_MAX = {"uint8": 255, "uint16": 65535, "uint32": 2**32 - 1, "int32": 2**31 - 1}
+INSTALL = "pip install 'zephon[tokenize]'"
+
+
+class InputError(Exception):
+    """Bad input or options: the message names the file and the record or row."""
+
+
+class SkipRecord(InputError):
+    """A bad record that ``--skip-bad`` may skip (the others stop the pack)."""
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+@dataclass
+class TokenizerSpec:
+    """A loaded tokenizer and the rule of its documents: ``[bos] + ids + [eos]``, each of
+    ``bos``/``eos`` only when not None (None where the tokenizer's post-processor puts it
+    there already, or the tokenizer has none); ``eod`` is the end-of-document id recorded
+    in the dataset."""
+
+    tokenizer: Any
+    name: str
+    sha256: str
+    vocab_size: int
+    bos: int | None
+    eos: int | None
+    eod: int
+    bos_id: int | None = None     # the tokenizer's BOS id (whoever adds it)
+    eos_id: int | None = None
+
+
+def _config_token(config: dict, key: str) -> str | None:
+    """A special token of tokenizer_config.json: a string or {"content": ...}."""
+    tok = config.get(key)
+    if isinstance(tok, dict):
+        tok = tok.get("content")
+    return tok if isinstance(tok, str) else None
+
+
+def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
+    """Load ``path`` the way TorchTitan 0.3.0's ``HuggingFaceTokenizer`` does.
+
+    - A folder: ``tokenizer.json`` in it, and ``tokenizer_config.json`` when present: its
+      ``bos_token``, ``eos_token`` (and the other standard special tokens and
+      ``added_tokens_decoder``) are added to the tokenizer as special tokens, so a literal
+      ``<|end_of_text|>`` in a text is that special id, as in TorchTitan. A file: that
+      ``tokenizer.json`` alone (a ``tokenizer_config.json`` beside it is not read: name the
+      folder for that), so there is no BOS or EOS unless its post-processor adds them.
+    - BOS goes in front of every document and EOS behind it, unless
+      ``tokenizer.encode("")`` holds them already (the post-processor adds them);
+      ``add_bos_token``/``add_eos_token`` of the config do not change it, since
+      TorchTitan's pretraining datasets ask for both explicitly.
+    - The end-of-document id is EOS. A tokenizer without EOS needs ``eod_token``, which
+      is then appended after every document (Megatron's ``--append-eod``); an
+      ``eod_token`` other than an EOS is refused.
+    - ``sha256`` is over the bytes of ``tokenizer.json``, then those of
+      ``tokenizer_config.json`` when it was read.
+
+    Raises :class:`InputError` with the reason (a missing file, a file that does not
+    parse, a bad config).
+    """
+    try:
+        from tokenizers import AddedToken, Tokenizer
+    except ImportError:
+        raise InputError(f"--tokenizer needs the Python package 'tokenizers' in {sys.executable}: "
+                         f"{INSTALL} (or set ZEPHON_PYTHON to an interpreter that has it)")
+    path = os.path.normpath(path)
+    if os.path.isdir(path):
+        tok_file = os.path.join(path, "tokenizer.json")
+        cfg_file = os.path.join(path, "tokenizer_config.json")
+        name = os.path.basename(os.path.abspath(path))
+        if not os.path.isfile(tok_file):
+            raise InputError(f"{path}: no tokenizer.json in this folder; give a Hugging Face "
+                             "tokenizer.json or the folder that holds it")
+        if not os.path.isfile(cfg_file):
+            cfg_file = None
+    elif os.path.isfile(path):
+        tok_file, cfg_file = path, None
+        name = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(path))),
+                            os.path.basename(path))
+    else:
+        raise InputError(f"--tokenizer {path}: no such file or folder")
+    digest = hashlib.sha256()
+    with open(tok_file, "rb") as f:
+        raw = f.read()
+    digest.update(raw)
+    try:
+        tok = Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as e:  # tokenizers raises its own Exception type
+        raise InputError(f"{tok_file}: not a Hugging Face tokenizer.json that tokenizers "
+                         f"can load: {e}")
+    bos_tok = eos_tok = None
+    if cfg_file:
+        with open(cfg_file, "rb") as f:
+            craw = f.read()
+        digest.update(craw)
+        try:
+            config = json.loads(craw)
+            if not isinstance(config, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            raise InputError(f"{cfg_file}: not a tokenizer_config.json: {e}")
+        bos_tok, eos_tok = _config_token(config, "bos_token"), _config_token(config, "eos_token")
+        added = []
+        for key in ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token",
+                    "cls_token", "mask_token"):
+            if _config_token(config, key) is not None:
+                added.append(_added_token(AddedToken, _config_token(config, key), config[key]))
+        decoder = config.get("added_tokens_decoder") or {}
+        if not isinstance(decoder, dict):
+            raise InputError(f"{cfg_file}: added_tokens_decoder is not an object")
+        for conf in decoder.values():
+            if isinstance(conf, dict) and isinstance(conf.get("content"), str):
+                added.append(_added_token(AddedToken, conf["content"], conf))
+        if added:
+            tok.add_special_tokens(added)
+    bos_id = tok.token_to_id(bos_tok) if bos_tok is not None else None
+    eos_id = tok.token_to_id(eos_tok) if eos_tok is not None else None
+    empty = tok.encode("").ids
+    bos = bos_id if bos_id is not None and bos_id not in empty else None
+    eos = eos_id if eos_id is not None and eos_id not in empty else None
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if eos_id is not None:
+        if eod_token is not None and eod_token != eos_id:
+            raise InputError(f"--eod-token {eod_token}: the tokenizer's EOS {eos_tok!r} is "
+                             f"{eos_id}, which ends every document already; drop "
+                             "--eod-token")
+        eod = eos_id
+    elif eod_token is not None:
+        if eod_token >= vocab:
+            raise InputError(f"--eod-token {eod_token} is not an id of the tokenizer's "
+                             f"vocabulary of {vocab}")
+        eod = eos = eod_token
+    else:
+        why = ("a tokenizer.json alone has none: give the folder with its "
+               "tokenizer_config.json" if not cfg_file else
+               f"{cfg_file} names no eos_token")
+        raise InputError(f"--tokenizer {path}: no end-of-document token ({why}), or pass "
+                         "--eod-token ID to append ID after every document")
+    return TokenizerSpec(tok, name, digest.hexdigest(), vocab, bos, eos, eod, bos_id, eos_id)
+
+
+def _added_token(cls: Any, content: str, conf: Any) -> Any:
+    """An AddedToken with the attributes the config gives (TorchTitan's defaults)."""
+    if isinstance(conf, dict):
+        return cls(content, single_word=conf.get("single_word", False),
+                   lstrip=conf.get("lstrip", False), rstrip=conf.get("rstrip", False),
+                   normalized=conf.get("normalized", True), special=conf.get("special", True))
+    return cls(content, special=True)
+
+
+def choose_dtype(vocab_size: int, dtype: str | None) -> str:
+    """uint16 when every id of the vocabulary fits (vocab_size <= 65,536), else uint32; a
+    given dtype that cannot hold every id is refused (InputError)."""
+    if dtype is None:
+        return "uint16" if vocab_size <= 65536 else "uint32"
+    if vocab_size - 1 > DTYPE_MAX[dtype]:
+        raise InputError(f"--dtype {dtype} holds ids up to {DTYPE_MAX[dtype]} but the "
+                         f"tokenizer's vocabulary has {vocab_size} ids; pass --dtype uint32 "
+                         "or leave --dtype out")
+    return dtype
+
+
+# --------------------------------------------------------------------------- inputs
+
+@dataclass
+class Unit:
+    """One input file as packed: a catalog source row."""
+
+    kind: str          # jsonl, lines, text, parquet, arrow
+    path: str
+    size: int
+
+
+@dataclass
+class Options:
+    text_field: str = "text"
+    column: str = "text"
+    split: str | None = None
+    format: str = "auto"
+    skip_bad: bool = False
+    zephon: str = "zephon"
+
+
+def _kind_by_name(path: str, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    low = path.lower()
+    if any(low.endswith(s + c) for s in JSONL_SUFFIXES for c in COMPRESSION_SUFFIXES):
+        return "jsonl"
+    if low.endswith(".parquet"):
+        return "parquet"
+    if low.endswith(".arrow"):
+        raise InputError(f"{path}: a lone .arrow file; give the folder that datasets' "
+                         "save_to_disk wrote (with dataset_info.json and state.json)")
+    return "text"
+
+
+def _walk(root: str) -> list[str]:
+    """Regular files under root, recursively, by relative path (bytewise); hidden files
+    and folders (.git, .gitattributes, .cache) skipped, symlinks not followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not f.startswith(".") and os.path.isfile(p) and not os.path.islink(p):
+                out.append(p)
+    return sorted(out, key=lambda p: os.fsencode(os.path.relpath(p, root)))
+
+
+def _in_split(rel: str, split: str) -> bool:
+    """The Hub's layouts: data/train-00000-of-00002.parquet, train/0000.parquet,
+    default/train/0000.parquet, train.parquet."""
+    parts = rel.split(os.sep)
+    base = parts[-1]
+    return split in parts[:-1] or any(base.startswith(split + c) for c in "-_.")
+
+
+def _arrow_units(folder: str, opts: Options) -> list[Unit]:
+    if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
+        with open(os.path.join(folder, "dataset_dict.json")) as f:
+            splits = json.load(f).get("splits", [])
+        split = opts.split or "train"
+        if split not in splits:
+            raise InputError(f"{folder}: a datasets DatasetDict without split {split!r} "
+                             f"(it has {', '.join(splits) or 'none'}); pass --split")
+        folder = os.path.join(folder, split)
+    state = os.path.join(folder, "state.json")
+    if not (os.path.isfile(state) and os.path.isfile(os.path.join(folder, "dataset_info.json"))):
+        raise InputError(f"{folder}: holds .arrow files but is not a Hugging Face datasets "
+                         "folder (no dataset_info.json and state.json, as save_to_disk "
+                         "writes); give the folder save_to_disk wrote")
+    try:
+        with open(state) as f:
+            files = [d["filename"] for d in json.load(f)["_data_files"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{state}: not a datasets state.json ({e!r})")
+    units = []
+    for name in files:
+        p = os.path.join(folder, name)
+        if os.path.sep in os.path.normpath(name) or not os.path.isfile(p):
+            raise InputError(f"{state}: names {name!r}, which is not a file of {folder}")
+        units.append(Unit("arrow", p, os.path.getsize(p)))
+    return units
+
+
+def plan_inputs(inputs: list[str], opts: Options) -> list[Unit]:
+    """The files to read, in order (README, "Raw text to tokens", states the rules)."""
+    units: list[Unit] = []
+    for inp in inputs:
+        if os.path.isdir(inp):
+            if (os.path.isfile(os.path.join(inp, "dataset_dict.json")) or
+                    os.path.isfile(os.path.join(inp, "dataset_info.json")) or
+                    opts.format == "arrow"):
+                units += _arrow_units(inp, opts)
+                continue
+            files = _walk(inp)
+            parquet = [p for p in files if p.lower().endswith(".parquet")]
+            if opts.format in ("auto", "parquet") and parquet:
+                rels = [os.path.relpath(p, inp) for p in parquet]
+                want = opts.split or "train"
+                chosen = [p for p, r in zip(parquet, rels) if _in_split(r, want)]
+                if opts.split and not chosen:
+                    raise InputError(f"{inp}: no Parquet file of split {opts.split!r}")
+                units += [Unit("parquet", p, os.path.getsize(p)) for p in (chosen or parquet)]
+                continue
+            if opts.format == "auto" and any(p.lower().endswith(".arrow") for p in files):
+                units += _arrow_units(inp, opts)  # refuses it, saying why
+                continue
+            if not files:
+                raise InputError(f"{inp}: an empty folder")
+            units += [Unit(_kind_by_name(p, opts.format), p, os.path.getsize(p)) for p in files]
+        elif os.path.isfile(inp):
+            units.append(Unit(_kind_by_name(inp, opts.format), inp, os.path.getsize(inp)))
+        else:
+            raise InputError(f"{inp}: no such file or folder")
+    return units
+
+
+# --------------------------------------------------------------------------- readers
+# Each yields (record, text) per document and keeps unit progress in self.done (bytes).
+
+def _utf8_error(path: str, where: str, data: bytes, e: UnicodeDecodeError) -> SkipRecord:
+    return SkipRecord(f"{path}:{where}: invalid UTF-8 at byte {e.start} of the line "
+                      f"(0x{data[e.start]:02x}); the text must be UTF-8")
+
+
+class Reader:
+    def __init__(self, unit: Unit, opts: Options):
+        self.unit, self.opts, self.done = unit, opts, 0
+
+    def docs(self) -> Iterator[tuple[int, str]]:
+        raise NotImplementedError
+
+
+class LineReader(Reader):
+    """Lines of a text or JSONL file through zephon's own readers for compressed files
+    (``zephon pack --decode-lines``: every compression pack takes, checked to the end);
+    plain files directly. Lines end at '\\n'; a '\\r' before it and a UTF-8 BOM at the
+    start are dropped, as in ``zephon pack``'s own text inputs."""
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        path = self.unit.path
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if any(head.startswith(m) for m in COMPRESSED_MAGIC):
+            proc = subprocess.Popen([self.opts.zephon, "pack", "--decode-lines", path],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                yield from self._split(proc.stdout, compressed=True)
+            finally:
+                proc.stdout.close()
+                err = proc.stderr.read().decode(errors="replace").strip()
+                proc.stderr.close()
+                rc = proc.wait()
+            if rc:
+                msg = err.removeprefix("zephon: ") or f"decoding failed (exit {rc})"
+                raise InputError(msg)
+            self.done = self.unit.size
+        else:
+            with open(path, "rb", buffering=1 << 20) as f:
+                yield from self._split(f, compressed=False)
+
+    def _split(self, f: BinaryIO, compressed: bool) -> Iterator[tuple[int, bytes]]:
+        for n, line in enumerate(f, 1):
+            if not compressed:
+                self.done += len(line)
+                if n == 1 and line.startswith(b"\xef\xbb\xbf"):
+                    line = line[3:]
+            if line.endswith(b"\n"):
+                line = line[:-1]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            yield n, line
+
+
+class JsonlReader(LineReader):
+    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
+        field_ = self.opts.text_field
+        path = self.unit.path
+        for n, line in self.lines():
+            if not line.strip():
+                continue  # blank lines, as pack skips them
+            try:
+                rec = json.loads(line)
+            except UnicodeDecodeError as e:
+                yield _utf8_error(path, str(n), line, e)
+                continue
+            except ValueError as e:
+                yield SkipRecord(f"{path}:{n}: invalid JSON: {e}")
+                continue
+            if not isinstance(rec, dict) or field_ not in rec:
+                what = "record" if isinstance(rec, dict) else f"JSON {type(rec).__name__}"
+                yield SkipRecord(f"{path}:{n}: {what} without a {field_!r} field; pass "
+                                 "--text-field NAME")
+                continue
+            text = rec[field_]
+            if not isinstance(text, str):
+                yield SkipRecord(f"{path}:{n}: field {field_!r} is "
+                                 f"{'null' if text is None else type(text).__name__}, not a "
+                                 "string")
+                continue
+            bad = _surrogate_error(text, f"{path}:{n}: field {field_!r}")
+            yield bad if bad else (n, text)
+
+
+def _surrogate_error(text: str, where: str) -> SkipRecord | None:
+    """JSON may spell a lone surrogate (\\ud800), which is no Unicode text: refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return SkipRecord(f"{where} holds a lone surrogate (\\u{ord(text[e.start]):04x} at "
+                          f"character {e.start}), which is not Unicode text")
+    return None
+
+
+class LinesReader(LineReader):
+    def docs(self) -> Iterator[tuple[int, str]]:
+        for n, line in self.lines():
+            if not line:
+                continue
+            try:
+                yield n, line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield _utf8_error(self.unit.path, str(n), line, e)
+
+
+class TextReader(Reader):
+    """One document per file: its bytes as they are (CRLF kept, a final newline kept), a
+    UTF-8 BOM dropped."""
+
+    def docs(self) -> Iterator[tuple[int, str]]:
+        path = self.unit.path
+        with open(path, "rb") as f:
+            data = f.read()
+        self.done = len(data)
+        if any(data.startswith(m) for m in COMPRESSED_MAGIC[:5]):
+            raise InputError(f"{path}: compressed; a text file is read as it is: decompress "
+                             "it, or pack it with --format lines (one document per line) "
+                             "or as JSONL")
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        try:
+            yield 0, data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield SkipRecord(f"{path}: invalid UTF-8 at byte {e.start} (0x{data[e.start]:02x}); "
+                             "the text must be UTF-8")
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401
+        import pyarrow.ipc  # noqa: F401
+    except ImportError:
+        raise InputError(f"Parquet and datasets inputs need the Python package 'pyarrow' in "
+                         f"{sys.executable}: {INSTALL}")
+    return pyarrow
+
+
+class _ColumnReader(Reader):
+    def _check_column(self, schema: Any) -> None:
+        pa = _pyarrow()
+        col = self.opts.column
+        if col not in schema.names:
+            raise InputError(f"{self.unit.path}: no column {col!r} (columns: "
+                             f"{', '.join(schema.names)}); pass --column NAME")
+        t = schema.field(col).type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise InputError(f"{self.unit.path}: column {col!r} is {t}, not a string column")
+
+    def _rows(self, arr: Any, first: int) -> Iterator[tuple[int, str]]:
+        try:
+            values = arr.to_pylist()
+        except UnicodeDecodeError:
+            values = None
+        for i in range(len(arr)):
+            v = values[i] if values is not None else None
+            if values is None:
+                try:
+                    v = arr[i].as_py()
+                except UnicodeDecodeError as e:
+                    yield SkipRecord(f"{self.unit.path}: row {first + i}: invalid UTF-8 in "
+                                     f"column {self.opts.column!r} ({e.reason})")
+                    continue
+            if v is None:
+                yield SkipRecord(f"{self.unit.path}: row {first + i}: column "
+                                 f"{self.opts.column!r} is null, not a string")
+                continue
+            yield first + i, v
+
+
+class ParquetReader(_ColumnReader):
+    """Row group by row group; rows are numbered from 0 in each file."""
+
+    def docs(self) -> Iterator[tuple[int, str]]:
+        pa = _pyarrow()
+        path = self.unit.path
+        try:
+            pf = pa.parquet.ParquetFile(path)
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(f"{path}: not a Parquet file, or a corrupt one: {e}")
+        self._check_column(pf.schema_arrow)
+        row = 0
+        md = pf.metadata
+        for g in range(pf.num_row_groups):
+            try:
+                table = pf.read_row_group(g, columns=[self.opts.column])
+                arr = table.column(self.opts.column).combine_chunks()
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{path}: row group {g} (rows {row}-"
+                                 f"{row + md.row_group(g).num_rows - 1}) is corrupt: {e}")
+            del table
+            yield from self._rows(arr, row)
+            row += len(arr)
+            self.done += md.row_group(g).total_byte_size
+        self.done = self.unit.size
+
+
+class ArrowReader(_ColumnReader):
+    """An Arrow IPC file of a save_to_disk folder (the streaming format datasets writes,
+    or the file format), batch by batch, memory-mapped; rows numbered from 0."""
+
+    def docs(self) -> Iterator[tuple[int, str]]:
+        pa = _pyarrow()
+        path = self.unit.path
+        try:
+            src = pa.memory_map(path)
+            try:
+                reader = pa.ipc.open_stream(src)
+                batches = iter(reader)
+            except pa.ArrowInvalid:
+                reader = pa.ipc.open_file(src)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(f"{path}: not an Arrow IPC file, or a corrupt one: {e}")
+        self._check_column(reader.schema)
+        row = 0
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{path}: corrupt after row {row}: {e}")
+            arr = batch.column(self.opts.column)
+            yield from self._rows(arr, row)
+            row += len(arr)
+            self.done = min(src.tell(), self.unit.size)
+        self.done = self.unit.size
+
+
+READERS = {"jsonl": JsonlReader, "lines": LinesReader, "text": TextReader,
+           "parquet": ParquetReader, "arrow": ArrowReader}
+
+
+# --------------------------------------------------------------------------- stream
+
+@dataclass
+class Batch:
+    unit: int
+    records: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    done: int = 0
+
+
+class Writer:
+    """The records of core/pack_text.c's stream, on a binary file."""
+
+    def __init__(self, out: BinaryIO):
+        self.out = out
+
+    def _text(self, tag: bytes, s: str) -> None:
+        b = s.encode("utf-8", errors="replace")[:65536]
+        self.out.write(tag + struct.pack("<I", len(b)) + b)
+
+    def header(self, fields: dict[str, Any]) -> None:
+        self.out.write(MAGIC)
+        self._text(b"", "".join(f"{k}={v}\n" for k, v in fields.items() if v is not None))
+
+    def input(self, unit: Unit) -> None:
+        self._text(b"I", f"{unit.kind}\t{unit.path}")
+        self.out.write(struct.pack("<Q", unit.size))
+
+    def batch(self, records: Any, lens: Any, ids: Any) -> None:
+        self.out.write(b"B" + struct.pack("<IQ", len(lens), len(ids)))
+        self.out.write(records.tobytes())
+        self.out.write(lens.tobytes())
+        self.out.write(ids.tobytes())
+
+    def progress(self, done: int) -> None:
+        self.out.write(b"P" + struct.pack("<Q", done))
+
+    def skipped(self, msg: str) -> None:
+        self._text(b"S", msg)
+
+    def error(self, msg: str) -> None:
+        self._text(b"X", msg)
+
+    def end(self) -> None:
+        self.out.write(b"Z")
+        self.out.flush()
+
+
+def encode_batch(spec: TokenizerSpec, texts: list[str]) -> tuple[Any, Any]:
+    """(lens, ids) of the documents: uint32 arrays, ids concatenated, each document
+    ``[bos] + tokenizer ids + [eos]`` (see load_tokenizer)."""
+    import numpy as np
+
+    encode = getattr(spec.tokenizer, "encode_batch_fast", spec.tokenizer.encode_batch)
+    idlists = [e.ids for e in encode(texts)]
+    extra = (spec.bos is not None) + (spec.eos is not None)
+    lens = np.fromiter((len(x) + extra for x in idlists), dtype="<u4", count=len(idlists))
+    ids = np.empty(int(lens.sum(dtype=np.uint64)), dtype="<u4")
+    pos = 0
+    for x in idlists:
+        if spec.bos is not None:
+            ids[pos] = spec.bos
+            pos += 1
+        n = len(x)
+        ids[pos:pos + n] = x
+        pos += n
+        if spec.eos is not None:
+            ids[pos] = spec.eos
+            pos += 1
+    return lens, ids
+
+
+def run(args: argparse.Namespace, out: BinaryIO) -> int:
+    """Pack-side work: plan, load, stream. 0, or 1 after an 'X' record."""
+    import numpy as np
+
+    w = Writer(out)
+    opts = Options(text_field=args.text_field, column=args.column, split=args.split,
+                   format=args.format, skip_bad=args.skip_bad, zephon=args.zephon)
+    try:
+        spec = load_tokenizer(args.tokenizer, args.eod_token)
+        dtype = choose_dtype(spec.vocab_size, args.dtype)
+        units = plan_inputs(args.inputs, opts)
+    except InputError as e:
+        w.header({"error": str(e).replace("\n", " ")})
+        out.flush()
+        return 1
+    w.header({"dtype": dtype, "eod": spec.eod, "bos": spec.bos, "vocab_size": spec.vocab_size,
+              "tokenizer": spec.name, "tokenizer_sha256": spec.sha256,
+              "input_bytes": sum(u.size for u in units)})
+    q: queue.Queue = queue.Queue(maxsize=2)
+
+    def produce() -> None:
+        try:
+            read_batches(units, opts, q.put)
+        except BaseException as e:  # handed to the main thread, which reports it
+            q.put(("error", e))
+
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    while True:
+        item = q.get()
+        if item is None:
+            break
+        if isinstance(item, tuple):
+            kind, val = item
+            if kind == "input":
+                w.input(units[val])
+            elif kind == "skip":
+                w.skipped(val)
+            else:
+                if isinstance(val, InputError):
+                    w.error(str(val))
+                    out.flush()
+                    return 1
+                raise val
+            continue
+        # the bytes first: the packer redraws its bar when the batch is in
+        w.progress(item.done)
+        if item.texts:
+            lens, ids = encode_batch(spec, item.texts)
+            w.batch(np.asarray(item.records, dtype="<u8"), lens, ids)
+    w.end()
+    return 0
+
+
+def read_batches(units: list[Unit], opts: Options, put: Any) -> None:
+    """Every document of every unit, in order, as Batches (never spanning units), with
+    ("input", k) before unit k's and ("skip", msg) for each bad record skipped
+    (--skip-bad), passed to put; then None. Batch boundaries depend on the data alone,
+    never on timing or cores, so the output is the same on any machine. A bad record
+    without --skip-bad raises its SkipRecord."""
+    for k, unit in enumerate(units):
+        put(("input", k))
+        reader = READERS[unit.kind](unit, opts)
+        b, chars = Batch(k), 0
+        for item in reader.docs():
+            if isinstance(item, SkipRecord):
+                if not opts.skip_bad:
+                    raise item
+                put(("skip", f"{item}; skipped"))
+                continue
+            rec, text = item
+            b.records.append(rec)
+            b.texts.append(text)
+            chars += len(text)
+            if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
+                b.done = reader.done
+                put(b)
+                b, chars = Batch(k), 0
+        b.done = unit.size
+        put(b)
+    put(None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m zephon.pack_text``: what ``zephon pack --tokenizer`` runs."""
+    # an interrupted pack: the packer removes its work; this process just ends
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    ap = argparse.ArgumentParser(prog="zephon pack --tokenizer", description=__doc__)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--zephon", default="zephon")
+    ap.add_argument("--text-field", default="text")
+    ap.add_argument("--column", default="text")
+    ap.add_argument("--split", default=None)
+    ap.add_argument("--format", default="auto",
+                    choices=["auto", "jsonl", "lines", "text", "parquet", "arrow"])
+    ap.add_argument("--dtype", default=None, choices=sorted(DTYPE_MAX))
+    ap.add_argument("--eod-token", type=int, default=None)
+    ap.add_argument("--skip-bad", action="store_true")
+    ap.add_argument("inputs", nargs="+")
+    args = ap.parse_args(argv)
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write into the stream
+    return run(args, out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
