@@ -110,7 +110,7 @@ class _TokenMount:
             raise ValueError(f"the mount at {self.mount} serves world_size={world} but the "
                              f"trainer's data-parallel degree is {self.dp_world_size}; mount "
                              f"with world_size={self.dp_world_size} (the DP degree, not the "
-                             "process count: torchrun-zephon.sh --dp-degree)")
+                             "process count; with torchrun-zephon.sh set ZEPHON_DP_DEGREE)")
         if not 0 <= self.dp_rank < world or self.dp_rank not in served:
             raise ValueError(f"dp_rank {self.dp_rank} is not served by the mount at "
                              f"{self.mount} (ranks={st['ranks']}); mount this node's DP ranks")
