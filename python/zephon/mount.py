@@ -528,6 +528,8 @@ def _join_watch(lock_path: str) -> int | None:
     through /proc, or None when there is none to join (a reused mount, rank 0 gone)."""
     try:
         with open(lock_path) as f:
+            # rank 0 writes the line before it lets go of the lock: a mount answers earlier
+            fcntl.flock(f, fcntl.LOCK_SH)
             pid, fd, ino = (int(x) for x in f.read().split())
         w = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, ValueError):
