@@ -168,7 +168,7 @@ def _status_within(mp: str, timeout: float) -> dict[str, Any] | None:
                       f"unmount it with fusermount3 -u {mp} if it is a leftover")
 
 
-def _parse_ranks(text: str) -> set[int]:
+def parse_ranks(text: str) -> set[int]:
     """``"0-2,5"`` -> {0, 1, 2, 5} (the syntax of ``ranks=`` and of ``/status``)."""
     out: set[int] = set()
     for part in text.split(","):
@@ -248,8 +248,8 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     m = num("micro_batch", b // w if isinstance(b, int) and isinstance(w, int) and w else 0)
     cmp("micro_batch", status.get("micro_batch"), m)
     try:
-        asked_ranks = _parse_ranks(o["ranks"]) if "ranks" in o else set(range(int(w)))
-        there_ranks = _parse_ranks(str(status.get("ranks", "")))
+        asked_ranks = parse_ranks(o["ranks"]) if "ranks" in o else set(range(int(w)))
+        there_ranks = parse_ranks(str(status.get("ranks", "")))
         if asked_ranks != there_ranks:
             diffs.append(f"ranks {status.get('ranks')} there, "
                          f"{format_ranks(asked_ranks) if asked_ranks else o.get('ranks')} asked")
@@ -482,6 +482,11 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
     when it ends, also on an exception. A failed mount raises :class:`ZephonError` with
     zephon's reason (an unknown source name in ``weights``, a ``validation`` out of range,
     another mixture's journal...).
+
+    A mount already live at ``mountpoint`` is reused only when it serves the stream and
+    layout asked (:func:`stream_differences`), and then left mounted after the block;
+    another one raises :class:`ZephonError` naming both sides. The mount made here ends
+    with this process however it ends (``kill -9`` too; see :class:`Mount`).
     """
     return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, weights=weights,
                  validation=validation, **options)

@@ -263,7 +263,7 @@ def test_node_mount_lives_while_a_local_rank_uses_it(tokens, tmp_path):
 
 def test_stream_differences_of_a_mixture(tmp_path):
     """weights and validation compare by value (0.5+0.5 is 1:1 is web:1+code:1)."""
-    from zephon.mount import stream_differences
+    from zephon.mount import format_options, stream_differences
     st = {'dataset': str(tmp_path / 'mix.json'), 'world_size': 1, 'global_batch': 1,
           'micro_batch': 1, 'ranks': '0', 'seed': 0, 'shuffle': 'global', 'epochs': 0,
           'journal': str(tmp_path / 'mix.journal.sqlite'),
@@ -272,8 +272,7 @@ def test_stream_differences_of_a_mixture(tmp_path):
     same = [dict(weights='0.5+0.5', validation='0.01'), dict(weights='web:1+code:1',
             validation='1/100'), dict(validation=0.01)]
     for o in same:
-        assert stream_differences(tmp_path / 'mix.json', zephon.mount.__globals__[
-            'format_options'](o), st) == [], o
+        assert stream_differences(tmp_path / 'mix.json', format_options(o), st) == [], o
     assert stream_differences(tmp_path / 'mix.json', 'weights=web:0.7+code:0.3,validation=0.01',
                               st) == ['weights 1,1 (web+code) there, web:0.7+code:0.3 asked']
     assert stream_differences(tmp_path / 'mix.json', 'weights=1+1', st) == [
