@@ -1133,3 +1133,21 @@ def test_launchers_reuse_only_this_nodes_own_stream(ds, tmp_path):
     finally:
         node_umount(env, mp)
     assert not mounts_under(tmp_path)
+
+
+def test_wait_refuses_a_mount_of_another_layout(ds, tmp_path):
+    """`zephon-node wait` (what slurm-zephon.sh runs before the job's step) takes a mount
+    for this node's only when it is its stream and layout: a leftover with this node's
+    journal but another global batch is refused, naming both."""
+    d, _ = ds
+    env = one_node_env(tmp_path, 'wl', d, ZEPHON_RESUME='samples:0@0')
+    mp = node_mp(env)
+    sh([NODE, 'mount'], env)
+    try:
+        sh([NODE, 'wait'], env)
+        rc, _, err = sh([NODE, 'wait'], dict(env, ZEPHON_OPTIONS='global_batch=8,seed=%d' % SEED),
+                        check=False)
+        assert rc == 1 and 'global_batch 4 there, 8 asked' in err, err
+    finally:
+        node_umount(env, mp)
+    assert not mounts_under(tmp_path)
