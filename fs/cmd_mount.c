@@ -402,15 +402,35 @@ static void stop_signals_remove(void)
 		}
 }
 
-/* The next byte of the stop pipe within timeout_ms (-1: forever): a signal number, or 0
- * when the session loop has ended. 1 when one was read, 0 when none came. */
+/* watch_fd=N (fs/opts.h): the read end of a pipe whose write ends the launcher holds.
+ * Its hang-up stops the mount as SIGTERM does, so a mount started by a process (e.g.
+ * zephon.mount) ends with that process however it dies, kill -9 included. A pidfd of
+ * the parent would miss a launcher that daemonized us; PR_SET_PDEATHSIG fires when the
+ * forking *thread* exits, not the process. -1: none, or its hang-up was seen. */
+static int watch_fd = -1;
+#define WATCH_HANGUP 0xff /* stop_byte()'s byte for it: no signal has this number */
+
+/* The next byte of the stop pipe within timeout_ms (-1: forever): a signal number, 0
+ * when the session loop has ended, or WATCH_HANGUP once watch_fd hangs up. 1 when one
+ * was read, 0 when none came. Bytes written into watch_fd mean nothing and are dropped. */
 static int stop_byte(int timeout_ms, unsigned char *c)
 {
-	struct pollfd p = { .fd = stop_pipe[0], .events = POLLIN };
+	struct pollfd p[2] = { { .fd = stop_pipe[0], .events = POLLIN },
+			       { .fd = watch_fd, .events = POLLIN } };
+	char junk[64];
 
-	if (poll(&p, 1, timeout_ms) <= 0)
-		return 0;
-	return read(stop_pipe[0], c, 1) == 1;
+	for (;;) {
+		if (poll(p, watch_fd >= 0 ? 2 : 1, timeout_ms) <= 0)
+			return 0;
+		if (p[0].revents)
+			return read(stop_pipe[0], c, 1) == 1;
+		if (!(p[1].revents & POLLIN) || read(watch_fd, junk, sizeof(junk)) <= 0) {
+			close(watch_fd);
+			watch_fd = -1;
+			*c = WATCH_HANGUP;
+			return 1;
+		}
+	}
 }
 
 static double mono_s(void)
@@ -443,7 +463,9 @@ static void *stopper_main(void *arg)
 	if (c == 0)
 		return NULL; /* the loop ended by itself (fusermount3 -u) */
 	zmount_log(LOG_INFO, "%s: stopping; opens of next now fail with ESHUTDOWN, batches "
-		"handed out may be read for up to %.0f s", strsignal(c), STOP_WAIT_S);
+		"handed out may be read for up to %.0f s", c == WATCH_HANGUP ?
+		"watch_fd hung up (the process that started the mount is gone)" : strsignal(c),
+		STOP_WAIT_S);
 	deadline = mono_s() + STOP_WAIT_S;
 	server_stop_claims(st->z->srv, STOP_WAIT_S);
 	for (;;) {
@@ -517,6 +539,7 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	struct buf readme = BUF_INIT;
 	int rc;
 
+	watch_fd = z->cfg->watch_fd;
 	sc.order = z->served->order;
 	order_validation(&sc.order, &sc.validation); /* leaves n = 0 without a split */
 	if (o->singlethread)

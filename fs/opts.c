@@ -2,7 +2,9 @@
 #include "parse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@ static const struct fuse_opt option_table[] = {
 	OPT("max_threads=%s", max_threads),
 	OPT("weights=%s", weights),
 	OPT("validation=%s", validation),
+	OPT("watch_fd=%s", watch_fd),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -69,6 +72,9 @@ const char mount_options_help[] =
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
 	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
 	"  max_threads=N         FUSE requests served at once, 1-256 (default: CPUs, at least 2)\n"
+	"  watch_fd=N            stop (as on SIGTERM) once every write end of the pipe\n"
+	"                        whose read end is fd N is closed: the mount ends with\n"
+	"                        the process that started it, however it dies\n"
 	"  allow_other           let other users read status, samples/ and step/; next, peek\n"
 	"                        and control stay the owner's (implies default_permissions)\n"
 	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
@@ -166,7 +172,7 @@ void mount_options_release(struct mount_options *o)
 	char **strs[] = { &o->world_size, &o->global_batch, &o->micro_batch, &o->ranks,
 			  &o->seed, &o->shuffle, &o->epochs, &o->format, &o->journal, &o->resume,
 			  &o->prefetch, &o->sync, &o->workers, &o->max_threads, &o->weights,
-			  &o->validation, &o->dataset, &o->mountpoint,
+			  &o->validation, &o->watch_fd, &o->dataset, &o->mountpoint,
 			  &o->bad_option };
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -273,6 +279,17 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		return WHY("validation= needs a fraction such as 0.01 or 1/100");
 	c->weights = o->weights;
 	c->validation = o->validation;
+	c->watch_fd = -1;
+	if (o->watch_fd) {
+		if ((rc = number("watch_fd", o->watch_fd, 0, &v, why, why_len)))
+			return rc;
+		if (o->batch_mode)
+			return WHY("watch_fd= is a mount's option; zephon batch serves no mount");
+		if (v > INT_MAX || fcntl((int)v, F_GETFD) < 0)
+			return WHY("watch_fd=%" PRIu64 " is not an open file descriptor of this "
+				   "process (give the read end of a pipe the launcher passes on)", v);
+		c->watch_fd = (int)v;
+	}
 	if (o->journal && !(c->journal = strdup(o->journal)))
 		return -ENOMEM;
 	if (o->ranks && !*o->ranks) {

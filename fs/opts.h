@@ -20,6 +20,7 @@ struct mount_options {
 	char *world_size, *global_batch, *micro_batch, *ranks, *seed, *shuffle, *epochs;
 	char *format, *journal, *resume, *prefetch, *sync, *workers, *max_threads;
 	char *weights, *validation;   /* a mixture's weights; the held-out fraction */
+	char *watch_fd;               /* watch_fd=N: stop when that pipe's writers are gone */
 	int foreground, debug, singlethread, show_help, show_version;
 	int check_only;               /* --check: validate against the dataset, mount nothing */
 	int allow_other, default_permissions;
@@ -46,6 +47,9 @@ struct mount_config {
 	const char *weights;          /* weights= as given (NULL: the spec's); borrowed from
 	                               * struct mount_options, like validation */
 	const char *validation;       /* validation= as given (NULL: no split) */
+	int watch_fd;                 /* the read end of a pipe whose hang-up (every write
+	                               * end closed: the launcher died) stops the mount as
+	                               * SIGTERM does; -1 without watch_fd= */
 };
 
 /* Parse argv into o; options fuse must see (allow_other, fsname=, ...) are kept in

@@ -10,19 +10,30 @@
 #   1. the resume point, once, over every node's journal in ZEPHON_JOURNAL_DIR
 #      (`zephon journal resume-point`; samples:0@0 on the first run);
 #   2. `srun --overlap --ntasks-per-node=1 slurm-zephon.sh node` in the background: on each
-#      node one foreground mount of that node's ranks (node N serves N*P .. N*P+P-1 of
-#      world_size NNODES*P), its own journal ZEPHON_JOURNAL_DIR/node-N.sqlite, and
-#      resume=samples:G@S, the same on every node;
+#      node one foreground mount of that node's data-parallel (DP) ranks (node N serves
+#      N*P .. N*P+P-1 of world_size D), its own journal ZEPHON_JOURNAL_DIR/node-N.sqlite,
+#      and resume=samples:G@S, the same on every node;
 #   3. waits until every node's mount answers, runs COMMAND (usually `srun python train.py`:
-#      each task reads $ZEPHON_MOUNT/rank/$SLURM_PROCID/next), and exits with its status;
+#      with one DP rank per task each task reads $ZEPHON_MOUNT/rank/$SLURM_PROCID/next),
+#      and exits with its status;
 #   4. unmounts every node, also when COMMAND fails or the job is cancelled.
 # The mount step has to stay a job step of its own: SLURM ends every process of a step
 # when the step ends, so a mount that daemonized from a short step would die with it.
 #
+# The mount serves DP ranks, not tasks. Give the job's DP degree D in ZEPHON_DP_DEGREE
+# whenever tensor, pipeline or context parallelism is on (their peers share a DP rank and
+# read the same batches, e.g. through zephon.torch.ZephonLoader with the DP mesh's rank):
+# node N then serves DP ranks N*P .. N*P+P-1 with P = ZEPHON_DP_RANKS_PER_NODE (default
+# D / nodes), as TorchTitan's device mesh (DP outermost) places them. Unset, every task
+# is its own DP rank: P = ZEPHON_RANKS_PER_NODE (below) and D = nodes x P (said on
+# stderr). COMMAND gets ZEPHON_DP_DEGREE and ZEPHON_DP_RANKS_PER_NODE either way.
+#
 # environment (see zephon-node --help): ZEPHON_DATASET, ZEPHON_JOURNAL_DIR (shared),
 #   ZEPHON_OPTIONS (global_batch=...,micro_batch=...,seed=...), ZEPHON_MOUNT (node-local,
-#   default /tmp/zephon-$SLURM_JOB_ID), ZEPHON_RANKS_PER_NODE (default: the job's
-#   --ntasks-per-node, else the GPUs on the node, else tasks / nodes), ZEPHON_RESUME
+#   default /tmp/zephon-$SLURM_JOB_ID), ZEPHON_DP_DEGREE and ZEPHON_DP_RANKS_PER_NODE
+#   (above), ZEPHON_RANKS_PER_NODE (without ZEPHON_DP_DEGREE: the DP ranks per node;
+#   default the job's --ntasks-per-node, else the GPUs on the node, else tasks / nodes;
+#   with it, it must be P if set), ZEPHON_RESUME
 #   (default: computed in step 1; a set one must equal that point, else the job stops,
 #   unless ZEPHON_RESUME_OVERRIDE=1: sbatch passes on a value left in the submitting
 #   shell), ZEPHON (the executable).
@@ -50,6 +61,7 @@ self=$(cd "$(dirname "$node_script")" && pwd)/slurm-zephon.sh
 # The node variables from SLURM's. Ranks per node come from the batch step's view: inside
 # the mount step (one task per node) SLURM_NTASKS_PER_NODE would say 1.
 export ZEPHON_NNODES=${ZEPHON_NNODES:-${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-}}}
+given_per_node=${ZEPHON_RANKS_PER_NODE:-}
 if [ -z "${ZEPHON_RANKS_PER_NODE:-}" ]; then
 	if [ -n "${SLURM_NTASKS_PER_NODE:-}" ]; then
 		ZEPHON_RANKS_PER_NODE=${SLURM_NTASKS_PER_NODE%%[(,]*}    # "4", "4(x2)", "4,4"
@@ -76,7 +88,36 @@ resume-point) exec "$node_script" resume-point ;;
 esac
 
 [ -n "$ZEPHON_NNODES" ] || { echo "slurm-zephon.sh: not inside a SLURM allocation (SLURM_JOB_NUM_NODES is not set)" >&2; exit 2; }
-[ -n "${ZEPHON_RANKS_PER_NODE:-}" ] || { echo "slurm-zephon.sh: cannot tell the ranks per node; give sbatch --ntasks-per-node or set ZEPHON_RANKS_PER_NODE" >&2; exit 2; }
+die() { echo "slurm-zephon.sh: $*" >&2; exit 2; }
+[[ $ZEPHON_NNODES =~ ^[0-9]{1,9}$ ]] && [ $((10#$ZEPHON_NNODES)) -ge 1 ] ||
+	die "SLURM_JOB_NUM_NODES=$ZEPHON_NNODES is not a number of nodes"
+nodes=$((10#$ZEPHON_NNODES))
+# DP ranks, not tasks: with tensor, pipeline or context parallelism the DP degree is below
+# the task count, and a mount of one rank per task would serve another stream
+if [ -n "${ZEPHON_DP_DEGREE:-}" ]; then
+	[[ $ZEPHON_DP_DEGREE =~ ^[0-9]{1,9}$ ]] && [ $((10#$ZEPHON_DP_DEGREE)) -ge 1 ] ||
+		die "ZEPHON_DP_DEGREE=$ZEPHON_DP_DEGREE: give the job's data-parallel degree, a number >= 1"
+	dp=$((10#$ZEPHON_DP_DEGREE))
+	per=${ZEPHON_DP_RANKS_PER_NODE:-}
+	if [ -z "$per" ]; then
+		[ $((dp % nodes)) = 0 ] ||
+			die "ZEPHON_DP_DEGREE=$dp is not a multiple of the job's $nodes nodes; set ZEPHON_DP_RANKS_PER_NODE"
+		per=$((dp / nodes))
+	fi
+	[[ $per =~ ^[0-9]{1,9}$ ]] && [ $((10#$per)) -ge 1 ] || die "ZEPHON_DP_RANKS_PER_NODE=$per is not a number >= 1"
+	per=$((10#$per))
+	[ $((per * nodes)) = "$dp" ] ||
+		die "ZEPHON_DP_RANKS_PER_NODE=$per x $nodes nodes is not ZEPHON_DP_DEGREE=$dp"
+	[ -z "$given_per_node" ] || [ "$((10#$given_per_node))" = "$per" ] ||
+		die "ZEPHON_RANKS_PER_NODE=$given_per_node contradicts ZEPHON_DP_DEGREE=$dp ($per DP ranks per node); unset it"
+	ZEPHON_RANKS_PER_NODE=$per
+else
+	[ -n "${ZEPHON_RANKS_PER_NODE:-}" ] || die "cannot tell the ranks per node; give sbatch --ntasks-per-node or set ZEPHON_RANKS_PER_NODE (or ZEPHON_DP_DEGREE)"
+	[[ $ZEPHON_RANKS_PER_NODE =~ ^[0-9]{1,9}$ ]] || die "ZEPHON_RANKS_PER_NODE=$ZEPHON_RANKS_PER_NODE is not a number"
+	per=$((10#$ZEPHON_RANKS_PER_NODE)) dp=$((nodes * 10#$ZEPHON_RANKS_PER_NODE))
+	echo "slurm-zephon.sh: ZEPHON_DP_DEGREE is not set: every task is a data-parallel rank (world_size=$dp); set it when tensor, pipeline or context parallelism is on" >&2
+fi
+export ZEPHON_RANKS_PER_NODE=$per ZEPHON_DP_DEGREE=$dp ZEPHON_DP_RANKS_PER_NODE=$per
 
 # one task on every node, sharing the allocation with the job's other steps
 per_node=(srun --overlap --nodes="$ZEPHON_NNODES" --ntasks="$ZEPHON_NNODES" --ntasks-per-node=1)
@@ -88,7 +129,7 @@ per_node=(srun --overlap --nodes="$ZEPHON_NNODES" --ntasks="$ZEPHON_NNODES" --nt
 # submitting shell's environment, where one may be left from an earlier job.
 ZEPHON_RESUME=$("$node_script" resume-point --allow-override)
 export ZEPHON_RESUME
-echo "slurm-zephon.sh: $ZEPHON_NNODES nodes x $ZEPHON_RANKS_PER_NODE ranks, resume=$ZEPHON_RESUME, mounts at $ZEPHON_MOUNT" >&2
+echo "slurm-zephon.sh: $ZEPHON_NNODES nodes x $ZEPHON_RANKS_PER_NODE ranks (data-parallel degree $dp), resume=$ZEPHON_RESUME, mounts at $ZEPHON_MOUNT" >&2
 
 mount_pid=
 cleanup() {

@@ -178,8 +178,10 @@ trap cleanup EXIT
 trap 'stop=143' TERM
 trap 'stop=130' INT
 
-"$node_script" mount        # on failure, set -e exits: nothing of ours is mounted
-mounted=1
+# on failure, set -e exits: nothing of ours is mounted; a live mount of this very
+# stream and layout (left by a crashed run) is reused, and not ours to unmount at the end
+how=$("$node_script" mount)
+[ "$how" = reused ] || mounted=1
 trap 'exit 143' TERM
 trap 'exit 130' INT
 [ -z "$stop" ] || exit "$stop"

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any, Iterable, Mapping, Sequence, Union
 
@@ -21,19 +22,25 @@ def format_options(options: Mapping[str, Any]) -> str:
     """``{"world_size": 4, "allow_other": True}`` as ``"world_size=4,allow_other"``.
 
     ``True`` gives a bare flag, ``False`` and ``None`` leave the key out; values must not
-    contain commas or white space (the mount's option syntax has no quoting).
+    contain commas or white space (the mount's option syntax has no quoting), except a
+    rank list: ``ranks=0,2`` (as ``zephon mount`` reads it, bare ranks after ``ranks=``
+    continue its list).
     """
     parts = []
     for k, v in options.items():
         if v is None or v is False:
             continue
         s = k if v is True else f"{k}={os.fspath(v) if isinstance(v, os.PathLike) else v}"
-        if "," in s or any(c.isspace() for c in s):
+        if k == "ranks" and _RANK_LIST.fullmatch(s[len("ranks="):]):
+            pass
+        elif "," in s or any(c.isspace() for c in s):
             raise ValueError(f"mount option {s!r} contains a comma or white space, which the "
                              "option syntax cannot carry; use another path or value")
         parts.append(s)
     return ",".join(parts)
 
+
+_RANK_LIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")
 
 Weights = Union[Mapping[str, float], Sequence[float], str]
 
@@ -132,12 +139,189 @@ def _fusermount_u(mp: str) -> None:
         subprocess.run(["fusermount3", "-uz", mp], stderr=subprocess.DEVNULL)
 
 
-class Mount:
-    """A live mount of a dataset or a mixture spec, served by a ``zephon mount -f`` child of
-    this process.
+def _status_within(mp: str, timeout: float) -> dict[str, Any] | None:
+    """``/status`` of the mount at mp, read in a thread: None when nothing is mounted or
+    its daemon is gone (ENOTCONN: ``zephon mount`` clears such a stale mount itself).
+    Raises ZephonError when the daemon does not answer within ``timeout`` seconds (a
+    stopped or hung daemon blocks every read; the reader thread is left to it)."""
+    out: dict[str, Any] = {}
 
-    Use it as a context manager (see :func:`mount`): leaving the block unmounts, also on an
-    exception. ``path`` is the mountpoint; ``status()`` reads ``/status``.
+    def read() -> None:
+        try:
+            out["status"] = read_status(mp)
+        except (OSError, ValueError) as e:
+            out["error"] = e
+
+    t = threading.Thread(target=read, name="zephon-status", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise ZephonError(f"{mp} is mounted but its daemon does not answer within "
+                          f"{timeout:g} s (stopped or hung?); unmount it with "
+                          f"fusermount3 -u {mp} (or -uz), then mount again")
+    if "status" in out:
+        return out["status"]
+    e = out["error"]
+    if isinstance(e, OSError) and e.errno in (errno.ENOENT, errno.ENOTCONN):
+        return None
+    raise ZephonError(f"cannot read {mp}/status to see what is mounted there: {e}; "
+                      f"unmount it with fusermount3 -u {mp} if it is a leftover")
+
+
+def parse_ranks(text: str) -> set[int]:
+    """``"0-2,5"`` -> {0, 1, 2, 5} (the syntax of ``ranks=`` and of ``/status``)."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _fraction(text: str) -> fractions.Fraction:
+    return fractions.Fraction(text.strip())
+
+
+def _split_options(text: str) -> dict[str, str]:
+    """An option string as :func:`format_options` writes it, back into a dict (a bare
+    rank after ``ranks=`` continues the rank list, as in ``zephon mount``)."""
+    out: dict[str, str] = {}
+    for part in text.split(",") if text else []:
+        k, eq, v = part.partition("=")
+        if not eq and "ranks" in out and re.fullmatch(r"[0-9]+(-[0-9]+)?", part):
+            out["ranks"] += "," + part
+        else:
+            out[k] = v if eq else ""
+    return out
+
+
+def _weights_ratio(weights: str, names: list[str]) -> list[fractions.Fraction] | None:
+    """A ``weights=`` text (by name or in order, decimals, fractions or integers) as
+    normalised shares in source order; None when it cannot be read (the mount says why)."""
+    try:
+        parts = weights.replace(",", "+").split("+")
+        if all(":" in p for p in parts):
+            by = {n: _fraction(w) for n, w in (p.split(":", 1) for p in parts)}
+            ws = [by.get(n, fractions.Fraction(0)) for n in names]
+            if set(by) - set(names):
+                return None
+        else:
+            ws = [_fraction(p) for p in parts]
+        total = sum(ws)
+        return [w / total for w in ws] if total else None
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
+                       status: Mapping[str, Any], *,
+                       fingerprint: str | None = None) -> list[str]:
+    """What makes the live mount whose ``/status`` is ``status`` another stream or layout
+    than a mount of ``dataset`` with ``options`` (a string as ``-o`` takes, or keywords as
+    :func:`mount` takes) would be: ``["seed 1 there, 5 asked", ...]``, empty when it is
+    the same. Compared: the dataset (path, and ``fingerprint`` when given), seed, shuffle,
+    world_size, global_batch, micro_batch, ranks, journal, epochs, format (when asked),
+    a mixture's weights (when asked), the validation split, and the start of an explicit
+    ``resume=samples:G[@S]`` or ``step:S``. Options that change neither the bytes nor who
+    reads them (prefetch, workers, sync, allow_other...) are not compared. Defaults are
+    ``zephon mount``'s."""
+    o = _split_options(options if isinstance(options, str) else format_options(options))
+    ds = os.path.realpath(os.fspath(dataset))
+    diffs: list[str] = []
+
+    def cmp(what: str, there: Any, asked: Any) -> None:
+        if there != asked:
+            diffs.append(f"{what} {there} there, {asked} asked")
+
+    def num(key: str, default: int) -> int | str:
+        try:
+            return int(o[key]) if key in o else default
+        except ValueError:
+            return o[key]
+
+    cmp("dataset", os.path.realpath(str(status.get("dataset"))), ds)
+    if fingerprint is not None:
+        cmp("fingerprint", status.get("fingerprint"), fingerprint)
+    w = num("world_size", 1)
+    b = num("global_batch", w if isinstance(w, int) else 0)
+    cmp("world_size", status.get("world_size"), w)
+    cmp("global_batch", status.get("global_batch"), b)
+    m = num("micro_batch", b // w if isinstance(b, int) and isinstance(w, int) and w else 0)
+    cmp("micro_batch", status.get("micro_batch"), m)
+    try:
+        asked_ranks = parse_ranks(o["ranks"]) if "ranks" in o else set(range(int(w)))
+        there_ranks = parse_ranks(str(status.get("ranks", "")))
+        if asked_ranks != there_ranks:
+            diffs.append(f"ranks {status.get('ranks')} there, "
+                         f"{format_ranks(asked_ranks) if asked_ranks else o.get('ranks')} asked")
+    except ValueError:
+        cmp("ranks", status.get("ranks"), o.get("ranks"))
+    cmp("seed", status.get("seed"), num("seed", 0))
+    cmp("shuffle", status.get("shuffle"), o.get("shuffle", "global"))
+    cmp("epochs", status.get("epochs"), num("epochs", 0))
+    if "format" in o:
+        cmp("format", status.get("format"), o["format"])
+    if "journal" in o:
+        journal = os.path.realpath(o["journal"])
+    elif os.path.isdir(ds):
+        journal = os.path.join(ds, "journal.sqlite")
+    else:
+        journal = (ds[:-5] if ds.endswith(".json") else ds) + ".journal.sqlite"
+    there = status.get("journal")
+    cmp("journal", os.path.realpath(there) if isinstance(there, str) and os.path.isabs(there)
+        else there, journal)
+    val = status.get("validation") or None
+    if "validation" in o or val:
+        try:
+            same = bool(val) and "validation" in o and \
+                _fraction(val["split"]) == _fraction(o["validation"])
+        except (ValueError, ZeroDivisionError, TypeError, KeyError):
+            same = False
+        if not same:
+            diffs.append(f"validation {val['split'] if val else 'none'} there, "
+                         f"{o.get('validation', 'none')} asked")
+    mix = status.get("mixture") or None
+    if "weights" in o:
+        if not mix:
+            diffs.append(f"no mixture there, weights {o['weights']} asked")
+        else:
+            names = [src.get("name") for src in mix.get("sources", [])]
+            there_w = _weights_ratio(str(mix.get("weights", "")), names)
+            if there_w is None or there_w != _weights_ratio(o["weights"], names):
+                diffs.append(f"weights {mix.get('weights')} ({'+'.join(map(str, names))}) "
+                             f"there, {o['weights']} asked")
+    resume = o.get("resume", "")
+    r = re.fullmatch(r"samples:([0-9]+)(?:@([0-9]+))?|step:([0-9]+)", resume)
+    if r:
+        if r.group(1) is not None:
+            cmp("start_samples", status.get("start_samples"), int(r.group(1)))
+        if (r.group(2) or r.group(3)) is not None:
+            cmp("start_step", status.get("start_step"), int(r.group(2) or r.group(3)))
+    return diffs
+
+
+def _fingerprint(exe: str, dataset: str) -> str | None:
+    """The fingerprint ``zephon info --json`` gives for dataset, or None when it cannot
+    tell (the mount attempt then says why)."""
+    p = subprocess.run([exe, "info", "--json", dataset], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL)
+    try:
+        return json.loads(p.stdout)["fingerprint"] if p.returncode == 0 else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class Mount:
+    """A mount of a dataset or a mixture spec at ``path``, for a ``with`` block (see
+    :func:`mount`).
+
+    :meth:`start` mounts it, served by a ``zephon mount -f`` child of this process, or
+    reuses a live mount found at the mountpoint when that one serves the same stream and
+    layout as asked (:func:`stream_differences`; ``reused`` is then True), and refuses
+    with :class:`ZephonError` when it does not. Leaving the block (or :meth:`stop`)
+    unmounts only a mount this object made; a reused one stays. A mount this object made
+    ends with this process however it ends (``kill -9`` included): the daemon watches a
+    pipe whose write end only this process holds (``watch_fd=``), and stops as on
+    SIGTERM (closing its journal) when the process is gone.
     """
 
     def __init__(self, dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = None,
@@ -146,25 +330,58 @@ class Mount:
                  **options: Any) -> None:
         self.dataset = os.path.abspath(os.fspath(dataset))
         self.path = os.path.abspath(os.fspath(mountpoint))
+        if options.get("journal") is not None:
+            # the daemon reads a relative path from this cwd; /status then names it
+            # absolutely, so that another process can compare it
+            options["journal"] = os.path.abspath(os.fspath(options["journal"]))
         self.options = format_options(_mixture_options(dict(options), weights, validation))
         self.timeout = timeout
+        self.reused = False
         self._exe = find_executable(zephon)
         self._proc: subprocess.Popen | None = None
         self._log: Any = None
+        self._watch_w: int | None = None
+
+    def _check_live(self, st: Mapping[str, Any]) -> None:
+        """Raise ZephonError unless the live mount whose /status is st is the one asked."""
+        diffs = stream_differences(self.dataset, self.options, st,
+                                   fingerprint=_fingerprint(self._exe, self.dataset))
+        if diffs:
+            raise ZephonError(
+                f"{self.path} is already mounted, with another stream or layout than asked: "
+                f"{'; '.join(diffs)} (there: {st.get('dataset')}; asked: {self.dataset} "
+                f"-o {self.options}). If it is a leftover of an earlier run, unmount it "
+                f"(fusermount3 -u {self.path}) and mount again; if it is in use, mount at "
+                "another mountpoint")
 
     def start(self) -> "Mount":
-        """Mount, and return once ``/status`` answers. Raises :class:`ZephonError` with
-        zephon's message when the mount fails or does not answer within ``timeout``."""
-        if self._proc is not None:
+        """Mount, and return once ``/status`` answers; or reuse a live mount of the same
+        stream and layout at the mountpoint. Raises :class:`ZephonError` with zephon's
+        message when the mount fails or does not answer within ``timeout``, and naming
+        both sides when another stream or layout is mounted there."""
+        if self._proc is not None or self.reused:
             raise ZephonError(f"{self.path} is already mounted by this object")
-        if not _is_mounted(self.path):
+        if _is_mounted(self.path):
+            st = _status_within(self.path, min(self.timeout, 5.0))
+            if st is not None:
+                self._check_live(st)
+                self.reused = True
+                return self
+        else:
             os.makedirs(self.path, exist_ok=True)
-        cmd = [self._exe, "mount", self.dataset, self.path, "-f"]
-        if self.options:
-            cmd += ["-o", self.options]
+        watch_r, self._watch_w = os.pipe()     # both close-on-exec; the child gets watch_r
+        opts = f"{self.options},watch_fd={watch_r}" if self.options else f"watch_fd={watch_r}"
+        cmd = [self._exe, "mount", self.dataset, self.path, "-f", "-o", opts]
         self._log = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=self._log, start_new_session=True)
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                          stderr=self._log, start_new_session=True,
+                                          pass_fds=(watch_r,))
+        except BaseException:
+            self._close_watch()
+            raise
+        finally:
+            os.close(watch_r)
         deadline = time.monotonic() + self.timeout
         delay = 0.001   # a mount is live within milliseconds: poll fast first, then back off
         while True:
@@ -172,11 +389,20 @@ class Mount:
             if rc is not None:
                 msg = self.log().strip() or f"zephon exited with status {rc}"
                 self._proc = None
+                self._close_watch()
+                if "is already mounted" in msg:
+                    # another process mounted it meanwhile: the same rule as above
+                    st = _status_within(self.path, min(self.timeout, 5.0))
+                    if st is not None:
+                        self._check_live(st)
+                        self.reused = True
+                        return self
                 raise ZephonError(f"cannot mount {self.dataset} at {self.path}: {msg}")
             try:
-                st = read_status(self.path)
-                if st.get("dataset") == self.dataset or os.path.realpath(
-                        st.get("dataset", "")) == os.path.realpath(self.dataset):
+                # ours only while our daemon lives: a mount someone else made meanwhile
+                # answers too, and our daemon then exits with "already mounted"
+                if not stream_differences(self.dataset, self.options, read_status(self.path)) \
+                        and self._proc.poll() is None:
                     return self
             except (OSError, ValueError):
                 pass
@@ -187,9 +413,15 @@ class Mount:
             time.sleep(delay)
             delay = min(delay * 1.5, 0.02)
 
+    def _close_watch(self) -> None:
+        if self._watch_w is not None:
+            os.close(self._watch_w)
+            self._watch_w = None
+
     @property
     def pid(self) -> int | None:
-        """The pid of the mount's daemon (``zephon mount -f``), or None when not started."""
+        """The pid of the mount's daemon (``zephon mount -f``), or None when not started
+        or reused."""
         return self._proc.pid if self._proc is not None else None
 
     def log(self) -> str:
@@ -204,22 +436,25 @@ class Mount:
         return read_status(self.path)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Unmount and wait for the daemon to exit (it closes its journal first). Safe to
-        call twice."""
+        """Unmount a mount this object made and wait for its daemon to exit (it closes its
+        journal first). A reused mount is left alone. Safe to call twice."""
         p, self._proc = self._proc, None
+        self.reused = False
         if p is None:
             return
-        _fusermount_u(self.path)
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        if p.poll() is None:        # a daemon that exited unmounted nothing of ours
             _fusermount_u(self.path)
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                _fusermount_u(self.path)
+        self._close_watch()
 
     def __enter__(self) -> "Mount":
         """Mount (unless :meth:`start` already did) and return self."""
-        return self if self._proc is not None else self.start()
+        return self if self._proc is not None or self.reused else self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
@@ -247,28 +482,67 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
     when it ends, also on an exception. A failed mount raises :class:`ZephonError` with
     zephon's reason (an unknown source name in ``weights``, a ``validation`` out of range,
     another mixture's journal...).
+
+    A mount already live at ``mountpoint`` is reused only when it serves the stream and
+    layout asked (:func:`stream_differences`), and then left mounted after the block;
+    another one raises :class:`ZephonError` naming both sides. The mount made here ends
+    with this process however it ends (``kill -9`` too; see :class:`Mount`).
     """
     return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, weights=weights,
                  validation=validation, **options)
 
 
 class _Waiter:
-    """node_mount's object for the processes that did not mount: nothing to undo."""
+    """node_mount's object for the processes that did not mount: it holds a write end of
+    the mount's watch pipe (when local rank 0 made the mount) so that the mount lives
+    while this process does; nothing to unmount."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, watch: int | None = None) -> None:
         self.path = path
+        self._watch = watch
 
     def status(self) -> dict[str, Any]:
         return read_status(self.path)
 
     def stop(self) -> None:
-        pass
+        """Let go of the mount (it stays for the others; local rank 0 unmounts it)."""
+        if self._watch is not None:
+            os.close(self._watch)
+            self._watch = None
 
     def __enter__(self) -> "_Waiter":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        pass
+        self.stop()
+
+
+def _share_watch(lock: Any, m: Mount) -> None:
+    """Publish, in node_mount's lock file, how the other local ranks join the mount's
+    watch pipe: ``PID FD INODE`` of the write end local rank 0 holds (nothing for a
+    reused mount, which no rank of this job made)."""
+    lock.seek(0)
+    lock.truncate()
+    if m._watch_w is not None:
+        lock.write(f"{os.getpid()} {m._watch_w} {os.fstat(m._watch_w).st_ino}\n")
+    lock.flush()
+
+
+def _join_watch(lock_path: str) -> int | None:
+    """A write end of the watch pipe local rank 0 published (see _share_watch), opened
+    through /proc, or None when there is none to join (a reused mount, rank 0 gone)."""
+    try:
+        with open(lock_path) as f:
+            # rank 0 writes the line before it lets go of the lock: a mount answers earlier
+            fcntl.flock(f, fcntl.LOCK_SH)
+            pid, fd, ino = (int(x) for x in f.read().split())
+        w = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    if os.fstat(w).st_ino != ino:       # a stale line: that pid and fd are something else
+        os.close(w)
+        return None
+    return w
 
 
 def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
@@ -281,15 +555,26 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
 
     ``dp_degree`` is the data-parallel degree of the job (the mount's ``world_size``; not
     the process count when tensor, pipeline or context parallelism is on) and ``dp_ranks``
-    the DP ranks whose processes run on this node. The process with ``local_rank`` 0
-    (default: the ``LOCAL_RANK`` environment variable, as torchrun sets it) mounts, holding
-    the lock file ``MOUNTPOINT.lock`` meanwhile; the others wait, up to ``timeout`` seconds,
-    until ``/status`` answers with this dataset, DP degree and ranks. Returns a context
-    manager; leaving it unmounts in the mounting process only, so leave it after a barrier
-    (``torch.distributed.barrier()``) when other processes still read. ``dataset`` may be a
-    mixture spec file; ``weights`` and ``validation`` are as for :func:`mount`. Other
-    keywords are mount options (``global_batch``, ``micro_batch``, ``seed``, ``journal``,
-    ``resume``...).
+    every DP rank whose processes run on this node (the same list on each of them; any
+    set ``ranks=`` takes, e.g. ``range(8)`` or ``[0, 2]``). The process with
+    ``local_rank`` 0 (default: the ``LOCAL_RANK`` environment variable, as torchrun sets
+    it) mounts, holding the lock file ``MOUNTPOINT.lock`` meanwhile; the others wait, up
+    to ``timeout`` seconds, until ``/status`` answers with this stream and layout. A live
+    mount found at the mountpoint is reused only when it is this stream and layout
+    (:func:`stream_differences`), else local rank 0 raises :class:`ZephonError` (the others
+    time out naming what they see). Returns a context manager; leaving it unmounts in the
+    mounting process only (and only a mount it made), so leave it after a barrier
+    (``torch.distributed.barrier()``) when other processes still read.
+
+    Lifecycle: a mount local rank 0 made lives while any local rank that joined it lives
+    (each holds a write end of the daemon's ``watch_fd`` pipe), or until rank 0 leaves
+    the block: so a rank killed with ``kill -9`` leaves no mount behind once its peers are
+    gone too (torchrun ends them), and the peers of a crashed rank 0 do not lose their
+    files while they save or shut down.
+
+    ``dataset`` may be a mixture spec file; ``weights`` and ``validation`` are as for
+    :func:`mount`. Other keywords are mount options (``global_batch``, ``micro_batch``,
+    ``seed``, ``journal``, ``resume``...).
     """
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -299,31 +584,29 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
             raise ValueError(f"node_mount sets {k}= itself (from dp_degree and dp_ranks); "
                              "do not pass it")
     mp = os.path.abspath(os.fspath(mountpoint))
+    m = Mount(dataset, mp, zephon=zephon, timeout=timeout, world_size=dp_degree,
+              ranks=ranks, weights=weights, validation=validation, **options)
     if local_rank == 0:
         os.makedirs(os.path.dirname(mp), exist_ok=True)
-        lock = open(mp + ".lock", "a")
-        try:
+        with open(mp + ".lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            m = Mount(dataset, mp, zephon=zephon, timeout=timeout, world_size=dp_degree,
-                      ranks=ranks, weights=weights, validation=validation, **options)
-            return m.start()
-        finally:
-            lock.close()
-    want = (os.path.realpath(os.fspath(dataset)), int(dp_degree), ranks)
+            m.start()
+            _share_watch(lock, m)
+            return m
     deadline = time.monotonic() + timeout
     seen = "nothing answered"
     while True:
         try:
-            st = read_status(mp)
-            got = (os.path.realpath(st["dataset"]), int(st["world_size"]), st["ranks"])
-            if got == want:
-                return _Waiter(mp)
-            seen = f"a mount of {got[0]} for world_size {got[1]}, ranks {got[2]}"
-        except (OSError, ValueError, KeyError) as e:
+            diffs = stream_differences(m.dataset, m.options, read_status(mp))
+            if not diffs:
+                return _Waiter(mp, _join_watch(mp + ".lock"))
+            seen = "a mount of another stream or layout: " + "; ".join(diffs)
+        except (OSError, ValueError) as e:
             if isinstance(e, OSError) and e.errno not in (errno.ENOENT, errno.ENOTCONN):
                 seen = f"{e}"
         if time.monotonic() > deadline:
-            raise ZephonError(f"no mount of {want[0]} for world_size {want[1]}, ranks {want[2]} "
-                              f"answered at {mp} within {timeout:g} s ({seen}); is local rank 0 "
-                              "mounting it (see its error)?")
+            raise ZephonError(f"no mount of {m.dataset} -o {m.options} answered at {mp} within "
+                              f"{timeout:g} s ({seen}); is local rank 0 mounting it (see its "
+                              "error)? dp_ranks must be every DP rank of this node, the same "
+                              "list in each of its processes")
         time.sleep(0.05)

@@ -42,6 +42,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from .mount import parse_ranks
+
 STATE_VERSION = 1
 
 _DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "int32": np.int32}
@@ -57,14 +59,6 @@ def split_inputs_labels(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
         raise ValueError(f"windows of {batch.shape[-1]} tokens cannot be split into inputs "
                          "and labels; pack with --seq-len 2 or more")
     return batch[..., :-1], batch[..., 1:]
-
-
-def _parse_ranks(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out.extend(range(int(a), int(b or a) + 1))
-    return out
 
 
 class _TokenMount:
@@ -114,12 +108,12 @@ class _TokenMount:
         self.dp_rank = int(dp_rank)
         self.dp_world_size = int(dp_world_size)
         world = int(st["world_size"])
-        served = _parse_ranks(st["ranks"])
+        served = parse_ranks(st["ranks"])
         if self.dp_world_size != world:
             raise ValueError(f"the mount at {self.mount} serves world_size={world} but the "
                              f"trainer's data-parallel degree is {self.dp_world_size}; mount "
                              f"with world_size={self.dp_world_size} (the DP degree, not the "
-                             "process count: torchrun-zephon.sh --dp-degree)")
+                             "process count; with torchrun-zephon.sh set ZEPHON_DP_DEGREE)")
         if not 0 <= self.dp_rank < world or self.dp_rank not in served:
             raise ValueError(f"dp_rank {self.dp_rank} is not served by the mount at "
                              f"{self.mount} (ranks={st['ranks']}); mount this node's DP ranks")

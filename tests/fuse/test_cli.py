@@ -38,3 +38,14 @@ def test_batch_names_what_is_wrong_with_a_number(tmp_path):
     assert p.returncode == 2, p.stderr
     assert ("batch: --rank wants a non-negative whole number, not '0 ': it ends with a "
             "space; remove it") in p.stderr, p.stderr
+
+
+def test_batch_refuses_watch_fd(tmp_path):
+    """watch_fd= ties a mount to its launcher; zephon batch serves no mount and says so."""
+    from conftest import pack, write_jsonl
+    write_jsonl(tmp_path / 'in.jsonl', 10)
+    ds = pack(tmp_path / 'ds', [tmp_path / 'in.jsonl'])
+    p = run('batch', ds, '-o', 'world_size=1,watch_fd=0', '--rank', '0', '--step', '0',
+            check=False)
+    assert p.returncode == 2, p.stderr
+    assert "watch_fd= is a mount's option; zephon batch serves no mount" in p.stderr, p.stderr

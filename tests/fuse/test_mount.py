@@ -570,6 +570,8 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('bogus_option=1', "unknown mount option 'bogus_option=1'"),
     ('max_read=4096', "unknown mount option 'max_read=4096'"),
     ('world_size=2,ranks=', 'ranks= needs a list'),
+    ('watch_fd=999', 'watch_fd=999 is not an open file descriptor of this process'),
+    ('watch_fd=x', 'watch_fd=x is not a non-negative whole number'),
     # micro-batches that cannot fit in memory: refused here, not by ENOMEM at every open
     ('global_batch=100000000000', 'micro-batches of 100000000000 samples need about'),
     ('world_size=4,global_batch=400000000000,ranks=1-2,prefetch=6',
@@ -589,6 +591,35 @@ def test_invalid_options_exit_2_before_mounting(records, tmp_path, opts, msg):
 
 
 # ---------------------------------------------------------------- operation
+
+def test_watch_fd_ends_a_daemonized_mount_with_its_launcher(records, tmp_path):
+    """-o watch_fd=N, daemonized: the mount serves while a write end of the pipe is open
+    anywhere, and stops cleanly (journal closed, -wal gone) once the last one closes, as a
+    launcher's death closes it."""
+    ds, _ = records
+    mp, j = tmp_path / 'mp', tmp_path / 'j.sqlite'
+    mp.mkdir()
+    r, w = os.pipe()
+    try:
+        p = subprocess.run([ZEPHON, 'mount', str(ds), str(mp), '-o',
+                            'world_size=1,journal=%s,watch_fd=%d' % (j, r)], pass_fds=(r,),
+                           stderr=subprocess.PIPE, timeout=30)
+        assert p.returncode == 0, p.stderr
+        os.close(r)
+        assert read_all(mp / 'rank' / '0' / 'next') and mounted(mp)
+        os.close(w)
+        w = None
+        deadline = time.monotonic() + 20
+        while mounted(mp) or os.path.exists(str(j) + '-wal'):
+            assert time.monotonic() < deadline, 'the mount outlived its watch pipe'
+            time.sleep(0.05)
+    finally:
+        if w is not None:
+            os.close(w)
+        if mounted(mp):
+            unmount(mp)
+    assert run('journal', 'resume-point', j).stdout.decode().strip() == 'samples:1@1'
+
 
 def test_daemonizes_and_fstab_form(records, tmp_path):
     ds, _ = records

@@ -245,7 +245,7 @@ def test_slurm_job_script_with_srun(ds, tmp_path):
     out = tmp_path / 'job1'
     out.mkdir()
     rc, _, err = sh([SLURM, 'srun', PY, READER, out, 3], env)
-    assert '2 nodes x 2 ranks, resume=samples:0@0' in err, err
+    assert '2 nodes x 2 ranks (data-parallel degree 4), resume=samples:0@0' in err, err
     assert not mounts_under(tmp_path), err
     check_claims(d, ref, claims_of(out), (0, 0, 4, 8, 2), 12)
 
@@ -255,7 +255,7 @@ def test_slurm_job_script_with_srun(ds, tmp_path):
     out = tmp_path / 'job2'
     out.mkdir()
     rc, _, err = sh([SLURM, 'srun', PY, READER, out, 4], env)
-    assert '1 nodes x 2 ranks, resume=samples:24@3' in err, err
+    assert '1 nodes x 2 ranks (data-parallel degree 2), resume=samples:24@3' in err, err
     check_claims(d, ref, claims_of(out), (3, 24, 2, 4, 1), 8)
 
     # a worker crashes: the job fails with its status, and no mount is left behind
@@ -1007,4 +1007,147 @@ def test_torchrun_script_mounts_the_dp_degree(ds, tmp_path):
                         dict(env, ZEPHON_DP_DEGREE=dp, ZEPHON_RESUME='samples:0@0', **extra),
                         check=False)
         assert rc == 2 and why in err, (dp, err)
+    assert not mounts_under(tmp_path)
+
+
+def test_node_umount_returns_once_the_journal_is_closed(ds, tmp_path):
+    """`zephon-node umount` returns only when the daemon has closed its journal: a file of
+    the mount held open makes fusermount3 -u fail and the lazy unmount keep the daemon
+    serving it; umount waits (the -wal still there) until the file is closed, then
+    returns with no -wal and no daemon left. With ZEPHON_UMOUNT_TIMEOUT it gives up
+    saying why."""
+    d, _ = ds
+    env = one_node_env(tmp_path, 'um', d, ZEPHON_RESUME='samples:0@0')
+    journal = pathlib.Path(env['ZEPHON_JOURNAL_DIR']) / 'node-0.sqlite'
+    wal = pathlib.Path(str(journal) + '-wal')
+    for timeout in ('1', None):
+        sh([NODE, 'mount'], env)
+        mp = node_mp(env)
+        daemons = zephon_daemons(mp)
+        assert len(daemons) == 1
+        held = open(mp / 'rank' / '0' / 'next', 'rb')
+        try:
+            held.read()
+            e = dict(env, ZEPHON_UMOUNT_TIMEOUT=timeout) if timeout else env
+            p = subprocess.Popen([str(NODE), 'umount'], env=strenv(e), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            if timeout:
+                _, err = p.communicate(timeout=60)
+                assert p.returncode == 1 and 'has not closed the journal' in err, err
+            else:
+                with pytest.raises(subprocess.TimeoutExpired):
+                    p.wait(timeout=1.5)
+                assert wal.exists() and running(daemons[0])
+        finally:
+            held.close()
+        if timeout:
+            end_daemons(daemons)
+            continue
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert not wal.exists() and not running(daemons[0])
+        assert not mounted(mp)
+
+
+def test_slurm_script_mounts_the_dp_degree(ds, tmp_path):
+    """2 nodes x 4 tasks with ZEPHON_DP_DEGREE=4 (e.g. tensor parallelism 2): each node's
+    mount serves 2 DP ranks of world_size 4, not 4 of 8; the step gets the DP degree and
+    ranks per node. A degree that does not tile the nodes, or a ZEPHON_RANKS_PER_NODE that
+    contradicts it, is refused before anything is mounted."""
+    d, _ = ds
+    job = dict(SLURM_JOB_ID=21, SLURM_JOB_NUM_NODES=2, SLURM_NNODES=2, SLURM_NTASKS_PER_NODE=4,
+               SLURM_NTASKS=8, SLURM_NODEID=0, SLURM_PROCID=0, SLURM_LOCALID=0)
+    env = base_env(tmp_path, 'tp', ZEPHON_DATASET=d, ZEPHON_DP_DEGREE=4,
+                   ZEPHON_OPTIONS='global_batch=8,seed=%d' % SEED, **job)
+    step = tmp_path / 'step.sh'         # the job's step: records both nodes' mounts
+    step.write_text('#!/bin/bash\nfor n in 0 1; do cat "${ZEPHON_MOUNT//%%n/$n}/status" > '
+                    '"%s/status-$n.json"; done\necho "$ZEPHON_DP_DEGREE $ZEPHON_DP_RANKS_PER_NODE"'
+                    ' > "%s/dp"\n' % (tmp_path, tmp_path))
+    step.chmod(0o755)
+    rc, _, err = sh([SLURM, step], env)
+    assert '2 nodes x 2 ranks (data-parallel degree 4)' in err, err
+    for n, ranks in ((0, '0-1'), (1, '2-3')):
+        st = json.loads((tmp_path / ('status-%d.json' % n)).read_text())
+        assert (st['world_size'], st['ranks'], st['global_batch']) == (4, ranks, 8), st
+    assert (tmp_path / 'dp').read_text().split() == ['4', '2']
+    assert not mounts_under(tmp_path)
+    for extra, why in (({'ZEPHON_DP_DEGREE': 3}, 'ZEPHON_DP_DEGREE=3 is not a multiple of the job\'s 2 nodes'),
+                       ({'ZEPHON_DP_DEGREE': 'x'}, 'ZEPHON_DP_DEGREE=x: give the job'),
+                       ({'ZEPHON_RANKS_PER_NODE': 4}, 'ZEPHON_RANKS_PER_NODE=4 contradicts ZEPHON_DP_DEGREE=4'),
+                       ({'ZEPHON_DP_RANKS_PER_NODE': 3}, 'ZEPHON_DP_RANKS_PER_NODE=3 x 2 nodes is not')):
+        rc, _, err = sh([SLURM, step], dict(env, **extra), check=False)
+        assert rc == 2 and why in err, (extra, err)
+    assert not mounts_under(tmp_path)
+
+
+def test_launchers_reuse_only_this_nodes_own_stream(ds, tmp_path):
+    """A live mount at ZEPHON_MOUNT (a crashed run's leftover) of node 0 of 2: zephon-node
+    mount reuses it when it is this node's very stream and layout (prints "reused";
+    torchrun-zephon.sh then leaves it mounted at its end), refuses it naming both sides
+    when any of it differs, and a foreground mount (slurm-zephon.sh's) never reuses it.
+    On one node torchrun-zephon.sh stops earlier: the resume point cannot be read from a
+    journal a live mount holds."""
+    d, _ = ds
+    env = base_env(tmp_path, 'reuse', ZEPHON_DATASET=d, ZEPHON_NNODES=2, ZEPHON_NODE=0,
+                   ZEPHON_RANKS_PER_NODE=2, ZEPHON_RESUME='samples:0@0',
+                   ZEPHON_OPTIONS='global_batch=4,micro_batch=1,seed=%d' % SEED)
+    mp = node_mp(env)
+    journal = pathlib.Path(env['ZEPHON_JOURNAL_DIR']) / 'node-0.sqlite'
+    copy = tmp_path / 'copy'
+    shutil.copytree(d, copy)
+    sh([NODE, 'mount'], env)
+    try:
+        rc, out, err = sh([NODE, 'mount'], env)
+        assert out.strip() == 'reused' and 'reusing the live mount' in err, (out, err)
+        rc, _, err = sh([TORCHRUN, '--nnodes=2', '--node_rank=0', '--nproc_per_node=2',
+                         'x.py'], dict(env, ZEPHON_TORCHRUN='true'))
+        assert 'reusing the live mount' in err, err
+        assert mounted(mp) and status(mp)['seed'] == SEED       # not unmounted
+        for change, part in (
+                (dict(ZEPHON_OPTIONS='global_batch=4,micro_batch=1,seed=%d' % (SEED + 1)),
+                 'seed %d there, %d asked' % (SEED, SEED + 1)),
+                (dict(ZEPHON_OPTIONS='global_batch=8,micro_batch=1,seed=%d' % SEED),
+                 'global_batch 4 there, 8 asked'),
+                (dict(ZEPHON_OPTIONS='global_batch=8,seed=%d' % SEED),
+                 'micro_batch 1 there, 2 asked'),
+                (dict(ZEPHON_RANKS_PER_NODE=1), 'world_size 4 there, 2 asked'),
+                (dict(ZEPHON_NODE=1), 'ranks 0-1 there, 2-3 asked; journal %s there, %s asked'
+                 % (journal, journal.parent / 'node-1.sqlite')),
+                (dict(ZEPHON_RESUME='samples:4@1'), 'start_samples 0 there, 4 asked'),
+                (dict(ZEPHON_DATASET=str(copy)), 'dataset %s there, %s asked' % (d, copy))):
+            if 'ZEPHON_NODE' in change:
+                change['ZEPHON_MOUNT'] = str(mp)
+            rc, out, err = sh([NODE, 'mount'], dict(env, **change), check=False)
+            assert rc != 0 and part in err, (change, err)
+            assert out == ''
+            assert 'fusermount3 -u %s' % mp in err, err
+        rc, _, err = sh([NODE, 'mount', '-f'], env, check=False)
+        assert rc == 1 and 'a foreground mount cannot reuse it' in err, err
+        one = dict(env, ZEPHON_NNODES=1, ZEPHON_TORCHRUN='true', ZEPHON_MOUNT=str(mp),
+                   ZEPHON_JOURNAL_DIR=env['ZEPHON_JOURNAL_DIR'])
+        one.pop('ZEPHON_RESUME')
+        rc, _, err = sh([TORCHRUN, '--standalone', '--nproc_per_node=2', 'x.py'], one,
+                        check=False)
+        assert rc != 0, err
+        assert mounted(mp) and status(mp)['seed'] == SEED
+    finally:
+        node_umount(env, mp)
+    assert not mounts_under(tmp_path)
+
+
+def test_wait_refuses_a_mount_of_another_layout(ds, tmp_path):
+    """`zephon-node wait` (what slurm-zephon.sh runs before the job's step) takes a mount
+    for this node's only when it is its stream and layout: a leftover with this node's
+    journal but another global batch is refused, naming both."""
+    d, _ = ds
+    env = one_node_env(tmp_path, 'wl', d, ZEPHON_RESUME='samples:0@0')
+    mp = node_mp(env)
+    sh([NODE, 'mount'], env)
+    try:
+        sh([NODE, 'wait'], env)
+        rc, _, err = sh([NODE, 'wait'], dict(env, ZEPHON_OPTIONS='global_batch=8,seed=%d' % SEED),
+                        check=False)
+        assert rc == 1 and 'global_batch 4 there, 8 asked' in err, err
+    finally:
+        node_umount(env, mp)
     assert not mounts_under(tmp_path)

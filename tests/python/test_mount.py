@@ -2,9 +2,11 @@
 an exception), zephon's reason on a failed mount; one process per node mounts, the others
 wait for it."""
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -88,3 +90,190 @@ def test_node_mount_one_mounts_the_others_wait(tokens, tmp_path):
         zephon.node_mount(tokens, mp, local_rank=1, **dict(kw, timeout=0.3))
     with pytest.raises(ValueError, match='sets world_size= itself'):
         zephon.node_mount(tokens, mp, local_rank=0, world_size=4, **kw)
+
+
+# --- A mount is never silently someone else's (issue 24, part 1) ---------------------
+
+def zmount_cli(ds, mp, options):
+    """A mount made by the CLI (daemonized), as a leftover of another run would be."""
+    os.makedirs(mp, exist_ok=True)
+    subprocess.run([ZEPHON, 'mount', str(ds), str(mp), '-o', options], check=True,
+                   stderr=subprocess.PIPE)
+
+
+def fusermount_u(mp):
+    if is_mounted(mp):
+        subprocess.run(['fusermount3', '-u', str(mp)], check=True)
+
+
+def wait_until(pred, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_live_mount_of_another_stream_is_refused_and_left_alone(tokens, tmp_path):
+    """The issue's repro: a mount of world_size 1, seed 1, journal j1 is live; asking for
+    world_size 2, seed 5, journal j2 there raises, naming both sides and what to do, and
+    leaves the live mount as it was."""
+    mp, j1, j2 = tmp_path / 'mnt', tmp_path / 'j1.sqlite', tmp_path / 'j2.sqlite'
+    zmount_cli(tokens, mp, 'world_size=1,seed=1,journal=%s' % j1)
+    try:
+        with pytest.raises(zephon.ZephonError) as e:
+            with zephon.mount(tokens, mp, world_size=2, seed=5, journal=j2):
+                pass
+        msg = str(e.value)
+        for part in ('world_size 1 there, 2 asked', 'seed 1 there, 5 asked',
+                     'journal %s there, %s asked' % (j1, j2), 'fusermount3 -u %s' % mp,
+                     'another mountpoint'):
+            assert part in msg, msg
+        assert not j2.exists()
+        st = zephon.read_status(mp)          # still there, still the same
+        assert (st['world_size'], st['seed'], st['journal']) == (1, 1, str(j1))
+        # each compared key on its own
+        for kw, part in [(dict(global_batch=2), 'global_batch 1 there, 2 asked'),
+                         (dict(micro_batch=2, global_batch=2), 'global_batch 1 there'),
+                         (dict(shuffle='none'), 'shuffle global there, none asked'),
+                         (dict(epochs=2), 'epochs 0 there, 2 asked'),
+                         (dict(validation=0.1), 'validation none there, 0.1 asked'),
+                         (dict(weights=[1]), 'no mixture there'),
+                         (dict(resume='samples:8@8'), 'start_samples 0 there, 8 asked')]:
+            opts = dict(dict(world_size=1, seed=1, journal=j1), **kw)
+            with pytest.raises(zephon.ZephonError, match=part.replace('(', r'\(')):
+                zephon.mount(tokens, mp, **opts).start()
+        other = tmp_path / 'other'
+        shutil.copytree(tokens, other)          # the same bytes under another path
+        with pytest.raises(zephon.ZephonError, match='dataset .* there, .*other asked'):
+            zephon.mount(other, mp, world_size=1, seed=1, journal=j1).start()
+    finally:
+        fusermount_u(mp)
+
+
+def test_the_same_stream_is_reused_and_not_unmounted(tokens, tmp_path):
+    """A leftover mount of the very stream asked (a restarted run) is reused; leaving the
+    block does not unmount it, since the block did not make it."""
+    mp, j1 = tmp_path / 'mnt', tmp_path / 'j1.sqlite'
+    zmount_cli(tokens, mp, 'world_size=2,global_batch=4,micro_batch=1,ranks=0,1,seed=1,'
+               'journal=%s,prefetch=1' % j1)
+    try:
+        # the same stream, written differently: defaults, a relative journal, ranks as a list
+        os.chdir(tmp_path)
+        with zephon.mount(tokens, mp, world_size=2, global_batch=4, micro_batch=1, seed=1,
+                          journal='j1.sqlite') as m:
+            assert m.reused and m.pid is None
+            assert m.status()['journal'] == str(j1)
+        assert is_mounted(mp) and zephon.read_status(mp)['seed'] == 1
+        with zephon.node_mount(tokens, mp, local_rank=0, dp_degree=2, dp_ranks=[1, 0],
+                               global_batch=4, micro_batch=1, seed=1, journal=j1) as m:
+            assert m.reused
+        assert is_mounted(mp)
+    finally:
+        fusermount_u(mp)
+
+
+def test_the_daemons_error_is_not_lost(tokens, tmp_path):
+    """A mount refused for a reason of its own (here: another dataset's journal) raises
+    with the daemon's message, also while nothing else is mounted."""
+    mp, j = tmp_path / 'mnt', tmp_path / 'j.sqlite'
+    with zephon.mount(tokens, mp, world_size=1, seed=1, journal=j):
+        pass
+    with pytest.raises(zephon.ZephonError, match='cannot mount .*seed'):
+        with zephon.mount(tokens, mp, world_size=1, seed=2, journal=j):
+            pass
+    assert not is_mounted(mp)
+
+
+LINGER = r'''
+import sys, time, zephon
+m = zephon.mount(sys.argv[1], sys.argv[2], world_size=1, seed=1, journal=sys.argv[3]).start()
+print(m.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open('/proc/%d/stat' % pid) as f:          # a zombie is gone for our purpose
+        return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+
+
+def test_a_mount_ends_with_the_process_that_made_it_on_kill_9(tokens, tmp_path):
+    """kill -9 of the process that called zephon.mount: the daemon sees its watch pipe hang
+    up, unmounts, closes its journal (no -wal left) and exits."""
+    mp, j = tmp_path / 'mnt', tmp_path / 'j.sqlite'
+    p = subprocess.Popen([sys.executable, '-c', LINGER, str(tokens), str(mp), str(j)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        daemon = int(p.stdout.readline())
+        assert is_mounted(mp) and pid_alive(daemon)
+        with open(mp / 'rank' / '0' / 'next', 'rb') as f:
+            f.read()
+        p.kill()
+        p.wait()
+        wait_until(lambda: not is_mounted(mp) and not pid_alive(daemon),
+                   'the mount outlived the process that made it')
+        assert not os.path.exists(str(j) + '-wal')
+        # the journal kept the batch read: the next mount starts after it
+        with zephon.mount(tokens, mp, world_size=1, seed=1, journal=j) as m:
+            assert m.status()['start_samples'] == 1
+    finally:
+        p.kill()
+        fusermount_u(mp)
+
+
+NODE_RANK0 = r'''
+import sys, time, zephon
+m = zephon.node_mount(sys.argv[1], sys.argv[2], local_rank=0, dp_degree=3, dp_ranks=[0, 2],
+                      global_batch=6, seed=1, journal=sys.argv[3])
+print(m.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def test_node_mount_lives_while_a_local_rank_uses_it(tokens, tmp_path):
+    """dp_ranks=[0, 2] (ranks=0,2 as the CLI takes it). Local rank 0 is killed with -9
+    while local rank 1 still holds the mount: it keeps serving rank 1; once rank 1 lets go,
+    it ends."""
+    mp, j = tmp_path / 'node', tmp_path / 'j.sqlite'
+    p = subprocess.Popen([sys.executable, '-c', NODE_RANK0, str(tokens), str(mp), str(j)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        w = zephon.node_mount(tokens, mp, local_rank=1, dp_degree=3, dp_ranks=[0, 2],
+                              global_batch=6, seed=1, journal=j, timeout=60)
+        daemon = int(p.stdout.readline())
+        assert w.status()['ranks'] == '0,2'
+        p.kill()
+        p.wait()
+        time.sleep(0.5)
+        assert is_mounted(mp) and pid_alive(daemon)
+        with open(mp / 'rank' / '2' / 'next', 'rb') as f:
+            assert f.read()[:6] == b'\x93NUMPY'
+        w.stop()
+        wait_until(lambda: not is_mounted(mp) and not pid_alive(daemon),
+                   'the mount outlived every local rank')
+        assert not os.path.exists(str(j) + '-wal')
+    finally:
+        p.kill()
+        fusermount_u(mp)
+
+
+def test_stream_differences_of_a_mixture(tmp_path):
+    """weights and validation compare by value (0.5+0.5 is 1:1 is web:1+code:1)."""
+    from zephon.mount import format_options, stream_differences
+    st = {'dataset': str(tmp_path / 'mix.json'), 'world_size': 1, 'global_batch': 1,
+          'micro_batch': 1, 'ranks': '0', 'seed': 0, 'shuffle': 'global', 'epochs': 0,
+          'journal': str(tmp_path / 'mix.journal.sqlite'),
+          'validation': {'split': '1/100', 'samples': 3, 'steps': 3},
+          'mixture': {'weights': '1,1', 'sources': [{'name': 'web'}, {'name': 'code'}]}}
+    same = [dict(weights='0.5+0.5', validation='0.01'), dict(weights='web:1+code:1',
+            validation='1/100'), dict(validation=0.01)]
+    for o in same:
+        assert stream_differences(tmp_path / 'mix.json', format_options(o), st) == [], o
+    assert stream_differences(tmp_path / 'mix.json', 'weights=web:0.7+code:0.3,validation=0.01',
+                              st) == ['weights 1,1 (web+code) there, web:0.7+code:0.3 asked']
+    assert stream_differences(tmp_path / 'mix.json', 'weights=1+1', st) == [
+        'validation 1/100 there, none asked']
