@@ -532,7 +532,7 @@ def test_readme_torchtitan_walkthrough_from_raw_text(tmp_path):
     lines = [block[0], next(c for c in block if c.startswith('zephon mount')),
              next(c for c in block if 'torchtitan.train' in c), block[-1]]
     assert lines[3].startswith('fusermount3 -u'), block
-    subst = [('/tmp/z', str(tmp_path / 'z')), ('/tmp/', '%s/' % tmp_path),
+    subst = [('/tmp/', '%s/' % tmp_path),  # first: tmp_path itself may lie in /tmp/
              ('torchtitan/tests/assets/tokenizer', str(TOK)),
              ('tinyshakespeare.txt', str(SHAKESPEARE)),
              ('world_size=8,global_batch=64', 'world_size=1,global_batch=8')]
