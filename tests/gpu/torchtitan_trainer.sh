@@ -16,8 +16,9 @@
 # torch and TorchTitan: 0.3.0, default .venv/bin/python, else /work/venv/bin/python; or
 # TorchTitan's git main, e.g. PYTHON=.venv-titan-main/bin/python: the trainer's options are
 # each version's, zephon.torchtitan.CONTRACT says which),
-# ZEPHON_DATA (../shared/data: its Megatron GPT-2 tokens are the data, taken modulo the
-# debug model's vocabulary of 2048), STEPS (30), SEQ (256).
+# ZEPHON_DATA (../shared/data: its tinyshakespeare.txt and cc_en_head-0091.jsonl, packed with
+# TorchTitan's own test tokenizer, tokenizer/torchtitan-test, the debug model's: vocabulary
+# 2048, BOS/EOS around each document), STEPS (30), SEQ (256).
 #
 # The runs: with N >= 2 GPUs, run A trains DP N for STEPS steps; run B trains DP N with a
 # checkpoint at step 10 and is killed (-9, job and mount) once step 13 is logged; run C
@@ -58,15 +59,13 @@ else
 fi
 log "GPUs $ngpu: run A/B at DP $dp_a (local batch $lbs_a), run C at DP $dp_c (local batch $lbs_c), global batch $gbs"
 
-# the dataset: Megatron GPT-2 tokens modulo 2048, windows of SEQ + 1 overlapping by one
+# the dataset: raw text tokenized at pack time with the debug model's tokenizer (ids below
+# its vocabulary of 2048), windows of SEQ + 1 overlapping by one
 ds=$work/ds
 if [ ! -d "$ds" ]; then
-	"$PYTHON" - "$data/megatron/meg-gpt2-openwebtext_text_document.bin" "$work/tokens.bin" <<'EOF'
-import sys, numpy as np
-(np.fromfile(sys.argv[1], dtype='<u2') % 2048).astype('<u2').tofile(sys.argv[2])
-EOF
-	"$ZEPHON" pack --format tokens --dtype uint16 --seq-len "$SEQ" --overlap 1 \
-		--compress none "$work/tokens.bin" -o "$ds"
+	ZEPHON_PYTHON=$PYTHON "$ZEPHON" pack -q --tokenizer "$data/tokenizer/torchtitan-test" \
+		--seq-len "$SEQ" --overlap 1 --compress none \
+		"$data/text/tinyshakespeare.txt" "$data/jsonl/cc_en_head-0091.jsonl" -o "$ds"
 fi
 
 mounts=()
