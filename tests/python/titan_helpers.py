@@ -157,8 +157,23 @@ def rows(batch, seq):
             labels.reshape(-1, seq))
 
 
-def windows_of(batch, seq):
-    """The stored windows (seq + 1 tokens, --overlap 1) of a batch: input plus last label."""
+def windows_of(batch, seq, eod_token=None):
+    """The stored windows (seq + 1 tokens, --overlap 1) of a batch: input plus last label.
+    With ``eod_token``, the loader masks the label after each EOD (IGNORE_INDEX), so the
+    last token of a window that ends its input with an EOD is IGNORE_INDEX here (compare
+    with :func:`masked_windows` of the stored ones)."""
+    from torchtitan.components.loss import IGNORE_INDEX
     x, _, labels = rows(batch, seq)
-    assert torch.equal(x[:, 1:], labels[:, :-1])
+    after_eod = x == eod_token if eod_token is not None else torch.zeros_like(x, dtype=torch.bool)
+    assert torch.equal(labels == IGNORE_INDEX, after_eod)
+    assert torch.equal(torch.where(after_eod[:, :-1], x[:, 1:], labels[:, :-1]), x[:, 1:])
     return torch.cat([x, labels[:, -1:]], 1)
+
+
+def masked_windows(windows, eod_token):
+    """Stored windows [n, seq + 1] as :func:`windows_of` gives them back from a loader
+    that knows ``eod_token``: the last token IGNORE_INDEX where the one before is an EOD."""
+    from torchtitan.components.loss import IGNORE_INDEX
+    out = np.array(windows, copy=True)
+    out[out[:, -2] == eod_token, -1] = IGNORE_INDEX
+    return out

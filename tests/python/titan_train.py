@@ -170,7 +170,7 @@ def main():
             (loss / (b * a.seq)).backward()
             loss_sum += loss.detach()
             count += (labels != IGNORE_INDEX).sum()
-            windows += windows_of(batch, a.seq).tolist()
+            windows += windows_of(batch, a.seq, EOD).tolist()
         for p in model.parameters():
             dist.all_reduce(p.grad, group=dp_group)
         dist.all_reduce(loss_sum, group=dp_group)
