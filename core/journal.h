@@ -75,7 +75,7 @@ struct journal_ident {
 
 /* Longest weights text of a layout, with its NUL: MIX_MAX_SOURCES weights of up to 7
  * digits (below 2^20) and their commas. */
-#define JOURNAL_WEIGHTS_MAX 2048
+#define JOURNAL_WEIGHTS_MAX 8192
 
 enum journal_sync { JOURNAL_SYNC_NORMAL, JOURNAL_SYNC_FULL };
 

@@ -10,7 +10,7 @@
  *   order   one order of N = 10^3 .. 10^10 samples: order_init() time, the first batch
  *           (1,024 ids at gsn 0), the cost per gsn at random gsns (micro-batches of 8),
  *           and the process's peak RSS after it (the order holds O(1) state)
- *   mix     a mixture of k = 2 .. 255 sources (MIX_MAX_SOURCES) of 10^9 samples each,
+ *   mix     a mixture of k = 2 .. 1024 sources (MIX_MAX_SOURCES) of 10^9 samples each,
  *           equal weights: mixture_new() time, cost per gsn (random, micro-batches of
  *           8), peak RSS
  *   resume  J = 10, 100, 1000 node journals (one per node, 8 ranks each, world_size
@@ -107,7 +107,7 @@ static void series_order(void)
 
 static void series_mix(void)
 {
-	static const size_t ks[] = { 2, 10, 50, 100, 255 };
+	static const size_t ks[] = { 2, 10, 50, 100, 255, 1024 };
 	static struct order src[MIX_MAX_SOURCES];
 	static uint64_t off[MIX_MAX_SOURCES], w[MIX_MAX_SOURCES];
 	uint64_t ids[8], sink = 0;

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """bench_scale_mount: /status and /metrics of a mount that serves 8 ranks of a layout of
 world_size W = 8 .. 10^4 (issue 27, part 2): render time (best of 5 reads of each file)
-and size. A benchmark, not a test: it prints rows "SERIES W VALUE UNIT" as
-tests/bench/bench_scale does, for tests/bench/scale_plot.sh.
+and size; and a mixture of k = 10 .. 1,024 sources (one dataset under k names, equal
+weights): the time from the mount's exec to its first batch of next (global_batch k,
+one of each source) and the daemon's peak RSS (VmHWM). A benchmark, not a test: it
+prints rows "SERIES X VALUE UNIT" as tests/bench/bench_scale does, for
+tests/bench/scale_plot.sh.
 
 usage: ZEPHON=build-bench/fs/zephon python3 tests/bench/bench_scale_mount.py [DIR]
 """
+import json
 import os
 import pathlib
 import sys
@@ -40,6 +44,20 @@ def main():
                 t, size = best_read(m.path(name))
                 print('%s_render_ms %d %.3f ms' % (name, w, t * 1e3))
                 print('%s_bytes %d %d B' % (name, w, size))
+        finally:
+            m.stop()
+    for k in (10, 100, 1000):
+        mix = d / ('mix%d.json' % k)
+        mix.write_text(json.dumps({'sources': [{'name': 's%d' % i, 'dataset': str(ds),
+                                                'weight': 1} for i in range(k)]}))
+        t0 = time.perf_counter()
+        m = conftest.Mount(mix, d / ('mpk%d' % k), 'world_size=1,global_batch=%d' % k).start()
+        try:
+            conftest.read_all(m.path('rank', 0, 'next'))
+            t = time.perf_counter() - t0
+            hwm = [l for l in open('/proc/%d/status' % m.proc.pid) if l.startswith('VmHWM')]
+            print('mix_mount_first_batch_s %d %.3f s' % (k, t))
+            print('mix_mount_hwm_mib %d %.1f MiB' % (k, int(hwm[0].split()[1]) / 1024))
         finally:
             m.stop()
 

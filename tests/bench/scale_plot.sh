@@ -25,7 +25,9 @@ set title "mixture of k sources (10^9 samples each)"
 set xlabel "k (sources)"
 plot "$tmp/mix_gsn_ns.dat" w lp t "ns per gsn (random, m=8)", \
      "$tmp/mix_new_us.dat" w lp t "mixture_new (us)", \
-     "$tmp/mix_peak_rss_mib.dat" w lp t "peak RSS (MiB)"
+     "$tmp/mix_peak_rss_mib.dat" w lp t "peak RSS (MiB)", \
+     "$tmp/mix_mount_first_batch_s.dat" u 1:(\$2*1e3) w lp t "mount -> first batch (ms)", \
+     "$tmp/mix_mount_hwm_mib.dat" w lp t "daemon VmHWM (MiB)"
 set title "resume point over J node journals (10 layouts each)"
 set xlabel "J (journals)"
 plot "$tmp/resume_point_s.dat" w lp t "journal_resume_point_files (s)", \

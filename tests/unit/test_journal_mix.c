@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include "check.h"
+#include "mix.h"
 
 
 static char *dir;
@@ -156,7 +157,7 @@ static void test_bad_weights(void)
 		{ "1,99999999999999999999999", "is not below 2^20" },
 		{ "1048575,2", "the weights sum to 1048577" },
 	};
-	char many[256 * 2 + 1];
+	char many[(MIX_MAX_SOURCES + 1) * 2 + 1], toomany[64];
 	struct journal_layout cl;
 	struct journal *j;
 	size_t n;
@@ -166,11 +167,12 @@ static void test_bad_weights(void)
 	CHECK(journal_set_weights(j, "7,3") == 0);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		expect_bad(j, bad[i].text, bad[i].needle);
-	/* 256 sources: one too many; 255 are fine */
-	for (n = 0; n < 256; n++)
+	/* MIX_MAX_SOURCES + 1 sources: one too many; MIX_MAX_SOURCES are fine */
+	for (n = 0; n < MIX_MAX_SOURCES + 1; n++)
 		memcpy(many + 2 * n, "1,", 2);
-	many[2 * 256 - 1] = 0;
-	expect_bad(j, many, "more than 255 weights");
+	many[2 * (MIX_MAX_SOURCES + 1) - 1] = 0;
+	snprintf(toomany, sizeof(toomany), "more than %d weights", MIX_MAX_SOURCES);
+	expect_bad(j, many, toomany);
 	/* nothing was recorded, the setting before the refusals stands */
 	CHECK(layout_count(j) == 0);
 	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
@@ -179,28 +181,29 @@ static void test_bad_weights(void)
 	CHECK(layout_count(j) == 1 && !strcmp(weights_of(j, 0), "7,3"));
 
 	/* the edges that are fine: one weight, zeros beside a positive one, 2^20 - 1, a sum
-	 * of exactly 2^20, 255 sources; the longest text fits the field whole */
+	 * of exactly 2^20, MIX_MAX_SOURCES sources; the longest text fits the field whole */
 	CHECK(journal_set_weights(j, "1") == 0);
 	CHECK(journal_set_weights(j, "0,1,0") == 0);
 	CHECK(journal_set_weights(j, "1048575") == 0);
 	CHECK(journal_set_weights(j, "1048575,1") == 0);
-	many[2 * 255 - 1] = 0;
+	many[2 * MIX_MAX_SOURCES - 1] = 0;
 	CHECK(journal_set_weights(j, many) == 0);
 	{
-		/* 255 weights of 7 digits, the longest text the digit rules allow: read to
-		 * its end (refused for its sum, not for a weight cut short) */
-		char longest[JOURNAL_WEIGHTS_MAX];
+		/* MIX_MAX_SOURCES weights of 7 digits, the longest text the digit rules
+		 * allow: read to its end (refused for its sum, not for a weight cut short) */
+		char longest[JOURNAL_WEIGHTS_MAX], sum[64];
 		size_t len = 0;
 
-		for (n = 0; n < 255; n++)
+		for (n = 0; n < MIX_MAX_SOURCES; n++)
 			len += (size_t)snprintf(longest + len, sizeof(longest) - len, "%s1000000",
 						n ? "," : "");
-		CHECK(len == 255 * 8 - 1 && len < sizeof(longest));
-		expect_bad(j, longest, "the weights sum to 255000000");
+		CHECK(len == MIX_MAX_SOURCES * 8 - 1 && len < sizeof(longest));
+		snprintf(sum, sizeof(sum), "the weights sum to %d000000", MIX_MAX_SOURCES);
+		expect_bad(j, longest, sum);
 	}
 	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
 	REQUIRE(journal_current(j, &cl) == 0);
-	CHECK(strlen(cl.weights) == 2 * 255 - 1 && !strcmp(cl.weights, many));
+	CHECK(strlen(cl.weights) == 2 * MIX_MAX_SOURCES - 1 && !strcmp(cl.weights, many));
 	CHECK(!strcmp(weights_of(j, 1), many));
 	journal_close(j);
 	free(p);
