@@ -5,7 +5,7 @@
 set -euo pipefail
 out=$1
 shift
-command -v gnuplot >/dev/null || { echo "scale_plot: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
+command -v gnuplot >/dev/null || { echo "scale_plot: gnuplot not found (mountscripts/deps bench installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat "$@" | awk -v d="$tmp" 'NF >= 3 && $2 ~ /^[0-9]+$/ { print $2, $3 > (d "/" $1 ".dat") }'
