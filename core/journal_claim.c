@@ -221,7 +221,7 @@ void journal_track_delivery(struct journal *j)
 	if (!j->track && j->cur.id) {
 		pthread_mutex_lock(&j->dmu);
 		for (size_t i = 0; i < j->nranks; i++)
-			j->dlv[i] = j->claimed[i] = j->pos[i];
+			j->dlv[i] = j->want[i] = j->claimed[i] = j->pos[i];
 		pthread_mutex_unlock(&j->dmu);
 	}
 	j->track = 1;
@@ -277,6 +277,23 @@ static struct rank_pos row_cursor(struct journal *j, size_t i, struct rank_pos d
 	return j->cpos[i];
 }
 
+/* The delivered position flush_locked() writes for ranks[i] (caller holds j->mu):
+ * reserve (a sync): the one a sync asked for, else every one reported. Never behind
+ * the one written. */
+static struct rank_pos to_write(struct journal *j, size_t i, int reserve)
+{
+	struct rank_pos d;
+
+	if (reserve) {
+		pthread_mutex_lock(&j->dmu);
+		d = j->want[i];
+		pthread_mutex_unlock(&j->dmu);
+	} else {
+		d = delivered_now(j, i);
+	}
+	return pos_before(d, j->dpos[i]) ? j->dpos[i] : d;
+}
+
 /* Write every delivered position reported and not yet written, in one transaction
  * (caller holds j->mu and checked the handle is writable): the group commit of
  * journal_sync_delivered(), whose concurrent callers wait on j->mu and then find their
@@ -292,7 +309,7 @@ static int flush_locked(struct journal *j, int reserve, int every_time)
 	int rc;
 
 	for (size_t i = 0; i < j->nranks && j->cur.id; i++)
-		n += !pos_same(delivered_now(j, i), j->dpos[i]) ||
+		n += !pos_same(to_write(j, i, reserve), j->dpos[i]) ||
 		     (!reserve && !pos_same(j->cpos[i], j->pos[i]));
 	if (!n)
 		return 0;
@@ -304,7 +321,7 @@ static int flush_locked(struct journal *j, int reserve, int every_time)
 	rc = n > 1 ? jnl_exec(j->db, "BEGIN IMMEDIATE") : SQLITE_OK;
 	for (size_t i = 0, k = 0; rc == SQLITE_OK && i < j->nranks; i++) {
 		k = n > 1 ? 2 * i : 0;
-		w[k + 1] = delivered_now(j, i);
+		w[k + 1] = to_write(j, i, reserve);
 		w[k] = j->cpos[i];
 		if (pos_same(w[k + 1], j->dpos[i]) && (reserve || pos_same(w[k], j->pos[i])))
 			continue; /* nothing new: no reservation either */
@@ -352,14 +369,21 @@ int journal_flush_delivered(struct journal *j)
 int journal_sync_delivered(struct journal *j, uint64_t rank)
 {
 	ssize_t i;
-	int rc;
+	int rc = 0;
 
+	/* The request is noted before waiting for j->mu, under dmu (which no commit holds):
+	 * whoever holds mu and commits next writes it too. */
+	pthread_mutex_lock(&j->dmu);
+	i = j->cur.id ? rank_index(j, rank) : -1;
+	if (i >= 0 && j->track && pos_before(j->want[i], j->dlv[i]))
+		j->want[i] = j->dlv[i]; /* never past claimed[i]: journal_delivered checks */
+	pthread_mutex_unlock(&j->dmu);
 	pthread_mutex_lock(&j->mu);
 	rc = claim_check(j, rank, &i);
 	if (!rc && !j->track)
 		rc = jfail(j, -EINVAL, "deliveries are not tracked (journal_track_delivery)");
 	/* written already: by the rank's claim, or by another caller's group commit */
-	if (!rc && !pos_same(delivered_now(j, (size_t)i), j->dpos[i]))
+	if (!rc && !pos_same(to_write(j, (size_t)i, 1), j->dpos[i]))
 		rc = flush_locked(j, 1, 0);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
@@ -586,7 +610,7 @@ int journal_rewind(struct journal *j, uint64_t step)
 	for (size_t i = 0; i < j->nranks; i++) {
 		j->pos[i].step = step;
 		j->pos[i].micro = 0;
-		j->cpos[i] = j->dpos[i] = j->dlv[i] = j->claimed[i] = j->pos[i];
+		j->cpos[i] = j->dpos[i] = j->dlv[i] = j->want[i] = j->claimed[i] = j->pos[i];
 	}
 	pthread_mutex_unlock(&j->dmu);
 	j->err[0] = 0;

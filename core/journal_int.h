@@ -65,6 +65,10 @@ struct journal {
 	int track;
 	pthread_mutex_t dmu;
 	struct rank_pos *dlv;       /* delivered position reported, not yet written */
+	/* the delivered position journal_sync_delivered() was asked to write (under mu): a
+	 * group commit writes these, never a position only reported (a last byte read by a
+	 * reader that may yet fail: that one goes with the rank's next claim) */
+	struct rank_pos *want;
 	struct rank_pos *claimed;   /* = pos, for journal_delivered's check */
 	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1;
 				     * atomic, not under mu: a step/ read must not wait for a

@@ -878,6 +878,7 @@ void journal_close(struct journal *j)
 	free(j->cpos);
 	free(j->dpos);
 	free(j->dlv);
+	free(j->want);
 	free(j->claimed);
 	free(j->path);
 	free(j);

@@ -113,7 +113,7 @@ static int insert_cursors(struct journal *j, int64_t layout_id, const uint64_t *
 /* The new layout's state in memory, built before the commit and swapped in after it. */
 struct start_state {
 	uint64_t *ranks;
-	struct rank_pos *pos, *cpos, *dpos, *dlv, *claimed;
+	struct rank_pos *pos, *cpos, *dpos, *dlv, *want, *claimed;
 	char *ranks_text;
 };
 
@@ -124,6 +124,7 @@ static void start_state_free(struct start_state *st)
 	free(st->cpos);
 	free(st->dpos);
 	free(st->dlv);
+	free(st->want);
 	free(st->claimed);
 	free(st->ranks_text);
 }
@@ -183,14 +184,15 @@ static int start_state_new(const struct rankset *ranks, uint64_t s0, struct star
 	st->cpos = malloc(n * sizeof(*st->pos));
 	st->dpos = malloc(n * sizeof(*st->pos));
 	st->dlv = malloc(n * sizeof(*st->pos));
+	st->want = malloc(n * sizeof(*st->pos));
 	st->claimed = malloc(n * sizeof(*st->pos));
 	st->ranks_text = malloc(text_len);
-	if (!st->ranks || !st->pos || !st->cpos || !st->dpos || !st->dlv || !st->claimed || !st->ranks_text)
+	if (!st->ranks || !st->pos || !st->cpos || !st->dpos || !st->dlv || !st->want || !st->claimed || !st->ranks_text)
 		return -ENOMEM;
 	memcpy(st->ranks, ranks->ranks, n * sizeof(*st->ranks));
 	for (size_t i = 0; i < n; i++) {
 		st->pos[i] = (struct rank_pos){ s0, 0 };
-		st->cpos[i] = st->dpos[i] = st->dlv[i] = st->claimed[i] = st->pos[i];
+		st->cpos[i] = st->dpos[i] = st->dlv[i] = st->want[i] = st->claimed[i] = st->pos[i];
 	}
 	rankset_format(ranks, st->ranks_text, text_len);
 	return 0;
@@ -208,15 +210,17 @@ static void start_install(struct journal *j, int64_t id, const struct layout *l,
 	free(j->cpos);
 	free(j->dpos);
 	free(j->dlv);
+	free(j->want);
 	free(j->claimed);
 	j->ranks = st->ranks;
 	j->pos = st->pos;
 	j->cpos = st->cpos;
 	j->dpos = st->dpos;
 	j->dlv = st->dlv;
+	j->want = st->want;
 	j->claimed = st->claimed;
 	st->ranks = NULL;
-	st->pos = st->cpos = st->dpos = st->dlv = st->claimed = NULL;
+	st->pos = st->cpos = st->dpos = st->dlv = st->want = st->claimed = NULL;
 	j->nranks = n;
 	memset(&j->cur, 0, sizeof(j->cur));
 	j->cur.id = id;

@@ -14,7 +14,7 @@
 
 /* Longest weights text of a layout, with its NUL: MIX_MAX_SOURCES weights of up to 7
  * digits (below 2^20) and their commas. */
-#define JOURNAL_WEIGHTS_MAX 2048
+#define JOURNAL_WEIGHTS_MAX 8192
 
 /* Parse a weights text as journal_set_weights() takes it and journal_layouts() gives it
  * (non-empty): out (room for MIX_MAX_SOURCES values; may be NULL) receives the weights,

@@ -176,7 +176,7 @@ struct mix_schedule {
 	uint64_t period;   /* D */
 	uint64_t *a;       /* [k] integer weights */
 	uint64_t *first;   /* [k + 1]: prefix sums of a: source s's slots are slot[first[s]..] */
-	uint8_t *src;      /* [D]: the source of each slot of the period */
+	uint16_t *src;     /* [D]: the source of each slot of the period */
 	uint32_t *rank;    /* [D]: the slot's index among its source's slots in the period */
 	uint32_t *slot;    /* [D]: slot[first[s] + j] = the period slot of source s's j-th */
 };
@@ -196,7 +196,7 @@ void mix_schedule_free(struct mix_schedule *m)
 /* A binary min-heap of (key, source), ordered by key then source. */
 struct heap {
 	uint64_t key[MIX_MAX_SOURCES];
-	uint8_t s[MIX_MAX_SOURCES];
+	uint16_t s[MIX_MAX_SOURCES];
 	size_t n;
 };
 
@@ -208,7 +208,7 @@ static int heap_less(const struct heap *h, size_t i, size_t j)
 static void heap_swap(struct heap *h, size_t i, size_t j)
 {
 	uint64_t k = h->key[i];
-	uint8_t s = h->s[i];
+	uint16_t s = h->s[i];
 
 	h->key[i] = h->key[j];
 	h->s[i] = h->s[j];
@@ -221,7 +221,7 @@ static void heap_push(struct heap *h, uint64_t key, size_t s)
 	size_t i = h->n++;
 
 	h->key[i] = key;
-	h->s[i] = (uint8_t)s;
+	h->s[i] = (uint16_t)s;
 	while (i && heap_less(h, i, (i - 1) / 2)) {
 		heap_swap(h, i, (i - 1) / 2);
 		i = (i - 1) / 2;
@@ -290,7 +290,7 @@ static int schedule_fill(struct mix_schedule *m)
 		s = r[0].s[0];
 		heap_pop(&r[0]);
 		k = next[s]++;
-		m->src[n - 1] = (uint8_t)s;
+		m->src[n - 1] = (uint16_t)s;
 		m->rank[n - 1] = (uint32_t)(k - 1);
 		m->slot[m->first[s] + k - 1] = (uint32_t)(n - 1);
 		if (k < m->a[s])
@@ -320,7 +320,7 @@ int mix_schedule_new(const uint64_t *a, size_t k, struct mix_schedule **out)
 	m->period = d;
 	m->a = malloc(k * sizeof *m->a);
 	m->first = malloc((k + 1) * sizeof *m->first);
-	m->src = malloc(d);
+	m->src = malloc(d * sizeof *m->src);
 	m->rank = malloc(d * sizeof *m->rank);
 	m->slot = malloc(d * sizeof *m->slot);
 	if (!m->a || !m->first || !m->src || !m->rank || !m->slot) {
@@ -588,17 +588,17 @@ static int fill_run(const struct mixture *mx, const struct mix_segment *g, uint6
 	uint64_t n = gsn - g->start, q = n / m->period, r = n % m->period;
 	uint64_t tmp[MIX_FILL_CHUNK], first[MIX_MAX_SOURCES];
 	size_t cnt[MIX_MAX_SOURCES] = {0}, at[MIX_MAX_SOURCES], nseen = 0, pos = 0;
-	uint8_t src[MIX_FILL_CHUNK], seen[MIX_MAX_SOURCES];
+	uint16_t src[MIX_FILL_CHUNK], seen[MIX_MAX_SOURCES];
 
 	for (size_t i = 0; i < run; i++) {
 		size_t s = m->src[r];
 
 		if (!cnt[s]) {
 			first[s] = g->base[s] + q * m->a[s] + m->rank[r];
-			seen[nseen++] = (uint8_t)s;
+			seen[nseen++] = (uint16_t)s;
 		}
 		cnt[s]++;
-		src[i] = (uint8_t)s;
+		src[i] = (uint16_t)s;
 		if (++r == m->period) {
 			r = 0;
 			q++;

@@ -18,7 +18,7 @@
  * jobs with integer release times and deadlines finds one whenever one exists (Jackson's
  * rule; ties go to the lower source index, so the sequence is a pure function of the
  * integer weights). At n = D the bound forces c_s(D) = a_s, so the sequence repeats
- * with period D: it is built once per weight vector (O(D log K) time, 9 bytes per slot)
+ * with period D: it is built once per weight vector (O(D log K) time, 10 bytes per slot)
  * and every query is O(1) or O(log a_s), at any n below 2^62.
  * mix_schedule_new() checks every deadline as it builds, and the unit tests check the
  * bound over every prefix of random weight vectors.
@@ -41,8 +41,9 @@
 
 struct order;
 
-#define MIX_MAX_SOURCES 255
-/* Largest period D = sum of the integer weights: the schedule takes 9 bytes per slot. */
+/* Sources of one mixture: a slot of the schedule names its source in two bytes. */
+#define MIX_MAX_SOURCES 1024
+/* Largest period D = sum of the integer weights: the schedule takes 10 bytes per slot. */
 #define MIX_MAX_PERIOD (UINT64_C(1) << 20)
 /* A weight is read as the fraction of smallest denominator within this relative
  * distance of it (so 0.7 is 7/10 and 0.3333333333 is 1/3). */

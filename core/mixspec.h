@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#define MIXSPEC_MAX_SOURCES 255
+#define MIXSPEC_MAX_SOURCES 1024
 #define MIXSPEC_NAME_MAX 64
 
 struct mixspec_source {

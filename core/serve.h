@@ -10,7 +10,8 @@
  *    a ring of `prefetch` decoded micro-batches that worker threads keep filled
  *    (prefetch never claims). server_claim() hands over the batch at the cursor after
  *    journal_claim() committed it, then advances the cursor. The caller reports when a
- *    claimed batch reached its reader (server_delivered); a step counts as consumed
+ *    claimed batch reached its reader (server_delivered), and when its reader finished
+ *    it (server_finished: durable in the journal before it returns); a step counts as consumed
  *    (server_consumed, the journal's resume point) only when every claim of it was
  *    delivered.
  *

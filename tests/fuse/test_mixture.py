@@ -391,3 +391,24 @@ def test_weight_change_across_a_kill_and_a_batch_change(sources, tmp_path):
     plain = records(run('batch', mix, '-o', 'global_batch=%d,seed=2' % end, '--rank', 0,
                         '--step', 0).stdout)
     assert plain[:12] == ref[:12] and plain[12:end] != ref[12:end]
+
+
+def test_a_mixture_of_1024_sources(sources, tmp_path):
+    """MIXSPEC_MAX_SOURCES = 1,024 sources (one dataset under 1,024 names, equal weights):
+    the first 1,024 samples hold one of each source, as the schedule's bound says (every
+    prefix within 1 of n * w_s); 1,025 sources are refused, naming the limit."""
+    names = ['s%04d' % k for k in range(1025)]
+    many = {n: sources['a'] for n in names}
+    mix = spec(tmp_path / 'mix.json', [1] * 1024, dict(list(many.items())[:1024]))
+    with Mount(mix, tmp_path / 'm', 'world_size=1,global_batch=1024') as m:
+        got = records(read_all(m.path('rank', 0, 'next')))
+        last = json.loads(read_all(m.path('rank', 0, 'state')))['last']
+        st = json.loads(read_all(m.path('status')))
+    assert len(got) == 1024
+    assert sorted(last['source']) == names[:1024]
+    assert len(st['mixture']['sources']) == 1024
+    too = spec(tmp_path / 'too.json', [1] * 1025, many)
+    (tmp_path / 'm2').mkdir()
+    p = run('mount', too, tmp_path / 'm2', '-o', 'world_size=1,global_batch=1025',
+            '--check', check=False)
+    assert p.returncode != 0 and 'at most 1024' in p.stderr, p.stderr

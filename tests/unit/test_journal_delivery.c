@@ -4,8 +4,8 @@
  * open and migrated by a writable one, its cursors counting as delivered; with
  * journal_track_delivery() a claim counts as consumed only once journal_delivered()
  * says so, the delivery is written with the rank's next claim, by
- * journal_sync_delivered() (at once, reserving the rank's next claim, in one commit
- * shared by every rank with a delivery to write) or by journal_flush_delivered(), and
+ * journal_sync_delivered() (at once, reserving the rank's next claim; a delivery only
+ * reported waits for its own sync) or by journal_flush_delivered(), and
  * what a kill leaves on disk only ever repeats claims, never one that was synced.
  */
 #include "test_journal_util.h"
@@ -249,16 +249,20 @@ static void test_synced(void)
 	CHECK(wal_size(p) > w0);
 	CHECK(row(j, cl.id, 0, 0) == 20);
 
-	/* one sync writes every rank's pending delivery (a group commit); a claim still out
-	 * (rank 0's (1, 1)) means no reservation for that rank */
+	/* a sync writes what syncs asked for (theirs, and those of the syncs waiting for
+	 * it: a group commit), never a delivery only reported (a last byte read by a reader
+	 * that may yet fail): rank 1's waits for its own sync or next claim. A claim still
+	 * out (rank 0's (1, 1)) means no reservation for that rank */
 	REQUIRE(journal_claim_next(j, 1, &s, &m) == 0 && s == 0 && m == 0);
 	CHECK(journal_delivered(j, 1, 0, 1) == 0);
 	CHECK(journal_delivered(j, 0, 1, 1) == 0);
 	CHECK(journal_sync_delivered(j, 0) == 0);
 	CHECK(row(j, cl.id, 0, 1) == 11 && row(j, cl.id, 0, 0) == 20);
+	CHECK(row(j, cl.id, 1, 1) == 0 && row(j, cl.id, 1, 0) == 1);
+	CHECK(journal_sync_delivered(j, 1) == 0);
 	CHECK(row(j, cl.id, 1, 1) == 1 && row(j, cl.id, 1, 0) == 10);
 	w0 = wal_size(p);
-	CHECK(journal_sync_delivered(j, 1) == 0);       /* written by rank 0's call */
+	CHECK(journal_sync_delivered(j, 1) == 0);       /* nothing new */
 	CHECK(wal_size(p) == w0);
 	CHECK_EQ_U64(journal_consumed(j), 0);           /* rank 1 has step 0 half done */
 

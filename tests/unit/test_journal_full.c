@@ -4,7 +4,9 @@
  * and advances the cursor or fails with -EIO and leaves the cursor where it was (in
  * memory, and on disk after a reopen); at least one fails. Checkpoint marks and rewinds
  * fail the same way. A journal cannot be created there (-ENOSPC, nothing left behind).
- * Once space returns, claims continue from the cursor with no gap. Run with sync=normal
+ * Once space returns, claims continue from the cursor with no gap. A durable delivery
+ * (journal_sync_delivered) on the full disk commits or fails with -EIO writing nothing,
+ * and is written once space returns. Run with sync=normal
  * and sync=full. Exits 77 (skip) with the reason if tmpfs cannot be mounted.
  */
 #include "test_journal_util.h"
@@ -184,6 +186,56 @@ static void continue_after_space(enum journal_sync sync)
 	free(filler);
 }
 
+/* Durable deliveries on a full disk: a close's sync either commits (the row holds the
+ * delivery) or fails with -EIO and writes nothing, the delivery staying reported (a
+ * crash then may serve it again); once space returns the next sync writes it. */
+static void sync_when_full(enum journal_sync sync)
+{
+	struct journal_ident id = ident_of(FP_A, 1, ORDER_SHUFFLE_GLOBAL, 500);
+	char *p = path_in(mnt, "sync.sqlite"), *filler = path_in(mnt, "filler");
+	struct journal_layout cl;
+	struct journal_cursor *cs;
+	struct journal *j;
+	uint64_t s, m, failed = 0;
+	size_t ncs;
+	char err[512];
+	int rc = 0;
+
+	unlink(p);
+	REQUIRE(journal_open(p, &id, sync, &j, err, sizeof(err)) == 0);
+	REQUIRE(start_text(j, "auto", 1, 3, 1, "", NULL) == 0);
+	REQUIRE(journal_current(j, &cl) == 0);
+	journal_track_delivery(j);
+	for (int i = 0; i < 30; i++) /* handed out before the disk fills, read after */
+		REQUIRE(journal_claim_next(j, 0, &s, &m) == 0);
+	CHECK(fill(filler) > 0);
+	s = 0;
+	m = 0;
+	for (int i = 0; i < 30; i++) {
+		layout_advance(&(struct layout){ 1, 3, 1, 0, 0 }, &s, &m);
+		REQUIRE(journal_delivered(j, 0, s, m) == 0);
+		rc = journal_sync_delivered(j, 0);
+		CHECK(rc == 0 || rc == -EIO);
+		REQUIRE(journal_cursors(j, cl.id, &cs, &ncs) == 0 && ncs == 1);
+		if (rc == 0)
+			CHECK(cs[0].delivered_step == s && cs[0].delivered_micro == m);
+		else
+			CHECK(cs[0].delivered_step * 3 + cs[0].delivered_micro < s * 3 + m);
+		free(cs);
+		failed += rc != 0;
+	}
+	CHECK(failed > 0);
+	unlink(filler); /* space returns: the delivery still reported is written now */
+	CHECK(journal_sync_delivered(j, 0) == 0);
+	REQUIRE(journal_cursors(j, cl.id, &cs, &ncs) == 0 && ncs == 1);
+	CHECK(cs[0].delivered_step == s && cs[0].delivered_micro == m);
+	free(cs);
+	journal_close(j);
+	unlink(p);
+	free(p);
+	free(filler);
+}
+
 int main(void)
 {
 	char *dir = scratch_dir("full");
@@ -202,6 +254,8 @@ int main(void)
 	round_trip(JOURNAL_SYNC_FULL);
 	continue_after_space(JOURNAL_SYNC_NORMAL);
 	continue_after_space(JOURNAL_SYNC_FULL);
+	sync_when_full(JOURNAL_SYNC_NORMAL);
+	sync_when_full(JOURNAL_SYNC_FULL);
 	unmount_at_exit();
 	rm_rf(dir);
 	free(dir);

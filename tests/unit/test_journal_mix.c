@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include "check.h"
+#include "mix.h"
 
 
 static char *dir;
@@ -146,7 +147,7 @@ static void test_bad_weights(void)
 		  "decimal integer" },
 		{ "1048575,2", "the weights sum to 1048577" },
 	};
-	char many[256 * 2 + 1];
+	char many[(MIX_MAX_SOURCES + 1) * 2 + 1], toomany[64];
 	struct journal_layout cl;
 	struct journal *j;
 	size_t n;
@@ -156,11 +157,12 @@ static void test_bad_weights(void)
 	CHECK(journal_set_weights(j, "7,3") == 0);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		expect_bad(j, bad[i].text, bad[i].needle);
-	/* 256 sources: one too many; 255 are fine */
-	for (n = 0; n < 256; n++)
+	/* MIX_MAX_SOURCES + 1 sources: one too many; MIX_MAX_SOURCES are fine */
+	for (n = 0; n < MIX_MAX_SOURCES + 1; n++)
 		memcpy(many + 2 * n, "1,", 2);
-	many[2 * 256 - 1] = 0;
-	expect_bad(j, many, "more than 255 weights");
+	many[2 * (MIX_MAX_SOURCES + 1) - 1] = 0;
+	snprintf(toomany, sizeof(toomany), "more than %d weights", MIX_MAX_SOURCES);
+	expect_bad(j, many, toomany);
 	/* nothing was recorded, the setting before the refusals stands */
 	CHECK(layout_count(j) == 0);
 	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
@@ -169,29 +171,30 @@ static void test_bad_weights(void)
 	CHECK(layout_count(j) == 1 && !strcmp(weights_of(j, 0), "7,3"));
 
 	/* the edges that are fine: one weight, zeros beside a positive one, 2^20 - 1, a sum
-	 * of exactly 2^20, 255 sources; the longest text fits the field whole */
+	 * of exactly 2^20, MIX_MAX_SOURCES sources; the longest text fits the field whole */
 	CHECK(journal_set_weights(j, "1") == 0);
 	CHECK(journal_set_weights(j, "0,1,0") == 0);
 	CHECK(journal_set_weights(j, "1048575") == 0);
 	CHECK(journal_set_weights(j, "1048575,1") == 0);
-	many[2 * 255 - 1] = 0;
+	many[2 * MIX_MAX_SOURCES - 1] = 0;
 	CHECK(journal_set_weights(j, many) == 0);
 	{
-		/* 255 weights of 7 digits, the longest text the digit rules allow: read to
-		 * its end (refused for its sum, not for a weight cut short) */
-		char longest[JOURNAL_WEIGHTS_MAX];
-		uint64_t a[255];
+		/* MIX_MAX_SOURCES weights of 7 digits, the longest text the digit rules
+		 * allow: read to its end (refused for its sum, not for a weight cut short) */
+		char longest[JOURNAL_WEIGHTS_MAX], sum[64];
+		size_t len = 0;
 
-		for (n = 0; n < 255; n++)
-			a[n] = 1000000;
-		journal_weights_format(a, 255, longest);
-		CHECK(strlen(longest) == 255 * 8 - 1 && !strncmp(longest, "1000000,1000000,", 16));
-		expect_bad(j, longest, "the weights sum to 255000000");
+		for (n = 0; n < MIX_MAX_SOURCES; n++)
+			len += (size_t)snprintf(longest + len, sizeof(longest) - len, "%s1000000",
+						n ? "," : "");
+		CHECK(len == MIX_MAX_SOURCES * 8 - 1 && len < sizeof(longest));
+		snprintf(sum, sizeof(sum), "the weights sum to %d000000", MIX_MAX_SOURCES);
+		expect_bad(j, longest, sum);
 	}
 	{
 		/* the codec's two halves agree: what journal_weights_format() writes parses back */
 		const uint64_t a[3] = {7, 3, 0};
-		uint64_t back[255]; /* MIX_MAX_SOURCES */
+		uint64_t back[MIX_MAX_SOURCES];
 		char text[JOURNAL_WEIGHTS_MAX];
 		size_t k = 0;
 
@@ -202,7 +205,7 @@ static void test_bad_weights(void)
 	}
 	REQUIRE(start_text(j, "auto", 2, 4, 1, "", NULL) == 0);
 	REQUIRE(journal_current(j, &cl) == 0);
-	CHECK(strlen(cl.weights) == 2 * 255 - 1 && !strcmp(cl.weights, many));
+	CHECK(strlen(cl.weights) == 2 * MIX_MAX_SOURCES - 1 && !strcmp(cl.weights, many));
 	CHECK(!strcmp(weights_of(j, 1), many));
 	journal_close(j);
 	free(p);

@@ -106,23 +106,26 @@ static void test_happy(void)
 		}
 		REQUIRE(chdir(cwd) == 0);
 	}
-	/* 255 sources is the most */
+	/* MIXSPEC_MAX_SOURCES (1,024) sources is the most */
 	{
-		char *text = malloc(255 * 64 + 64);
+		char *text = malloc((MIXSPEC_MAX_SOURCES + 1) * 64 + 64), too[64], last[16];
 		size_t len = 0;
 
 		REQUIRE(text);
 		len += (size_t)sprintf(text, "{\"sources\": [");
-		for (int i = 0; i < 256; i++)
+		for (int i = 0; i <= MIXSPEC_MAX_SOURCES; i++)
 			len += (size_t)sprintf(text + len, "%s{\"dataset\": \"d%d\", \"weight\": 1}",
 					       i ? ", " : "", i);
 		strcpy(text + len, "]}");
-		refused(text, "sources: 256 sources, at most 255", NULL);
+		snprintf(too, sizeof(too), "sources: %d sources, at most %d",
+			 MIXSPEC_MAX_SOURCES + 1, MIXSPEC_MAX_SOURCES);
+		refused(text, too, NULL);
 		*strrchr(text, '{') = 0;
 		strcpy(strrchr(text, ',') , "]}");
 		CHECK(load(text, &m, err, sizeof(err)) == 0);
-		CHECK(m.count == 255);
-		CHECK(!strcmp(m.sources[254].name, "d254"));
+		CHECK(m.count == MIXSPEC_MAX_SOURCES);
+		snprintf(last, sizeof(last), "d%d", MIXSPEC_MAX_SOURCES - 1);
+		CHECK(!strcmp(m.sources[MIXSPEC_MAX_SOURCES - 1].name, last));
 		mixspec_release(&m);
 		free(text);
 	}
