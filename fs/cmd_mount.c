@@ -58,7 +58,9 @@ static void mount_usage(FILE *f)
 		"  -s          single-threaded FUSE loop\n"
 		"  --check     check the options against the dataset, then exit: 0, or the\n"
 		"              status and reason a mount would give; mounts and creates nothing\n"
-		"              (the mountpoint and the journal are not looked at)\n"
+		"              (the mountpoint and the journal are not looked at). On stdout, a\n"
+		"              mixture's weights= as integers and the validation split as\n"
+		"              /status would show them (weights=7,3; validation=1/100)\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -734,6 +736,12 @@ int cmd_mount(int argc, char **argv)
 		goto out_ds;
 	}
 	if (o.check_only) {
+		/* what a launcher compares with a live mount's /status before reusing it
+		 * (mixture.weights, validation.split): the values this mount would serve */
+		if (st.is_mixture && cfg.weights)
+			printf("weights=%s\n", st.weights_text);
+		if (st.split[0])
+			printf("validation=%s\n", st.split + strlen("validation="));
 		status = 0;
 		goto out_ds;
 	}

@@ -1114,7 +1114,9 @@ def test_launchers_reuse_only_this_nodes_own_stream(ds, tmp_path):
                 (dict(ZEPHON_NODE=1), 'ranks 0-1 there, 2-3 asked; journal %s there, %s asked'
                  % (journal, journal.parent / 'node-1.sqlite')),
                 (dict(ZEPHON_RESUME='samples:4@1'), 'start_samples 0 there, 4 asked'),
-                (dict(ZEPHON_DATASET=str(copy)), 'dataset %s there, %s asked' % (d, copy))):
+                (dict(ZEPHON_DATASET=str(copy)), 'dataset %s there, %s asked' % (d, copy)),
+                (dict(ZEPHON_OPTIONS='global_batch=4,micro_batch=1,seed=%d,validation=0.25'
+                      % SEED), 'validation (none) there, 1/4 asked')):
             if 'ZEPHON_NODE' in change:
                 change['ZEPHON_MOUNT'] = str(mp)
             rc, out, err = sh([NODE, 'mount'], dict(env, **change), check=False)
@@ -1130,6 +1132,40 @@ def test_launchers_reuse_only_this_nodes_own_stream(ds, tmp_path):
                         check=False)
         assert rc != 0, err
         assert mounted(mp) and status(mp)['seed'] == SEED
+    finally:
+        node_umount(env, mp)
+    assert not mounts_under(tmp_path)
+
+
+def test_launchers_compare_a_mixtures_weights_and_split(tmp_path):
+    """A live mount of a mixture is reused only with the weights= and validation split
+    asked, compared as the mount serves them (integers, a fraction: `zephon mount --check`
+    prints both), so 0.5/0.5 is 1:1 and 0.25 is 1/4."""
+    srcs = {}
+    for name in ('web', 'code'):
+        write_jsonl(tmp_path / (name + '.jsonl'), 40)
+        srcs[name] = pack(tmp_path / name, [tmp_path / (name + '.jsonl')])
+    mix = tmp_path / 'mix.json'
+    mix.write_text(json.dumps({'sources': [{'name': n, 'dataset': str(p), 'weight': 1}
+                                           for n, p in srcs.items()]}))
+    opts = 'global_batch=4,seed=%d,validation=0.25' % SEED
+    env = base_env(tmp_path, 'mix', ZEPHON_DATASET=mix, ZEPHON_NNODES=1, ZEPHON_NODE=0,
+                   ZEPHON_RANKS_PER_NODE=2, ZEPHON_RESUME='samples:0@0',
+                   ZEPHON_OPTIONS=opts + ',weights=web:0.5+code:0.5')
+    mp = node_mp(env)
+    p = run('mount', mix, tmp_path / 'unused', '-o', 'world_size=2,' + opts +
+            ',weights=web:0.5+code:0.5', '--check')
+    assert p.stdout.decode().splitlines() == ['weights=1,1', 'validation=1/4'], p.stdout
+    sh([NODE, 'mount'], env)
+    try:
+        rc, out, err = sh([NODE, 'mount'], dict(env, ZEPHON_OPTIONS=opts.replace('0.25', '1/4')
+                                                 + ',weights=web:1+code:1'))
+        assert out.strip() == 'reused', (out, err)
+        for change, part in (
+                (opts + ',weights=web:0.75+code:0.25', 'weights 1,1 there, 3,1 asked'),
+                (opts.replace('0.25', '0.5'), 'validation 1/4 there, 1/2 asked')):
+            rc, out, err = sh([NODE, 'mount'], dict(env, ZEPHON_OPTIONS=change), check=False)
+            assert rc != 0 and part in err and out == '', (change, err)
     finally:
         node_umount(env, mp)
     assert not mounts_under(tmp_path)
