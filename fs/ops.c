@@ -49,12 +49,7 @@ struct open_file {
 	uint32_t tid;
 	int holding;
 	struct open_file *hold_prev, *hold_next;
-	/* from/<G>: rank's shares of the steps from gsn from_gsn on, from_share bytes each,
-	 * from_size in all; batch holds share from_k (the one read last); from_mu orders the
-	 * reads of one handle, which may come on several threads */
-	int is_from;
-	uint64_t from_gsn, from_share, from_size, from_k;
-	pthread_mutex_t from_mu;
+	struct share_run *run;  /* from/<G> (core/share.c) */
 };
 
 static void next_unhold_locked(struct zmount *z, struct open_file *f);
@@ -107,8 +102,7 @@ static void open_file_free(struct zmount *z, struct open_file *f, int deliver)
 		claims_sub(z);
 	server_batch_free(z->srv, f->batch);
 	buf_release(&f->text);
-	if (f->is_from)
-		pthread_mutex_destroy(&f->from_mu);
+	share_run_free(f->run);
 	free(f);
 }
 
@@ -273,8 +267,8 @@ static struct zmount *zmount_of(fuse_req_t req)
 /* Bytes of a handle's content. */
 static uint64_t file_len(const struct open_file *f)
 {
-	if (f->is_from)
-		return f->from_size;
+	if (f->run)
+		return f->run->size;
 	return f->batch ? batch_len(f->batch) : f->text.len;
 }
 
@@ -297,25 +291,6 @@ static void read_progress(struct zmount *z, struct open_file *f, off_t off, size
 		      b->count, clock_mono_s());
 }
 
-/* from/<g> of rank: the bytes of one share and of the whole file (every full step from g
- * to the end of the stream; an endless stream is cut where the size would pass 2^62).
- * 0, -ENOTSUP (lines and tar: shares differ in size), or server_at_len()'s errors. */
-static int from_sizes(struct zmount *z, uint64_t rank, uint64_t g, uint64_t *share,
-		      uint64_t *size)
-{
-	const struct server_config *sc = server_get_config(z->srv);
-	uint64_t limit = order_limit(&sc->order, z->cfg->epochs), steps;
-	int rc = server_at_len(z->srv, rank, g, share);
-
-	if (rc)
-		return rc;
-	steps = limit > g ? (limit - g) / sc->layout.global_batch : 0;
-	if (*share && steps > (UINT64_C(1) << 62) / *share)
-		steps = (UINT64_C(1) << 62) / *share;
-	*size = steps * *share;
-	return 0;
-}
-
 static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
 {
 	uint64_t v = 0;
@@ -331,23 +306,21 @@ static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-/* Does the stream still have step t? (epochs=E ends it.) */
-static int step_exists(struct zmount *z, uint64_t step)
+/* The share a node of step/, at/ or validation/ names. */
+static struct share node_share(uint64_t ino)
 {
-	const struct server_config *sc = server_get_config(z->srv);
+	enum share_kind k = inode_type(ino) == NODE_STEP ? SHARE_STEP :
+			    inode_is_validation(ino) ? SHARE_VALIDATION : SHARE_AT;
 
-	return step <= INODE_MAX_STEP &&
-	       layout_step_in_stream(&sc->layout, order_limit(&sc->order, z->cfg->epochs), step);
+	return (struct share){ k, inode_rank(ino), inode_step(ino) };
 }
 
-/* Does the stream still have the B samples from gsn g? (epochs=E ends it.) */
-static int at_exists(struct zmount *z, uint64_t g)
+/* Does the stream still have step/<t> or at/<G>? (epochs=E ends it.) */
+static int share_exists(struct zmount *z, enum share_kind k, uint64_t n)
 {
-	const struct server_config *sc = server_get_config(z->srv);
-	struct layout at;
+	struct share sh = { k, 0, n };
 
-	return g <= INODE_MAX_STEP && layout_at(&sc->layout, g, &at) == 0 &&
-	       layout_step_in_stream(&at, order_limit(&sc->order, z->cfg->epochs), 0);
+	return n <= INODE_MAX_STEP && server_share_in_stream(z->srv, &sh);
 }
 
 static size_t pid_claim_size(struct zmount *z, uint32_t pid, uint64_t rank, int *found)
@@ -389,6 +362,7 @@ static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 {
 	struct buf text = BUF_INIT;
 	struct batch *b = NULL;
+	struct share sh;
 	uint64_t size = 0;
 	int found;
 
@@ -418,9 +392,10 @@ static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 	case NODE_STEP:
 		/* From the order and the index: a lookup, then the open, would otherwise
 		 * build the whole step twice (tar: its headers need the samples) */
-		if (server_step_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
+		sh = node_share(ino);
+		if (server_share_len(z->srv, &sh, &size) == 0) {
 			*pure = 1;
-		} else if (server_step(z->srv, inode_rank(ino), inode_step(ino), &b) == 0) {
+		} else if (server_share(z->srv, &sh, &b) == 0) {
 			size = batch_len(b);
 			*pure = 1;
 		}
@@ -435,17 +410,15 @@ static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 		if (inode_is_from(ino)) {
 			uint64_t share;
 
-			if (from_sizes(z, inode_rank(ino), inode_step(ino), &share, &size) == 0)
+			if (server_run_size(z->srv, inode_rank(ino), inode_step(ino), &share,
+					    &size) == 0)
 				*pure = 1;
 			break;
 		}
-		if (inode_is_validation(ino) ?
-		    server_validation_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0 :
-		    server_at_len(z->srv, inode_rank(ino), inode_step(ino), &size) == 0) {
+		sh = node_share(ino);
+		if (server_share_len(z->srv, &sh, &size) == 0) {
 			*pure = 1;
-		} else if ((inode_is_validation(ino) ?
-			    server_validation(z->srv, inode_rank(ino), inode_step(ino), &b) :
-			    server_at(z->srv, inode_rank(ino), inode_step(ino), &b)) == 0) {
+		} else if (server_share(z->srv, &sh, &b) == 0) {
 			size = batch_len(b);
 			*pure = 1;
 		}
@@ -505,13 +478,13 @@ static int node_attr(struct zmount *z, uint64_t ino, uint32_t pid, const struct 
 	     type == NODE_STEPDIR || type == NODE_STEP || type == NODE_ATDIR || type == NODE_AT) &&
 	    !rankset_has(&z->cfg->ranks, inode_rank(ino)))
 		return -ENOENT;
-	if (type == NODE_STEP && !step_exists(z, inode_step(ino)))
+	if (type == NODE_STEP && !share_exists(z, SHARE_STEP, inode_step(ino)))
 		return -ENOENT;
 	if (type == NODE_SAMPLE && inode_id(ino) >= z->info->samples)
 		return -ENOENT;
 	if (type == NODE_AT && !(inode_is_validation(ino) ?
 				 inode_step(ino) < server_validation_steps(z->srv) :
-				 at_exists(z, inode_step(ino))))
+				 share_exists(z, SHARE_AT, inode_step(ino))))
 		return -ENOENT;
 	if (inode_is_validation(ino) && !server_validation_steps(z->srv))
 		return -ENOENT;
@@ -567,11 +540,11 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
 				return 0;
 			return inode_make(NODE_AT, inode_rank(parent), v) | INODE_VALIDATION;
 		}
-		if (parse_decimal(name, INODE_MAX_STEP, &v) || !at_exists(z, v))
+		if (parse_decimal(name, INODE_MAX_STEP, &v) || !share_exists(z, SHARE_AT, v))
 			return 0;
 		return inode_make(NODE_AT, inode_rank(parent), v) | (parent & INODE_FROM);
 	case NODE_STEPDIR:
-		if (parse_decimal(name, INODE_MAX_STEP, &v) || !step_exists(z, v))
+		if (parse_decimal(name, INODE_MAX_STEP, &v) || !share_exists(z, SHARE_STEP, v))
 			return 0;
 		return inode_make(NODE_STEP, inode_rank(parent), v);
 	case NODE_SAMPLESDIR:
@@ -883,6 +856,7 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 {
 	enum node type = inode_type(ino);
 	struct open_file *f;
+	struct share sh;
 	int rc = 0;
 
 	f = calloc(1, sizeof(*f));
@@ -912,7 +886,8 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		rc = server_peek(z->srv, inode_rank(ino), &f->batch);
 		break;
 	case NODE_STEP:
-		rc = server_step(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
+		sh = node_share(ino);
+		rc = server_share(z->srv, &sh, &f->batch);
 		if (!rc)
 			server_step_opened(z->srv, inode_step(ino));
 		f->progress = !rc;
@@ -922,16 +897,11 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 		break;
 	case NODE_AT:
 		if (inode_is_from(ino)) {
-			f->is_from = 1;
-			f->rank = inode_rank(ino);
-			f->from_gsn = inode_step(ino);
-			pthread_mutex_init(&f->from_mu, NULL);
-			rc = from_sizes(z, f->rank, f->from_gsn, &f->from_share, &f->from_size);
+			rc = server_run_open(z->srv, inode_rank(ino), inode_step(ino), &f->run);
 			break;
 		}
-		rc = inode_is_validation(ino) ?
-		     server_validation(z->srv, inode_rank(ino), inode_step(ino), &f->batch) :
-		     server_at(z->srv, inode_rank(ino), inode_step(ino), &f->batch);
+		sh = node_share(ino);
+		rc = server_share(z->srv, &sh, &f->batch);
 		f->progress = !rc && !inode_is_validation(ino);  /* evaluation is not training */
 		break;
 	case NODE_STATUS:
@@ -1061,84 +1031,40 @@ static void touch_pages(void *ctx)
 static void read_from(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
 		      off_t off)
 {
-	uint64_t b = server_get_config(z->srv)->layout.global_batch, pos, end;
-	struct batch **held = NULL;       /* shares built for this read */
-	struct iovec *iov = NULL;
-	size_t nheld = 0, cap_held = 0, niov = 0, cap_iov = 0, n = 0, room;
-	int rc = 0;
+	struct share_run *run = f->run;
+	struct share_read rd;
+	int rc = off < 0 ? 0 : share_run_read(run, (uint64_t)off, size, FROM_IOV_MAX, &rd);
 
-	if (off < 0 || (uint64_t)off >= f->from_size || !f->from_share) {
+	if (off < 0 || (!rc && !rd.bytes)) {
+		if (off >= 0)
+			share_run_read_end(run, &rd, 0);
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	pos = (uint64_t)off;
-	end = f->from_size - pos < size ? f->from_size : pos + size;
-	pthread_mutex_lock(&f->from_mu);
-	while (pos < end && !rc && niov < FROM_IOV_MAX) {
-		uint64_t k = pos / f->from_share, within = pos % f->from_share;
-		size_t take = (size_t)(f->from_share - within < end - pos ? f->from_share - within
-								 : end - pos), got;
-		struct batch *sh = f->batch && f->from_k == k ? f->batch : NULL;
-
-		if (!sh) {
-			if (ARRAY_GROW(held, cap_held, nheld + 1)) {
-				rc = -ENOMEM;
-				break;
-			}
-			rc = server_at(z->srv, f->rank, f->from_gsn + k * b, &sh);
-			if (!rc && batch_len(sh) != f->from_share) {
-				server_batch_free(z->srv, sh);
-				rc = -EIO; /* npy and bin shares all have one size */
-			}
-			if (rc)
-				break;
-			held[nheld++] = sh;
-		}
-		room = FROM_IOV_MAX - niov < 2 + sh->nviews ? FROM_IOV_MAX - niov : 2 + sh->nviews;
-		if (ARRAY_GROW(iov, cap_iov, niov + room)) {
-			rc = -ENOMEM;
-			break;
-		}
-		/* got < take: the iovecs a reply may have are spent, a short read */
-		niov += batch_slice(sh, within, take, iov + niov, room, &got);
-		n += got;
-		pos += got;
-	}
 	if (!rc) {
-		struct touch_args t = { iov, niov };
+		struct touch_args t = { rd.iov, rd.niov };
 
 		/* a shard cut under the mount fails this read here, not the daemon */
 		if (guard_run(touch_pages, &t)) {
 			zmount_log(LOG_ERR, "rank %" PRIu64 ": a shard of from/%" PRIu64 " can no "
 				   "longer be read (truncated or an I/O error); this read fails with EIO",
-				   f->rank, f->from_gsn);
+				   run->rank, run->gsn);
 			rc = -EIO;
 		}
 	}
 	if (rc) {
 		fuse_reply_err(req, claim_errno(z, rc));
-		n = 0;
+		rd.bytes = 0;
 	} else {
 		/* noted before the reply, so that a /status read after it shows it */
-		progress_note_run(z->progress, f->rank, f->from_gsn, f->from_share,
-				  layout_share(&server_get_config(z->srv)->layout), (uint64_t)off, n,
-				  clock_mono_s());
-		fuse_reply_iov(req, iov, (int)niov); /* the kernel has the bytes when it returns */
+		progress_note_run(z->progress, run->rank, run->gsn, run->share, run->share_samples,
+				  (uint64_t)off, rd.bytes, clock_mono_s());
+		fuse_reply_iov(req, rd.iov, (int)rd.niov); /* the kernel has the bytes then */
 	}
-	/* the handle keeps the last share built; every other one goes */
-	if (nheld && !rc) {
-		server_batch_free(z->srv, f->batch);
-		f->batch = held[--nheld];
-		f->from_k = (pos - 1) / f->from_share;
-	}
-	pthread_mutex_unlock(&f->from_mu);
-	for (size_t i = 0; i < nheld; i++)
-		server_batch_free(z->srv, held[i]);
-	free(held);
-	free(iov);
 	pthread_mutex_lock(&z->lock);
-	z->bytes_read += n;
+	z->bytes_read += rd.bytes;
 	pthread_mutex_unlock(&z->lock);
+	share_run_read_end(run, &rd, !rc);
 }
 
 /* Replies: buf (the bytes at [off, off + size) of the handle's content; short or empty
@@ -1153,7 +1079,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)ino;
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
-	if (f->is_from) {
+	if (f->run) {
 		read_from(z, req, f, size, off);
 		open_file_put(z, f);
 		return;
