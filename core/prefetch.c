@@ -140,19 +140,19 @@ static void decode_into_slot(struct server *s, struct sample_reader *r,
 	uint64_t bad = 0;
 	int rc;
 
-	pthread_mutex_lock(&rs->lock);
+	srv_rank_lock(s, rs);
 	if (jb->generation != rs->generation || jb->ci < rs->ci || jb->ci >= rs->ci + k ||
 	    sl->state != SLOT_EMPTY || srv_past_end(s, jb->ci)) {
-		pthread_mutex_unlock(&rs->lock);
+		srv_rank_unlock(s, rs);
 		return;
 	}
 	sl->state = SLOT_DECODING;
 	sl->ci = jb->ci;
-	pthread_mutex_unlock(&rs->lock);
+	srv_rank_unlock(s, rs);
 
 	rc = build_ci(s, r, rs->rank, jb->ci, &b, &bad);
 
-	pthread_mutex_lock(&rs->lock);
+	srv_rank_lock(s, rs);
 	if (jb->generation != rs->generation || sl->state != SLOT_DECODING || sl->ci != jb->ci) {
 		server_batch_free(s, b); /* a rewind dropped the slot meanwhile */
 	} else if (rc) {
@@ -164,7 +164,7 @@ static void decode_into_slot(struct server *s, struct sample_reader *r,
 		sl->batch = b;
 	}
 	pthread_cond_broadcast(&rs->decoded);
-	pthread_mutex_unlock(&rs->lock);
+	srv_rank_unlock(s, rs);
 	if (!rc) {
 		pthread_mutex_lock(&s->qlock);
 		s->stats.prefetch_decoded++;
@@ -313,5 +313,39 @@ void srv_prefetch_stop(struct server *s)
 
 		s->free_jobs = (struct decode_job *)d->job.next;
 		free(d);
+	}
+}
+
+/* Apply a close server_release() left (rs->lock held): note its time, and start the
+ * refill its claim left to it. */
+static void apply_release(struct server *s, struct rank_state *rs)
+{
+	uint64_t ns = __atomic_exchange_n(&rs->release_ns, 0, __ATOMIC_ACQ_REL);
+
+	if (!ns)
+		return;
+	rs->last_release = (double)ns * 1e-9;
+	if (rs->refill_pending) {
+		rs->refill_pending = 0;
+		srv_fill_ring(s, rs);
+	}
+}
+
+void srv_rank_lock(struct server *s, struct rank_state *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	apply_release(s, rs);
+}
+
+void srv_rank_unlock(struct server *s, struct rank_state *rs)
+{
+	apply_release(s, rs);
+	pthread_mutex_unlock(&rs->lock);
+	/* a close that came after the check above, and found the lock busy, is applied by
+	 * whoever takes the lock next, or here */
+	while (__atomic_load_n(&rs->release_ns, __ATOMIC_ACQUIRE) &&
+	       pthread_mutex_trylock(&rs->lock) == 0) {
+		apply_release(s, rs);
+		pthread_mutex_unlock(&rs->lock);
 	}
 }

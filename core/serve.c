@@ -59,6 +59,15 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 	pthread_mutex_init(&s->readers.lock, NULL);
 	pthread_mutex_init(&s->pool_lock, NULL);
 	pthread_mutex_init(&s->log_lock, NULL);
+	pthread_mutex_init(&s->claim_lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&s->claims_done, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	s->log_tokens = LOG_BURST;
 	s->log_t = clock_mono_s();
 	/* enough buffers for every rank's ring, the batches being read, and the workers */
@@ -131,6 +140,8 @@ void server_free(struct server *s)
 	free(s->readers.free);
 	pthread_mutex_destroy(&s->readers.lock);
 	pthread_mutex_destroy(&s->qlock);
+	pthread_mutex_destroy(&s->claim_lock);
+	pthread_cond_destroy(&s->claims_done);
 	rankset_release(&s->ranks);
 	free(s);
 }
@@ -278,7 +289,7 @@ int server_stop_claims(struct server *s, double timeout_s)
 	for (size_t i = 0; i < s->nranks && !rc; i++) {
 		rc = -pthread_mutex_clocklock(&s->rs[i].lock, CLOCK_MONOTONIC, &until);
 		if (!rc)
-			pthread_mutex_unlock(&s->rs[i].lock);
+			srv_rank_unlock(s, &s->rs[i]);
 	}
 	return rc == -ETIMEDOUT ? rc : 0;
 }
@@ -292,7 +303,7 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 
 	if (!rs)
 		return -ENOENT;
-	pthread_mutex_lock(&rs->lock);
+	srv_rank_lock(s, rs);
 	/* checked under the rank's lock: server_stop_claims() passes every rank's lock once
 	 * after setting it, so no claim starts after that pass */
 	if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
@@ -349,30 +360,24 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 	}
 	*out = b;
 out:
-	pthread_mutex_unlock(&rs->lock);
+	srv_rank_unlock(s, rs);
 	count_claim(s, rc, t0, journal_s, b, hit);
 	return rc;
 }
 
-int server_release(struct server *s, uint64_t rank, int wait)
+void server_release(struct server *s, uint64_t rank)
 {
 	struct rank_state *rs = srv_find_rank(s, rank);
+	uint64_t ns = (uint64_t)(clock_mono_s() * 1e9);
 
 	if (!rs)
-		return 0;
-	if (!wait) {
-		if (pthread_mutex_trylock(&rs->lock))
-			return -EBUSY;
-	} else {
-		pthread_mutex_lock(&rs->lock);
-	}
-	rs->last_release = clock_mono_s();
-	if (rs->refill_pending) {
-		rs->refill_pending = 0;
-		srv_fill_ring(s, rs);
-	}
-	pthread_mutex_unlock(&rs->lock);
-	return 0;
+		return;
+	/* The rank's lock is busy while a claim of it commits, which may wait for as long
+	 * as the journal's file system stalls: a close never waits for it. The one who
+	 * holds it applies the close when it lets go (srv_rank_unlock). */
+	__atomic_store_n(&rs->release_ns, ns ? ns : 1, __ATOMIC_RELEASE);
+	if (pthread_mutex_trylock(&rs->lock) == 0)
+		srv_rank_unlock(s, rs);
 }
 
 int server_peek(struct server *s, uint64_t rank, struct batch **out)
@@ -383,7 +388,7 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out)
 
 	if (!rs)
 		return -ENOENT;
-	pthread_mutex_lock(&rs->lock);
+	srv_rank_lock(s, rs);
 	do
 		rc = srv_past_end(s, rs->ci) ? -ENODATA : srv_take_cursor_batch(s, rs, &b, &hit);
 	while (rc == -EAGAIN);
@@ -392,7 +397,7 @@ int server_peek(struct server *s, uint64_t rank, struct batch **out)
 		rc = *out ? 0 : -ENOMEM;
 		srv_return_cursor_batch(s, rs, b); /* peek leaves the ring as it was */
 	}
-	pthread_mutex_unlock(&rs->lock);
+	srv_rank_unlock(s, rs);
 	return rc;
 }
 
@@ -457,7 +462,7 @@ int server_rewind(struct server *s, uint64_t step)
 	/* Every rank lock is held across the journal write so no claim slips between the
 	 * journal's rewind and the in-memory one. Locks are taken in rank order. */
 	for (size_t i = 0; i < s->nranks; i++) {
-		pthread_mutex_lock(&s->rs[i].lock);
+		srv_rank_lock(s, &s->rs[i]);
 		set_commit_since(&s->rs[i], t0); /* every claim now waits for this commit */
 	}
 	rc = journal_rewind(s->journal, step);
@@ -483,7 +488,7 @@ int server_rewind(struct server *s, uint64_t step)
 		}
 	}
 	for (size_t i = s->nranks; i-- > 0;)
-		pthread_mutex_unlock(&s->rs[i].lock);
+		srv_rank_unlock(s, &s->rs[i]);
 	if (rc == -EINVAL)
 		srv_log(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else if (rc)
@@ -532,6 +537,14 @@ void server_get_stats(struct server *s, struct server_stats *out)
 	pthread_mutex_lock(&s->qlock);
 	*out = s->stats;
 	pthread_mutex_unlock(&s->qlock);
+}
+
+uint64_t server_progress_step(const struct server *s, const struct batch *b)
+{
+	const struct layout *l = &s->cfg.layout;
+
+	return progress_step_of(b->rank, b->gsn, b->micro, b->micros, layout_share(l),
+				l->micro_batch);
 }
 
 const struct server_config *server_get_config(const struct server *s)

@@ -39,6 +39,7 @@
 #include "encode.h"
 #include "journal.h"
 #include "order.h"
+#include "progress.h"
 
 /* Log sink for what the server notices (decode errors, journal failures); syslog or
  * stderr in fs/. prio is a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO). */
@@ -138,11 +139,10 @@ int server_stop_claims(struct server *s, double timeout_s);
 
 /* A handle of rank's next was closed: the refill of a paced reader's prefetch ring,
  * left by its last claim, starts now (so the decode never competes with the reads of
- * the batch just handed out). Unknown ranks are ignored. 0, or -EBUSY when wait is 0
- * and the rank is busy (a claim of it is in progress, which may be waiting for the
- * journal for as long as its file system stalls): nothing was done; call again with
- * wait = 1 from a thread that may block. */
-int server_release(struct server *s, uint64_t rank, int wait);
+ * the batch just handed out). Never waits: when a claim of the rank is in progress
+ * (which may be waiting for the journal for as long as its file system stalls), the
+ * claim applies the close when it is done. Unknown ranks are ignored. */
+void server_release(struct server *s, uint64_t rank);
 
 /* What the next claim of rank would get, claiming nothing (a copy). Errors as above. */
 int server_peek(struct server *s, uint64_t rank, struct batch **out);
@@ -185,6 +185,11 @@ double server_journal_wait(struct server *s);
 #define SERVER_JOURNAL_STALL_S 0.2
 /* 1 when server_journal_wait() is past SERVER_JOURNAL_STALL_S, else 0. Never waits. */
 int server_journal_stalled(struct server *s);
+
+/* The step of the rank's stream that a batch of this server (a claim, or a share of
+ * step/, at/ or validation/) belongs to, for core/progress.h: progress_step_of() with
+ * the layout's share and micro-batch. */
+uint64_t server_progress_step(const struct server *s, const struct batch *b);
 
 void server_get_stats(struct server *s, struct server_stats *out);
 const struct server_config *server_get_config(const struct server *s);

@@ -52,7 +52,10 @@ struct rank_state {
 	struct delivery dv;      /* which claims reached their reader */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
-	double last_release;     /* when a handle of next was last closed (now_s) */
+	double last_release;     /* when a handle of next was last closed (clock_mono_s) */
+	uint64_t release_ns;     /* atomic: a close not applied yet, its time in ns; 0: none
+	                          * (server_release; srv_rank_lock and srv_rank_unlock apply
+	                          * it) */
 	int primed;              /* the ring was filled once (fill_ring): PRIME_AT_START_MAX */
 	int refill_pending;      /* a claim left its refill to that close, see server_release */
 };
@@ -71,6 +74,15 @@ struct reader_pool {
 	pthread_mutex_t lock;
 	struct sample_reader **free;
 	size_t count, cap;
+};
+
+/* The latest claim of next of each (process, rank): its size, which a GETATTR without
+ * a file handle answers (numpy.fromfile sizes its array from fstat). claim.c. */
+#define SERVER_PID_SLOTS 256
+struct pid_claim {
+	uint32_t pid;
+	uint64_t rank;
+	uint64_t size;
 };
 
 struct server {
@@ -103,6 +115,14 @@ struct server {
 	pthread_mutex_t log_lock;  /* guards the log_ fields: slog()'s rate limit */
 	double log_tokens, log_t;
 	uint64_t log_dropped;
+
+	/* claim.c: claims open (claim_open() in progress, or not freed yet), and the latest
+	 * claim of each process */
+	pthread_mutex_t claim_lock;   /* guards the fields below */
+	pthread_cond_t claims_done;   /* open_claims reached 0; CLOCK_MONOTONIC */
+	unsigned open_claims;
+	struct pid_claim pids[SERVER_PID_SLOTS];
+	unsigned pid_next;
 
 	pthread_mutex_t pool_lock;
 	struct buf *pool;
@@ -137,6 +157,10 @@ int srv_prefetch_start(struct server *s);
 /* Stop the decoders (queued decodes dropped, running ones waited for), free the kept
  * decode jobs. */
 void srv_prefetch_stop(struct server *s);
+/* Take and let go of rs->lock; each also applies a close that server_release() could
+ * not apply because the lock was busy (a claim's journal commit holds it). */
+void srv_rank_lock(struct server *s, struct rank_state *rs);
+void srv_rank_unlock(struct server *s, struct rank_state *rs);
 /* Queue a decode for every claim index of the rank's ring. rs->lock held. */
 void srv_fill_ring(struct server *s, struct rank_state *rs);
 /* Queue the decode of claim index ci (generation gen) into its slot. */

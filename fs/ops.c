@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "claim.h"
 #include "clock.h"
 #include "guard.h"
 #include "inode.h"
@@ -37,12 +37,9 @@ struct open_file {
 	struct batch *batch;    /* next, peek, step, sample */
 	struct buf text;        /* status, metrics, state; control's pending input */
 	int refs;
-	int claimed;            /* batch is a claim of next: its delivery is reported */
-	int delivered;          /* reported (atomic): read to its end, or released */
+	struct claim *claim;    /* next: the claim (core/claim.h); batch is its batch */
 	int progress;           /* next, step/<t>, at/<G>: a read to its end is progress */
 	int progressed;         /* noted in z->progress (atomic): once per handle */
-	int tail_replies;       /* replies holding the last byte being sent (atomic): a
-	                         * close waits for them (zmount_flush) */
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
 	/* next: the claiming thread and rank, while the handle is in z->next_holders */
 	uint64_t rank;
@@ -54,41 +51,9 @@ struct open_file {
 
 static void next_unhold_locked(struct zmount *z, struct open_file *f);
 
-/* One open of next or claimed handle fewer (see zmount.open_claims). */
-static void claims_sub(struct zmount *z)
-{
-	pthread_mutex_lock(&z->lock);
-	if (--z->open_claims == 0)
-		pthread_cond_broadcast(&z->claims_done);
-	pthread_mutex_unlock(&z->lock);
-}
-
 int zmount_wait_claims(struct zmount *z, double timeout_s, unsigned *left)
 {
-	struct timespec until;
-	int rc = 0;
-
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += (time_t)timeout_s;
-	until.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&z->lock);
-	while (z->open_claims && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&z->claims_done, &z->lock, &until);
-	*left = z->open_claims;
-	pthread_mutex_unlock(&z->lock);
-	return *left ? -ETIMEDOUT : 0;
-}
-
-/* The claim a handle of next holds reached its reader: read to its end, or the handle
- * closed (the reader had every byte it asked for). Reported once. */
-static void open_file_delivered(struct zmount *z, struct open_file *f)
-{
-	if (f->claimed && !__atomic_exchange_n(&f->delivered, 1, __ATOMIC_ACQ_REL))
-		server_delivered(z->srv, f->batch);
+	return server_wait_claims(z->srv, timeout_s, left);
 }
 
 /* Free a handle; deliver: it was released (or never reached the opener, which was
@@ -96,11 +61,10 @@ static void open_file_delivered(struct zmount *z, struct open_file *f)
  * unmount without a release were not delivered. */
 static void open_file_free(struct zmount *z, struct open_file *f, int deliver)
 {
-	if (deliver)
-		open_file_delivered(z, f);
-	if (f->claimed)
-		claims_sub(z);
-	server_batch_free(z->srv, f->batch);
+	if (f->claim)
+		claim_free(f->claim, deliver);
+	else
+		server_batch_free(z->srv, f->batch);
 	buf_release(&f->text);
 	share_run_free(f->run);
 	free(f);
@@ -280,15 +244,13 @@ static uint64_t file_len(const struct open_file *f)
  * nothing. */
 static void read_progress(struct zmount *z, struct open_file *f, off_t off, size_t n)
 {
-	const struct layout *l = &server_get_config(z->srv)->layout;
 	const struct batch *b = f->batch;
 
 	if (!f->progress || !n || off < 0 || (uint64_t)off + n < file_len(f) ||
 	    __atomic_exchange_n(&f->progressed, 1, __ATOMIC_ACQ_REL))
 		return;
-	progress_note(z->progress, b->rank, progress_step_of(b->rank, b->gsn, b->micro, b->micros,
-							     layout_share(l), l->micro_batch),
-		      b->count, clock_mono_s());
+	progress_note(z->progress, b->rank, server_progress_step(z->srv, b), b->count,
+		      clock_mono_s());
 }
 
 static int parse_decimal(const char *name, uint64_t max, uint64_t *out)
@@ -323,37 +285,6 @@ static int share_exists(struct zmount *z, enum share_kind k, uint64_t n)
 	return n <= INODE_MAX_STEP && server_share_in_stream(z->srv, &sh);
 }
 
-static size_t pid_claim_size(struct zmount *z, uint32_t pid, uint64_t rank, int *found)
-{
-	size_t size = 0;
-
-	*found = 0;
-	pthread_mutex_lock(&z->lock);
-	for (unsigned i = 0; i < ZMOUNT_PID_SLOTS; i++)
-		if (z->pids[i].pid == pid && z->pids[i].rank == rank && pid) {
-			size = z->pids[i].size;
-			*found = 1;
-			break;
-		}
-	pthread_mutex_unlock(&z->lock);
-	return size;
-}
-
-static void pid_claim_record(struct zmount *z, uint32_t pid, uint64_t rank, uint64_t size)
-{
-	unsigned slot;
-
-	pthread_mutex_lock(&z->lock);
-	for (slot = 0; slot < ZMOUNT_PID_SLOTS; slot++)
-		if (z->pids[slot].pid == pid && z->pids[slot].rank == rank)
-			break;
-	if (slot == ZMOUNT_PID_SLOTS)
-		slot = z->pid_next++ % ZMOUNT_PID_SLOTS;
-	z->pids[slot] = (struct pid_claim){ pid, rank, size };
-	z->opens_next++;
-	pthread_mutex_unlock(&z->lock);
-}
-
 /* Size a GETATTR without a file handle reports: content that is pure is built (and
  * freed); next answers the caller's latest claim, else the rank's latest claim. *pure is
  * set to 1 when the size is that of content that never changes (a step/ or samples/
@@ -379,7 +310,7 @@ static uint64_t node_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 		render_state(z, inode_rank(ino), &text);
 		break;
 	case NODE_NEXT:
-		size = pid_claim_size(z, pid, inode_rank(ino), &found);
+		size = server_claim_size(z->srv, pid, inode_rank(ino), &found);
 		/* npy and bin batches all have one size: the peeked batch tells it */
 		if (!found && (z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN) &&
 		    server_peek(z->srv, inode_rank(ino), &b) == 0)
@@ -561,21 +492,21 @@ static uint64_t child_of(struct zmount *z, uint64_t parent, const char *name)
  * libfuse lets any thread reply to a request), so that the few request threads (one per
  * CPU by default) stay free for reads. Two queues:
  * - journal_queue: what may wait for the journal: a claim waits for its commit, and
- *   peek and a release of next wait for a rank's lock, which a claim holds during that
- *   commit; control writes commit (status, metrics and state read views that never
+ *   peek waits for a rank's lock, which a claim holds during that commit (a release of
+ *   next never waits: core/claim.h); control writes commit (status, metrics and state read views that never
  *   wait, server_rank_state, and are answered on the request thread);
  * - build_queue: what decodes: samples/ and step/ files.
  * A stalled journal file system can hold up every thread of the first, however many
  * readers wait; the builds never queue behind them. Claims stay on the request thread
  * while few run at once (claim_inline_begin).
  */
-enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_RELEASE, JOB_FLUSH };
+enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_FLUSH };
 
 struct request_job {
 	struct jobq_job job;
 	struct zmount *z;
 	enum job_op op;
-	fuse_req_t req;             /* NULL for JOB_RELEASE, answered before it was queued */
+	fuse_req_t req;
 	fuse_ino_t ino;
 	struct fuse_file_info fi;   /* JOB_OPEN: a copy; libfuse's is on its thread's stack */
 	size_t size;
@@ -868,17 +799,10 @@ static void open_node(struct zmount *z, fuse_req_t req, uint64_t ino, struct fus
 	open_file_track(z, f);
 	switch (type) {
 	case NODE_NEXT:
-		/* counted before the claim: a clean stop that finds none open and none in
-		 * progress knows that every later claim is refused */
-		pthread_mutex_lock(&z->lock);
-		z->open_claims++;
-		pthread_mutex_unlock(&z->lock);
-		rc = server_claim(z->srv, inode_rank(ino), &f->batch);
-		f->claimed = f->progress = !rc;
-		if (rc)
-			claims_sub(z);
+		rc = claim_open(z->srv, inode_rank(ino), fuse_req_ctx(req)->pid, &f->claim);
 		if (!rc) {
-			pid_claim_record(z, fuse_req_ctx(req)->pid, inode_rank(ino), batch_len(f->batch));
+			f->batch = f->claim->batch;
+			f->progress = 1;
 			next_hold(z, f, inode_rank(ino), fuse_req_ctx(req)->pid);
 		}
 		break;
@@ -1086,9 +1010,7 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	/* Whether this reply holds the batch's last byte (or asks past it) is known before
 	 * it is sent: a close that comes right behind the read waits for the report. */
-	tail = f->claimed && off >= 0 && (uint64_t)off + size >= file_len(f);
-	if (tail)
-		__atomic_add_fetch(&f->tail_replies, 1, __ATOMIC_ACQ_REL);
+	tail = f->claim ? claim_tail_begin(f->claim, off, size) : 0;
 	if (f->batch && f->batch->nviews && off >= 0) {
 		/* Samples go from the dataset's mapping to the reader in the kernel's one
 		 * copy (fuse_reply_iov). */
@@ -1123,10 +1045,10 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	/* The reply holds the batch's last byte (or the reader asked past it): delivered,
 	 * even if the reader dies before it closes. */
-	if (sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
-		open_file_delivered(z, f);
-	if (tail)
-		__atomic_sub_fetch(&f->tail_replies, 1, __ATOMIC_ACQ_REL);
+	if (f->claim && sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
+		claim_delivered(f->claim);
+	if (f->claim)
+		claim_tail_end(f->claim, tail);
 	pthread_mutex_lock(&z->lock);
 	z->bytes_read += n;
 	pthread_mutex_unlock(&z->lock);
@@ -1237,12 +1159,8 @@ static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_
  * Takes the handle's reference given by the caller. */
 static void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f)
 {
-	/* a read that holds the last byte may still be inside its reply on another thread
-	 * while the reader, which has the bytes, already closes: wait for its report */
-	while (__atomic_load_n(&f->tail_replies, __ATOMIC_ACQUIRE))
-		sched_yield();
-	if (f->claimed && __atomic_load_n(&f->delivered, __ATOMIC_ACQUIRE))
-		server_finished(z->srv, f->batch); /* failures are logged; the close succeeds */
+	if (f->claim)
+		claim_finish(f->claim); /* failures are logged; the close succeeds */
 	fuse_reply_err(req, 0);
 	open_file_put(z, f);
 }
@@ -1286,11 +1204,8 @@ static void zmount_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 		pthread_mutex_unlock(&z->lock);
 	}
 	fuse_reply_err(req, 0); /* close() need not wait for the free */
-	/* The rank's lock is busy while a claim of it commits: wait for it elsewhere */
-	if (inode_type(ino) == NODE_NEXT &&
-	    server_release(z->srv, inode_rank(ino), 0) == -EBUSY &&
-	    !defer(z, z->journal_queue, JOB_RELEASE, NULL, ino, NULL, NULL, 0))
-		server_release(z->srv, inode_rank(ino), 1);
+	if (f && f->claim)
+		claim_release(f->claim); /* never waits for a claim's commit */
 	if (f)
 		open_file_put(z, f);
 }
@@ -1318,9 +1233,6 @@ static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 			break;
 		case JOB_WRITE:
 			control_write(j->z, j->req, j->data, j->size);
-			break;
-		case JOB_RELEASE:
-			server_release(j->z->srv, inode_rank(j->ino), 1);
 			break;
 		case JOB_FLUSH:
 			flush_next(j->z, j->req, (struct open_file *)j->fi.fh);
