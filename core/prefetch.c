@@ -226,7 +226,7 @@ void srv_fill_ring(struct server *s, struct rank_state *rs)
  * the caller owns the batch.
  */
 int srv_take_cursor_batch(struct server *s, struct rank_state *rs, struct batch **out,
-			     int *hit)
+			  int *hit)
 {
 	struct slot *sl = s->cfg.prefetch ? &rs->slots[rs->ci % s->cfg.prefetch] : NULL;
 	uint64_t bad = 0;

@@ -226,8 +226,8 @@ int server_delivered(struct server *s, const struct batch *b)
 	pthread_mutex_unlock(&rs->view_lock);
 	if (rc < 0) {
 		srv_log(s, LOG_WARNING, "rank %" PRIu64 ": the delivery of step %" PRIu64 " micro %"
-		     PRIu64 " could not be recorded (%s); a restart serves it and the claims "
-		     "after it again", b->rank, b->step, b->micro, strerror(-rc));
+			PRIu64 " could not be recorded (%s); a restart serves it and the claims "
+			"after it again", b->rank, b->step, b->micro, strerror(-rc));
 		return rc;
 	}
 	return 0;
@@ -246,9 +246,9 @@ int server_finished(struct server *s, const struct batch *b)
 	if (stalled > SERVER_JOURNAL_STALL_S) {
 		if (!__atomic_exchange_n(&s->stall_logged, 1, __ATOMIC_RELAXED))
 			srv_log(s, LOG_WARNING, "the journal has kept a commit waiting for %.1f s (its "
-			     "file system stalls): closes of next return without waiting for their "
-			     "delivery to be written, and a crash before it is written serves those "
-			     "batches again", stalled);
+				"file system stalls): closes of next return without waiting for their "
+				"delivery to be written, and a crash before it is written serves those "
+				"batches again", stalled);
 		return -ETIMEDOUT;
 	}
 	/* Outside the rank's lock: a claim holds it during its own commit, and the
@@ -266,9 +266,9 @@ int server_finished(struct server *s, const struct batch *b)
 	}
 	journal_last_error(s->journal, why, sizeof(why));
 	srv_log(s, LOG_WARNING, "rank %" PRIu64 ": the delivery of step %" PRIu64 " micro %"
-	     PRIu64 " could not be written to the journal (%s); it goes with the rank's "
-	     "next claim, and a crash before that serves it again", b->rank, b->step,
-	     b->micro, *why ? why : strerror(-rc));
+		PRIu64 " could not be written to the journal (%s); it goes with the rank's "
+		"next claim, and a crash before that serves it again", b->rank, b->step,
+		b->micro, *why ? why : strerror(-rc));
 	pthread_mutex_lock(&s->qlock);
 	s->stats.journal_errors++;
 	pthread_mutex_unlock(&s->qlock);
@@ -327,8 +327,8 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 
 			journal_last_error(s->journal, why, sizeof(why));
 			srv_log(s, LOG_ERR, "rank %" PRIu64 ": the journal could not record the claim of "
-			     "step %" PRIu64 " micro %" PRIu64 " (%s); nothing was handed out",
-			     rank, b->step, b->micro, *why ? why : strerror(-rc));
+				"step %" PRIu64 " micro %" PRIu64 " (%s); nothing was handed out",
+				rank, b->step, b->micro, *why ? why : strerror(-rc));
 			pthread_mutex_lock(&s->qlock);
 			s->stats.journal_errors++;
 			pthread_mutex_unlock(&s->qlock);
@@ -447,7 +447,7 @@ int server_checkpoint(struct server *s, uint64_t step)
 		srv_log(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else if (rc)
 		srv_log(s, LOG_ERR, "checkpoint %" PRIu64 " could not be journaled: %s", step,
-		     journal_why(s, why));
+			journal_why(s, why));
 	return rc;
 }
 
@@ -493,7 +493,7 @@ int server_rewind(struct server *s, uint64_t step)
 		srv_log(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else if (rc)
 		srv_log(s, LOG_ERR, "rewind %" PRIu64 " could not be journaled: %s", step,
-		     journal_why(s, why));
+			journal_why(s, why));
 	return rc;
 }
 
@@ -564,6 +564,6 @@ int server_checkpoint_at(struct server *s, uint64_t gsn, uint64_t step)
 		srv_log(s, LOG_WARNING, "control: refused %s", journal_why(s, why));
 	else if (rc)
 		srv_log(s, LOG_ERR, "checkpoint samples:%" PRIu64 "@%" PRIu64 " could not be "
-		     "journaled: %s", gsn, step, journal_why(s, why));
+			"journaled: %s", gsn, step, journal_why(s, why));
 	return rc;
 }
