@@ -6,17 +6,20 @@
  * lengths equal what they build; a from/ run reads the at/ shares back to back, in any
  * split of reads; errors for unserved ranks, steps before S0, validation without a
  * split, the end of a finite stream; the claim's lifecycle (open count, the latest claim
- * of a process, deliver-once, consumed_samples); and claims and releases of one rank
+ * of a process, deliver-once, consumed_samples); the refill a paced reader's release
+ * starts; and claims and releases of one rank
  * from several threads at once (also what the ThreadSanitizer build runs).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "claim.h"
+#include "clock.h"
 #include "dataset.h"
 #include "pack.h"
 #include "serve.h"
@@ -325,6 +328,39 @@ static void test_claim_lifecycle(void)
 	teardown(&fx);
 }
 
+/* Decodes the workers finished so far, once it reaches at least want (30 s at most). */
+static uint64_t decoded_at_least(struct server *s, uint64_t want)
+{
+	struct server_stats st;
+	double deadline = clock_mono_s() + 30;
+
+	do {
+		server_get_stats(s, &st);
+		if (st.prefetch_decoded >= want)
+			break;
+		sched_yield();
+	} while (clock_mono_s() < deadline);
+	return st.prefetch_decoded;
+}
+
+/* A paced reader (its claim comes long after the last close, as the first one does):
+ * the claim leaves its ring's refill to the release of the batch, and the release
+ * starts it. */
+static void test_release_refills(void)
+{
+	struct fixture fx;
+	struct claim *c = NULL;
+
+	setup(&fx, "tok", FORMAT_NPY, 0, 2, 0, 0);
+	CHECK_EQ_U64(decoded_at_least(fx.s, 2), 2);    /* the ring primed at the start */
+	REQUIRE(claim_open(fx.s, 0, 1, &c) == 0);      /* claim index 0: a hit */
+	CHECK_EQ_U64(decoded_at_least(fx.s, 2), 2);    /* no refill yet */
+	claim_release(c);
+	CHECK_EQ_U64(decoded_at_least(fx.s, 3), 3);    /* claim index 2 decoded now */
+	claim_free(c, 1);
+	teardown(&fx);
+}
+
 struct hammer {
 	struct server *s;
 	uint64_t rank;
@@ -387,6 +423,7 @@ int main(void)
 	test_errors();
 	test_run();
 	test_claim_lifecycle();
+	test_release_refills();
 	test_concurrent_claims();
 	rm_rf(tmp);
 	return check_status();
