@@ -223,6 +223,10 @@ int server_share(struct server *s, const struct share *sh, struct batch **out);
  * *len is set only on success. */
 int server_share_len(struct server *s, const struct share *sh, uint64_t *len);
 
+/* 1 when every share of a step has one size, whatever its samples (npy and bin: what
+ * from/ needs, and what a size without building has), else 0 (lines, tar). */
+int server_shares_fixed(const struct server *s);
+
 /* 1 when the stream still has the share (epochs=E ends it; a validation step past the
  * last is none), else 0. Whether the rank is served is not asked. Never waits. */
 int server_share_in_stream(struct server *s, const struct share *sh);

@@ -118,10 +118,15 @@ int server_sample(struct server *s, uint64_t id, struct batch **out)
  * differ. */
 static int fixed_share_len(struct server *s, uint64_t *len)
 {
-	if (s->cfg.format != FORMAT_NPY && s->cfg.format != FORMAT_BIN)
+	if (!server_shares_fixed(s))
 		return -ENOTSUP;
 	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
 				layout_share(&s->cfg.layout), len);
+}
+
+int server_shares_fixed(const struct server *s)
+{
+	return s->cfg.format == FORMAT_NPY || s->cfg.format == FORMAT_BIN;
 }
 
 uint64_t server_validation_steps(const struct server *s)

@@ -37,11 +37,6 @@ static struct share node_share(uint64_t ino)
 	return (struct share){ k, inode_rank(ino), inode_step(ino) };
 }
 
-static int fixed_size_shares(const struct zmount *z)
-{
-	return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN;
-}
-
 /* exists: does the stream still have the share (epochs=E ends it)? */
 static int share_exists(struct zmount *z, uint64_t ino)
 {
@@ -59,7 +54,7 @@ static int has_validation(struct zmount *z, uint64_t ino)
 static int has_from(struct zmount *z, uint64_t ino)
 {
 	(void)ino;
-	return fixed_size_shares(z); /* only npy and bin shares have one size */
+	return server_shares_fixed(z->srv); /* only npy and bin shares have one size */
 }
 
 static int sample_exists(struct zmount *z, uint64_t ino)
@@ -110,7 +105,7 @@ static uint64_t next_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pur
 	(void)pure;
 	if (inode_type(ino) == NODE_NEXT)
 		size = server_claim_size(z->srv, pid, inode_rank(ino), &found);
-	if (!found && (inode_type(ino) == NODE_PEEK || fixed_size_shares(z)) &&
+	if (!found && (inode_type(ino) == NODE_PEEK || server_shares_fixed(z->srv)) &&
 	    server_peek(z->srv, inode_rank(ino), &b) == 0)
 		size = batch_len(b);
 	server_batch_free(z->srv, b);

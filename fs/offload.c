@@ -37,14 +37,14 @@ struct jobq *attr_queue(const struct zmount *z, uint64_t ino)
 	case NODE_PEEK:
 		return z->journal_queue;
 	case NODE_NEXT: /* npy and bin: a caller without a claim gets the peeked size */
-		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN ?
+		return server_shares_fixed(z->srv) ?
 		       z->journal_queue : NULL;
 	case NODE_SAMPLE:
 		return z->build_queue;
 	case NODE_STEP: /* tar: the headers' sizes need the samples */
 		return z->cfg->format == FORMAT_TAR ? z->build_queue : NULL;
 	case NODE_AT: case NODE_VAL: case NODE_FROM: /* lines, tar: the size needs the samples */
-		return z->cfg->format == FORMAT_NPY || z->cfg->format == FORMAT_BIN ?
+		return server_shares_fixed(z->srv) ?
 		       NULL : z->build_queue;
 	default:
 		return NULL;
