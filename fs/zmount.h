@@ -1,6 +1,7 @@
 /*
- * zmount.h: the state of one mount, shared by the FUSE handlers (fs/ops.c), the renderers
- * of the generated files (fs/render.c) and the mount command (fs/cmd_mount.c).
+ * zmount.h: the state of one mount, shared by the FUSE handlers (fs/ops.c and the files of
+ * fs/ops_int.h), the renderers of the generated files (fs/render.c) and the mount
+ * command (fs/cmd_mount.c).
  */
 #ifndef ZEPHON_ZMOUNT_H
 #define ZEPHON_ZMOUNT_H
@@ -57,14 +58,14 @@ struct zmount {
 	pthread_mutex_t lock;          /* guards everything below */
 	uint64_t bytes_read, control_writes, control_errors;
 	/* Handles of next not released yet, by rank % ZMOUNT_HOLD_BUCKETS, and the ranks whose
-	 * next was opened while another process held it (fs/ops.c): sorted by rank, grown
+	 * next was opened while another process held it (fs/overlap.c): sorted by rank, grown
 	 * as ranks are seen, freed by zmount_free_open_files(). */
 	struct open_file *next_holders[ZMOUNT_HOLD_BUCKETS];
 	struct next_overlap *overlaps;
 	size_t noverlaps, overlaps_cap;
 	uint64_t overlaps_total;
 	struct zmount_ratelimit unserved_log;  /* reads of a rank this mount does not serve */
-	unsigned inline_claims;        /* claims on request threads now (atomic; fs/ops.c) */
+	unsigned inline_claims;        /* claims on request threads now (atomic; fs/offload.c) */
 	/* Unused: the claims open are core's (core/claim.h, server_wait_claims). Only
 	 * fs/cmd_mount.c initializes it still; drop both together. */
 	pthread_cond_t claims_done;
@@ -80,7 +81,7 @@ struct zmount {
 int zmount_wait_claims(struct zmount *z, double timeout_s, unsigned *left);
 
 /* Free every handle still open, and the overlap records; after the session loop ended
- * (fs/ops.c). */
+ * (fs/handle.c). */
 void zmount_free_open_files(struct zmount *z);
 
 /* The low-level operations of the mount. */
