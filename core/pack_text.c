@@ -295,6 +295,67 @@ static int pack_open_docindex(struct packer *p)
 	return rc;
 }
 
+/* Record 'I': end the input before (finish_input) and start the one it names ("FORMAT\tPATH"
+ * and its size in bytes); *path owns that text, row->path a copy of PATH. 0, -ENOMEM, or
+ * what reading the stream returns. */
+static int begin_input(struct packer *p, struct tdreader *r, struct catalog_source *row,
+		       char **path, uint64_t *tokens_before)
+{
+	char *text = NULL;
+	int rc;
+
+	if ((rc = finish_input(p, r, row, *tokens_before)))
+		return rc;
+	XXH3_128bits_reset(r->hash);
+	if ((rc = td_text(p, r, &text)) || (rc = td_u64(p, r, &row->size))) {
+		free(text);
+		return rc;
+	}
+	free(*path);
+	*path = text;
+	if (!(row->format = strchr(*path, '\t')))
+		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input without its "
+				 "format (broken stream)");
+	*row->format++ = 0;
+	if (!(row->path = strdup(row->format)))
+		return -ENOMEM;
+	row->format = *path;
+	p->cur_path = row->path;
+	*tokens_before = p->tokens;
+	p->nsources++;
+	p->prog.inputs = p->prog.input = p->nsources;
+	return 0;
+}
+
+/* Records 'P' (bytes of the input of `size` bytes read so far: progress), 'S' (a record
+ * skipped by --skip-bad, with its notice) and 'X' (the front end's error, which ends the
+ * pack). 0, or -EINVAL for 'X', or what reading the stream returns. */
+static int read_message(struct packer *p, struct tdreader *r, uint8_t tag, uint64_t size)
+{
+	char *text = NULL;
+	uint64_t u;
+	int rc;
+
+	if (tag == 'P') {
+		if (!(rc = td_u64(p, r, &u))) {
+			p->input_done = p->input_base + (u < size ? u : size);
+			pack_report(p, 0);
+		}
+		return rc;
+	}
+	if ((rc = td_text(p, r, &text)))
+		return rc;
+	if (tag == 'X') {
+		rc = pack_fail(p, -EINVAL, "%s", text);
+	} else {
+		p->skipped++;
+		if (p->o->notice)
+			p->o->notice(p->o->ctx, text);
+	}
+	free(text);
+	return rc;
+}
+
 int pack_tokdocs(struct packer *p)
 {
 	struct tdreader r = { .fd = p->o->tokdocs_fd };
@@ -316,36 +377,12 @@ int pack_tokdocs(struct packer *p)
 		goto out;
 	while (!done) {
 		uint8_t tag;
-		uint64_t u;
-		char *text = NULL;
 
 		if ((rc = td_read(p, &r, &tag, 1)))
 			break;
 		switch (tag) {
 		case 'I':
-			if ((rc = finish_input(p, &r, &row, tokens_before)))
-				break;
-			XXH3_128bits_reset(r.hash);
-			if ((rc = td_text(p, &r, &text)) || (rc = td_u64(p, &r, &row.size)))
-				break;
-			free(path);
-			path = text;
-			text = NULL;
-			if (!(row.format = strchr(path, '\t'))) {
-				rc = pack_fail(p, -EBADMSG, "the tokenizer front end named an input "
-					       "without its format (broken stream)");
-				break;
-			}
-			*row.format++ = 0;
-			if (!(row.path = strdup(row.format))) {
-				rc = -ENOMEM;
-				break;
-			}
-			row.format = path;
-			p->cur_path = row.path;
-			tokens_before = p->tokens;
-			p->nsources++;
-			p->prog.inputs = p->prog.input = p->nsources;
+			rc = begin_input(p, &r, &row, &path, &tokens_before);
 			break;
 		case 'B':
 			if (!row.path) {
@@ -356,21 +393,9 @@ int pack_tokdocs(struct packer *p)
 			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, &tmp);
 			break;
 		case 'P':
-			if (!(rc = td_u64(p, &r, &u))) {
-				p->input_done = p->input_base + (u < row.size ? u : row.size);
-				pack_report(p, 0);
-			}
-			break;
 		case 'S':
-			if (!(rc = td_text(p, &r, &text))) {
-				p->skipped++;
-				if (p->o->notice)
-					p->o->notice(p->o->ctx, text);
-			}
-			break;
 		case 'X':
-			if (!(rc = td_text(p, &r, &text)))
-				rc = pack_fail(p, -EINVAL, "%s", text);
+			rc = read_message(p, &r, tag, row.size);
 			break;
 		case 'Z':
 			rc = finish_input(p, &r, &row, tokens_before);
@@ -380,7 +405,6 @@ int pack_tokdocs(struct packer *p)
 			rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent record tag 0x%02x "
 				       "(broken stream)", tag);
 		}
-		free(text);
 		if (rc)
 			break;
 	}

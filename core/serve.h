@@ -3,10 +3,8 @@
  * the mount (fs/) and `zephon batch` both come through this module, so the bytes of a
  * claim are the same whichever way they are asked for.
  *
- * Two parts:
- *  - batch_build(): pure. The batch of (rank, step, micro-batches [first, first+count))
- *    of a layout: sample ids from the order, bytes from the encoder.
- *  - struct server: the per-mount state. For each served rank a cursor (step, micro) and
+ * The batch itself and its pure builder are batch.h. struct server is the per-mount
+ * state. For each served rank a cursor (step, micro) and
  *    a ring of `prefetch` decoded micro-batches that worker threads keep filled
  *    (prefetch never claims). server_claim() hands over the batch at the cursor after
  *    journal_claim() committed it, then advances the cursor. The caller reports when a
@@ -31,52 +29,18 @@
 #ifndef ZEPHON_SERVE_H
 #define ZEPHON_SERVE_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "batch.h"
 #include "buf.h"
 #include "dataset.h"
 #include "encode.h"
 #include "journal.h"
 #include "order.h"
-
-/* One encoded micro-batch (or several, for a whole step share) and where it came from.
- * Its bytes are data followed by the nviews ranges of views (encode_views_possible():
- * samples served straight from the dataset's mappings, never copied); views is NULL for
- * every other batch. */
-struct batch {
-	struct buf data;        /* the encoded bytes (or the header, before the views) */
-	struct iovec *views;    /* owned array; the ranges belong to the dataset */
-	size_t nviews;
-	uint64_t views_len;     /* total bytes of the views */
-	uint64_t rank, step, micro;
-	uint64_t micros;        /* micro-batches covered: 1 for a claim, A for a step share */
-	uint64_t gsn;           /* first gsn */
-	uint64_t count;         /* samples, gsn .. gsn + count - 1 */
-	uint64_t epoch;         /* epoch of the first sample */
-	uint64_t *ids;          /* count sample ids, owned by the batch */
-	uint64_t generation;    /* server_claim: the rank's rewind count when claimed */
-};
-
-void batch_free(struct batch *b);
-
-/* Bytes of the batch: data plus views. */
-uint64_t batch_len(const struct batch *b);
-
-/* The iovecs of the batch's bytes [off, off + size), clipped at its end, into iov
- * (room for max entries; a slice needs at most 2 + size / BATCH_VIEW_MIN). Returns the
- * number used (0 at or past the end); *bytes receives their total length. */
-size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iovec *iov,
-		   size_t max, size_t *bytes);
-
-/* The batch of micro-batches [micro, micro + micros) of rank at step under layout l.
- * *out is malloc'd (free with batch_free). 0, or -EINVAL (rank/step/micro outside the
- * layout), -EOVERFLOW, -ENOMEM, -EIO (a sample failed its checksum: *bad_id names it). */
-int batch_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum encode_format f,
-		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
-		struct batch **out, uint64_t *bad_id);
+#include "progress.h"
 
 /* Log sink for what the server notices (decode errors, journal failures); syslog or
  * stderr in fs/. prio is a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO). */
@@ -176,23 +140,13 @@ int server_stop_claims(struct server *s, double timeout_s);
 
 /* A handle of rank's next was closed: the refill of a paced reader's prefetch ring,
  * left by its last claim, starts now (so the decode never competes with the reads of
- * the batch just handed out). Unknown ranks are ignored. 0, or -EBUSY when wait is 0
- * and the rank is busy (a claim of it is in progress, which may be waiting for the
- * journal for as long as its file system stalls): nothing was done; call again with
- * wait = 1 from a thread that may block. */
-int server_release(struct server *s, uint64_t rank, int wait);
+ * the batch just handed out). Never waits: when a claim of the rank is in progress
+ * (which may be waiting for the journal for as long as its file system stalls), the
+ * claim applies the close when it is done. Unknown ranks are ignored. */
+void server_release(struct server *s, uint64_t rank);
 
 /* What the next claim of rank would get, claiming nothing (a copy). Errors as above. */
 int server_peek(struct server *s, uint64_t rank, struct batch **out);
-
-/* The step share of rank at step (all A micro-batches in one encoding); pure. -ENOENT
- * (rank not served), -EINVAL (a step before S0 of the layout); other errors as
- * batch_build. */
-int server_step(struct server *s, uint64_t rank, uint64_t step, struct batch **out);
-/* The length server_step() would give, from the order and the index without decoding
- * (encode_batch_len): what a lookup or stat of step/<t> needs. 0, -ENOTSUP (tar: call
- * server_step), or the errors of server_step; *len is set only on success. */
-int server_step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len);
 
 /* A reader opened step/<step> (a stat of it does not count): the
  * job has reached step, so checkpoint and rewind accept step + 1 (journal_note_reached). */
@@ -233,30 +187,99 @@ double server_journal_wait(struct server *s);
 /* 1 when server_journal_wait() is past SERVER_JOURNAL_STALL_S, else 0. Never waits. */
 int server_journal_stalled(struct server *s);
 
+/* The step of the rank's stream that a batch of this server (a claim, or a share of
+ * step/, at/ or validation/) belongs to, for core/progress.h: progress_step_of() with
+ * the layout's share and micro-batch. */
+uint64_t server_progress_step(const struct server *s, const struct batch *b);
+
 void server_get_stats(struct server *s, struct server_stats *out);
 const struct server_config *server_get_config(const struct server *s);
 
-/* Addressing by gsn, for loaders that keep the stream's position themselves (the
- * mount's /rank/<r>/at/<G>): rank's share of the B samples that start at gsn, i.e. of the
- * step that starts at gsn in a layout with this mount's W, B and m (all A micro-batches
- * in one encoding). Pure: any gsn, whatever the layout's G0 and its step boundaries;
- * it claims nothing and notes nothing in the journal. *out as server_step. 0, -ENOENT
- * (rank not served), -EOVERFLOW (gsn + B past ORDER_MAX_GSN), or the errors of
- * batch_build. */
-int server_at(struct server *s, uint64_t rank, uint64_t gsn, struct batch **out);
-/* The length server_at() would give, without decoding: 0, -ENOTSUP (lines and tar: call
- * server_at), or the errors of server_at; *len is set only on success. */
-int server_at_len(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *len);
+/* The pure reads of the mount (core/share.c): one rank's share of B samples, all A
+ * micro-batches in one encoding. Pure: they claim nothing, move no cursor and note
+ * nothing in the journal.
+ *  - SHARE_STEP, n = t: rank's share of step t of the mount's layout (/rank/<r>/step/<t>).
+ *  - SHARE_AT, n = G: rank's share of the B samples that start at gsn G, i.e. of the step
+ *    that starts at G in a layout with this mount's W, B and m, whatever the layout's G0
+ *    and its step boundaries (/rank/<r>/at/<G>, for loaders that keep the stream's
+ *    position themselves).
+ *  - SHARE_VALIDATION, n = t: the validation stream (a split, order_validation()) in
+ *    steps of this mount's W, B and m: positions [t * B, (t + 1) * B) of it, rank's share
+ *    like a step's (/rank/<r>/validation/<t>); the last V mod B positions are in none. */
+enum share_kind { SHARE_STEP, SHARE_AT, SHARE_VALIDATION };
+struct share {
+	enum share_kind kind;
+	uint64_t rank;
+	uint64_t n;               /* the step, the first gsn or the validation step */
+};
 
-/* The validation stream (a split, order_validation()) in steps of this mount's W, B and
- * m: validation step t is positions [t * B, (t + 1) * B) of it, and rank's share of it
- * like a step's (/rank/<r>/validation/<t>). Pure: claims nothing, moves no cursor.
- * The steps are the whole steps of the stream, server_validation_steps() of them (the
- * last V mod B positions are in none). 0, -ENOENT (rank not served, no split, t past
- * the last step), or the errors of batch_build. */
-int server_validation(struct server *s, uint64_t rank, uint64_t t, struct batch **out);
-/* server_validation()'s length without decoding, as server_at_len(). */
-int server_validation_len(struct server *s, uint64_t rank, uint64_t t, uint64_t *len);
+/* Build the share: *out as batch_build (free with server_batch_free). 0, -ENOENT (rank
+ * not served; validation: no split or t >= server_validation_steps()), -EINVAL (a step
+ * before S0), -EOVERFLOW (gsn + B past ORDER_MAX_GSN), or the errors of batch_build. */
+int server_share(struct server *s, const struct share *sh, struct batch **out);
+
+/* The length server_share() would give, from the order and the index without decoding
+ * (encode_batch_len): what a lookup or stat needs. 0, -ENOTSUP (build it instead: tar
+ * steps, and lines and tar for at/ and validation/), or the errors of server_share();
+ * *len is set only on success. */
+int server_share_len(struct server *s, const struct share *sh, uint64_t *len);
+
+/* 1 when every share of a step has one size, whatever its samples (npy and bin: what
+ * from/ needs, and what a size without building has), else 0 (lines, tar). */
+int server_shares_fixed(const struct server *s);
+
+/* 1 when the stream still has the share (epochs=E ends it; a validation step past the
+ * last is none), else 0. Whether the rank is served is not asked. Never waits. */
+int server_share_in_stream(struct server *s, const struct share *sh);
+
+/* from/<G> of a rank (npy and bin): the shares of the steps from gsn G on (SHARE_AT of G,
+ * G + B, ...), every full step to the end of the stream, read as one file. An endless
+ * stream is cut where the size would pass 2^62. The fields are read-only outside
+ * share.c. */
+struct share_run {
+	struct server *s;
+	uint64_t rank, gsn;
+	uint64_t share, size;       /* bytes of one share, of the whole run */
+	uint64_t share_samples;     /* samples of one share */
+	struct batch *kept;         /* share kept_k, the one read last (built once when a
+	                             * share is read in two requests) */
+	uint64_t kept_k;
+	pthread_mutex_t mu;         /* orders the reads of one run, which may come on
+	                             * several threads */
+};
+
+/* The bytes of one share and of the whole run from/<gsn> of rank. 0, -ENOTSUP (lines
+ * and tar: shares differ in size), or server_share_len()'s errors. */
+int server_run_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *share,
+		    uint64_t *size);
+/* Open from/<gsn> of rank: *out malloc'd, free with share_run_free. Errors as
+ * server_run_size, -ENOMEM. */
+int server_run_open(struct server *s, uint64_t rank, uint64_t gsn, struct share_run **out);
+void share_run_free(struct share_run *r);
+
+/* One read of a run: the iovecs of its bytes, which point into the shares held. */
+struct share_read {
+	struct iovec *iov;
+	size_t niov, cap_iov;
+	size_t bytes;              /* total of the iovecs */
+	uint64_t end;              /* offset after the last byte */
+	struct batch **held;       /* shares built for this read */
+	size_t nheld, cap_held;
+};
+
+/* The bytes [off, off + size) of the run, clipped at its end, in at most max_iov iovecs
+ * (a reply's limit: fewer bytes than asked when they are spent, a short read), into *rd.
+ * The shares it spans are built as server_share(SHARE_AT) builds them (views of the
+ * dataset's mappings where the encoding allows). Takes the run's lock: always call
+ * share_run_read_end(), which lets it go, after the reply, whatever this returned.
+ * 0 (rd->bytes == 0: at or past the end), -ENOMEM, -EIO (a sample failed its checksum,
+ * logged, or a share of another size), or batch_build's errors. */
+int share_run_read(struct share_run *r, uint64_t off, size_t size, size_t max_iov,
+		   struct share_read *rd);
+/* After the reply of rd (ok: it was a success): the run keeps the last share built,
+ * frees the others and rd's arrays, and lets its lock go. */
+void share_run_read_end(struct share_run *r, struct share_read *rd, int ok);
+
 /* Validation steps: V / B (0 without a split). */
 uint64_t server_validation_steps(const struct server *s);
 

@@ -198,6 +198,30 @@ static const char *record_name(const char *fmt, uint64_t record, char *buf, size
 	return buf;
 }
 
+/* Document d (entry e, of input s) as it overlaps the window of stream tokens
+ * [first, last]: appended to docs (JSON), or printed as a line when docs is NULL. */
+static void sample_document(json_t *docs, uint64_t d, const struct docindex_entry *e,
+			    const struct catalog_source *s, uint64_t first, uint64_t last)
+{
+	uint64_t a = e->first_token > first ? e->first_token - first : 0;
+	uint64_t b = e->first_token + e->tokens - 1 < last ? e->first_token + e->tokens - 1 - first :
+		last - first;
+	char rec[64];
+
+	record_name(s->format, e->record, rec, sizeof(rec));
+	if (docs)
+		json_array_append_new(docs, json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
+			"document", (json_int_t)d, "source", (json_int_t)e->source,
+			"path", s->path, "format", s->format, "record", (json_int_t)e->record,
+			"first_token", (json_int_t)e->first_token, "tokens", (json_int_t)e->tokens,
+			"window_offset", (json_int_t)a, "window_tokens", (json_int_t)(b - a + 1)));
+	else
+		printf("  window tokens %" PRIu64 "-%" PRIu64 ": document %" PRIu64 " (tokens "
+		       "%" PRIu64 "-%" PRIu64 " of its %" PRIu64 "), %s%s%s\n", a, b, d,
+		       first + a - e->first_token, first + b - e->first_token, e->tokens, s->path,
+		       rec[0] ? " " : "", rec);
+}
+
 /* `zephon info DATASET --sample ID`: the documents window ID holds (lineage). */
 static int print_sample(const struct dataset *ds, uint64_t id, int json)
 {
@@ -205,7 +229,7 @@ static int print_sample(const struct dataset *ds, uint64_t id, int json)
 	const struct catalog *c = dataset_catalog(ds);
 	struct docindex *di;
 	struct docindex_entry e;
-	char err[512], rec[64];
+	char err[512];
 	uint64_t first, last, d, d1;
 	json_t *docs, *o;
 	int rc;
@@ -238,9 +262,6 @@ static int print_sample(const struct dataset *ds, uint64_t id, int json)
 		       id, first, last);
 	docindex_range(di, first, in->seq_len, &d, &d1);
 	for (; d < d1; d++) {
-		uint64_t a, b;
-		const struct catalog_source *s;
-
 		docindex_get(di, d, &e);
 		if (e.source >= c->nsources) {
 			die_msg("info: %s: document %" PRIu64 " names source %" PRIu32 " of %zu",
@@ -249,22 +270,7 @@ static int print_sample(const struct dataset *ds, uint64_t id, int json)
 			json_decref(docs);
 			return 1;
 		}
-		s = &c->sources[e.source];
-		a = e.first_token > first ? e.first_token - first : 0;
-		b = e.first_token + e.tokens - 1 < last ? e.first_token + e.tokens - 1 - first :
-			last - first;
-		record_name(s->format, e.record, rec, sizeof(rec));
-		if (json)
-			json_array_append_new(docs, json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
-				"document", (json_int_t)d, "source", (json_int_t)e.source,
-				"path", s->path, "format", s->format, "record", (json_int_t)e.record,
-				"first_token", (json_int_t)e.first_token, "tokens", (json_int_t)e.tokens,
-				"window_offset", (json_int_t)a, "window_tokens", (json_int_t)(b - a + 1)));
-		else
-			printf("  window tokens %" PRIu64 "-%" PRIu64 ": document %" PRIu64 " (tokens "
-			       "%" PRIu64 "-%" PRIu64 " of its %" PRIu64 "), %s%s%s\n", a, b, d,
-			       first + a - e.first_token, first + b - e.first_token, e.tokens, s->path,
-			       rec[0] ? " " : "", rec);
+		sample_document(json ? docs : NULL, d, &e, &c->sources[e.source], first, last);
 	}
 	docindex_close(di);
 	if (!json) {

@@ -654,8 +654,6 @@ static int mixture_journal_path(struct mount_config *cfg, const char *spec)
 static void zmount_setup(struct zmount *z, struct served *st, struct mount_config *cfg,
 		      const char *dataset)
 {
-	pthread_condattr_t ca;
-
 	z->served = st;
 	z->ds = st->ds;
 	z->info = dataset_info(st->ds);
@@ -666,10 +664,6 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	z->gid = getgid();
 	clock_gettime(CLOCK_REALTIME, &z->mounted_at);
 	pthread_mutex_init(&z->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&z->claims_done, &ca);
-	pthread_condattr_destroy(&ca);
 }
 
 int cmd_mount(int argc, char **argv)

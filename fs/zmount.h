@@ -1,6 +1,7 @@
 /*
- * zmount.h: the state of one mount, shared by the FUSE handlers (fs/ops.c), the renderers
- * of the generated files (fs/render.c) and the mount command (fs/cmd_mount.c).
+ * zmount.h: the state of one mount, shared by the FUSE handlers (fs/ops.c and the files of
+ * fs/ops_int.h), the renderers of the generated files (fs/render.c) and the mount
+ * command (fs/cmd_mount.c).
  */
 #ifndef ZEPHON_ZMOUNT_H
 #define ZEPHON_ZMOUNT_H
@@ -15,16 +16,6 @@
 #include "progress.h"
 #include "serve.h"
 #include "served.h"
-
-#define ZMOUNT_PID_SLOTS 256
-
-/* Size of a process's latest claim of one rank's next: what a GETATTR without a file
- * handle answers (numpy.fromfile sizes its array from fstat). */
-struct pid_claim {
-	uint32_t pid;
-	uint64_t rank;
-	uint64_t size;
-};
 
 /* Opens of one rank's next made while another process held that rank's next open. */
 struct next_overlap {
@@ -64,35 +55,30 @@ struct zmount {
 	char *readme;                  /* static text of /README */
 	size_t readme_len;
 
-	pthread_mutex_t lock;          /* guards pids, pid_next and everything below */
-	struct pid_claim pids[ZMOUNT_PID_SLOTS];
-	unsigned pid_next;
-	uint64_t bytes_read, opens_next, control_writes, control_errors;
+	pthread_mutex_t lock;          /* guards everything below */
+	uint64_t bytes_read, control_writes, control_errors;
 	/* Handles of next not released yet, by rank % ZMOUNT_HOLD_BUCKETS, and the ranks whose
-	 * next was opened while another process held it (fs/ops.c): sorted by rank, grown
+	 * next was opened while another process held it (fs/overlap.c): sorted by rank, grown
 	 * as ranks are seen, freed by zmount_free_open_files(). */
 	struct open_file *next_holders[ZMOUNT_HOLD_BUCKETS];
 	struct next_overlap *overlaps;
 	size_t noverlaps, overlaps_cap;
 	uint64_t overlaps_total;
 	struct zmount_ratelimit unserved_log;  /* reads of a rank this mount does not serve */
-	unsigned inline_claims;        /* claims on request threads now (atomic; fs/ops.c) */
-	/* Opens of next in progress plus handles of next holding a claim (guarded by
-	 * lock): a clean stop waits for 0 (zmount_wait_claims). */
-	unsigned open_claims;
-	pthread_cond_t claims_done;    /* open_claims reached 0; CLOCK_MONOTONIC */
+	unsigned inline_claims;        /* claims on request threads now (atomic; fs/offload.c) */
 	/* Handles the kernel has not released yet. An unmount can come before the RELEASE of
 	 * a closed file (the kernel sends it in the background); they are freed then. */
 	struct open_file *open_files;
 };
 
 /* Wait up to timeout_s seconds until no open of next is in progress and every handle of
- * next holding a claim was released (the reader has its batch). 0 or -ETIMEDOUT;
- * *left receives how many are still open. Call after server_stop_claims(). */
+ * next holding a claim was released (the reader has its batch): server_wait_claims().
+ * 0 or -ETIMEDOUT; *left receives how many are still open. Call after
+ * server_stop_claims(). */
 int zmount_wait_claims(struct zmount *z, double timeout_s, unsigned *left);
 
 /* Free every handle still open, and the overlap records; after the session loop ended
- * (fs/ops.c). */
+ * (fs/handle.c). */
 void zmount_free_open_files(struct zmount *z);
 
 /* The low-level operations of the mount. */
