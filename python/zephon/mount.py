@@ -111,11 +111,12 @@ def format_ranks(ranks: Iterable[int] | str) -> str:
     rs = sorted(set(int(r) for r in ranks))
     if not rs or rs[0] < 0:
         raise ValueError(f"ranks {ranks!r}: give one or more ranks >= 0")
-    out, lo = [], rs[0]
-    for a, b in zip(rs, rs[1:] + [None]):
-        if b != a + 1:
+    out: list[str] = []
+    lo = rs[0]
+    for a, b in zip(rs, [*rs[1:], None], strict=True):
+        if b is None or b != a + 1:
             out.append(str(lo) if lo == a else f"{lo}-{a}")
-            lo = b
+            lo = a if b is None else b
     return ",".join(out)
 
 
@@ -272,7 +273,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     val = status.get("validation") or None
     if "validation" in o or val:
         try:
-            same = bool(val) and "validation" in o and \
+            same = val is not None and "validation" in o and \
                 _fraction(val["split"]) == _fraction(o["validation"])
         except (ValueError, ZeroDivisionError, TypeError, KeyError):
             same = False
@@ -573,13 +574,13 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
             print(m.status()["mixture"]["weights"], m.status()["validation"]["steps"])
 
     Keywords are the options of ``zephon mount -o``, each named and documented in
-    :class:`Mount` (``True`` for a bare flag such as ``allow_other``). ``weights`` (a mixture's weights from this mount's start: a dict by
-    source name or a list in the spec's order, see :func:`format_weights`) and
-    ``validation`` (the fraction of every source held out, :func:`format_validation`) are
-    written in the option's syntax. The mount is live when the block starts and unmounted
-    when it ends, also on an exception. A failed mount raises :class:`ZephonError` with
-    zephon's reason (an unknown source name in ``weights``, a ``validation`` out of range,
-    another mixture's journal...).
+    :class:`Mount` (``True`` for a bare flag such as ``allow_other``). ``weights`` (a
+    mixture's weights from this mount's start: a dict by source name or a list in the spec's
+    order, see :func:`format_weights`) and ``validation`` (the fraction of every source held
+    out, :func:`format_validation`) are written in the option's syntax. The mount is live
+    when the block starts and unmounted when it ends, also on an exception. A failed mount
+    raises :class:`ZephonError` with zephon's reason (an unknown source name in ``weights``,
+    a ``validation`` out of range, another mixture's journal...).
 
     A mount already live at ``mountpoint`` is reused only when it serves the stream and
     layout asked (:func:`stream_differences`), and then left mounted after the block;

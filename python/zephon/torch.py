@@ -135,7 +135,8 @@ class TokenMount:
             else:
                 micro_batch = int(st["micro_batch"])
         self.micro_batch = int(micro_batch)
-        if tokens_per_batch is not None and int(tokens_per_batch) != self.micro_batch * self.seq_len:
+        if tokens_per_batch is not None and \
+                int(tokens_per_batch) != self.micro_batch * self.seq_len:
             raise ValueError(f"tokens_per_batch {tokens_per_batch} is not micro_batch "
                              f"{self.micro_batch} x seq_len {self.seq_len}; make them agree")
         if self.micro_batch < 1 or share % self.micro_batch:
@@ -327,7 +328,8 @@ class ZephonLoader(TokenMount):
             version = int(state["version"])
             gsn, step, offset = (int(state[k]) for k in ("consumed_samples", "step", "step_offset"))
             fp, seed, shuffle = state["fingerprint"], int(state["seed"]), state["shuffle"]
-            window, w, b = int(state["window"]), int(state["dp_world_size"]), int(state["global_batch"])
+            window = int(state["window"])
+            w, b = int(state["dp_world_size"]), int(state["global_batch"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a ZephonLoader state ({e!r} is missing or malformed)") from None
         if version != STATE_VERSION:
@@ -450,8 +452,8 @@ class ZephonValidationLoader(TokenMount):
     Arguments and attributes as :class:`ZephonLoader` (no ``write_marks``); also ``steps``
     (validation steps, ``/status`` ``validation.steps``: the held-out samples in whole
     global batches), ``samples`` (held-out samples of the whole mount) and ``split`` (the
-    held-out fraction as the mount read it, e.g. ``"1/100"``). ``len(loader)`` is the micro-batches one
-    iteration yields.
+    held-out fraction as the mount read it, e.g. ``"1/100"``). ``len(loader)`` is the
+    micro-batches one iteration yields.
 
     Raises ``ValueError`` as :class:`ZephonLoader` does, and when the mount has no
     validation split or its held-out samples make no whole step.

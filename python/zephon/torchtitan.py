@@ -211,7 +211,8 @@ class ZephonDataLoader(BaseDataLoader):
                                  "nor num_tokens_per_batch; cannot size the batches")
             self.flat = False
             self.seq_len, micro = int(seq_len), int(local_batch_size)
-            if num_tokens_per_batch is not None and int(num_tokens_per_batch) != micro * self.seq_len:
+            if num_tokens_per_batch is not None and \
+                    int(num_tokens_per_batch) != micro * self.seq_len:
                 raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
                                  f"local_batch_size {micro} x seq_len {self.seq_len}")
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
@@ -260,7 +261,9 @@ class ZephonDataLoader(BaseDataLoader):
     @property
     def loader(self) -> ZephonLoader:
         """The underlying :class:`zephon.torch.ZephonLoader` (raw windows, the position)."""
-        return self._loader
+        ld = self._loader
+        assert isinstance(ld, ZephonLoader)     # _loader_cls of this class
+        return ld
 
     def __iter__(self) -> Iterator[TrainerBatch]:
         for windows in self._loader:
@@ -273,12 +276,12 @@ class ZephonDataLoader(BaseDataLoader):
         TorchTitan saves after an optimizer step; a state taken inside a step of the mount
         means the trainer's global batch is not the mount's ``global_batch``: it restores
         only at the same layout, so this warns once."""
-        state = self._loader.state_dict()
+        state = self.loader.state_dict()
         if state.get("step_offset") and not self._warned_offset:
             self._warned_offset = True
             warnings.warn(
                 f"the data loader state was taken {state['step_offset']} samples into a step "
-                f"of the mount (global_batch {self._loader.global_batch}): the trainer's global "
+                f"of the mount (global_batch {self.loader.global_batch}): the trainer's global "
                 "batch differs from the mount's, so this checkpoint restores only at the same "
                 "data-parallel degree and global batch; mount with global_batch = the "
                 "trainer's global batch", RuntimeWarning, stacklevel=2)
@@ -290,7 +293,7 @@ class ZephonDataLoader(BaseDataLoader):
         Raises ``ValueError`` for a state of another dataset, seed or window."""
         if not state_dict:
             return
-        self._loader.load_state_dict(state_dict)
+        self.loader.load_state_dict(state_dict)
 
 
 class ZephonValidationDataLoader(ZephonDataLoader):
@@ -329,9 +332,12 @@ class ZephonValidationDataLoader(ZephonDataLoader):
             validator sets it when ``validator.steps`` is not -1)."""
 
     @property
-    def loader(self) -> ZephonValidationLoader:
-        """The underlying :class:`zephon.torch.ZephonValidationLoader`."""
-        return self._loader
+    def loader(self) -> ZephonValidationLoader:  # type: ignore[override]
+        """The underlying :class:`zephon.torch.ZephonValidationLoader` (not a
+        ``ZephonLoader``: it has no position to keep)."""
+        ld = self._loader
+        assert isinstance(ld, ZephonValidationLoader)     # _loader_cls of this class
+        return ld
 
     def __iter__(self) -> Iterator[TrainerBatch]:
         while True:
