@@ -170,7 +170,8 @@ def _status_within(mp: str, timeout: float) -> dict[str, Any] | None:
 
 
 def parse_ranks(text: str) -> set[int]:
-    """``"0-2,5"`` -> {0, 1, 2, 5} (the syntax of ``ranks=`` and of ``/status``)."""
+    """``"0-2,5"`` -> {0, 1, 2, 5} (the syntax of ``ranks=``), for a rank list given as
+    text; a mount's own list is ``/status``' ``rank_list``. Raises ``ValueError``."""
     out: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.partition("-")
@@ -250,7 +251,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     cmp("micro_batch", status.get("micro_batch"), m)
     try:
         asked_ranks = parse_ranks(o["ranks"]) if "ranks" in o else set(range(int(w)))
-        there_ranks = parse_ranks(str(status.get("ranks", "")))
+        there_ranks = {int(r) for r in status.get("rank_list", [])}   # the mount's parse
         if asked_ranks != there_ranks:
             diffs.append(f"ranks {status.get('ranks')} there, "
                          f"{format_ranks(asked_ranks) if asked_ranks else o.get('ranks')} asked")

@@ -265,7 +265,8 @@ def test_stream_differences_of_a_mixture(tmp_path):
     """weights and validation compare by value (0.5+0.5 is 1:1 is web:1+code:1)."""
     from zephon.mount import format_options, stream_differences
     st = {'dataset': str(tmp_path / 'mix.json'), 'world_size': 1, 'global_batch': 1,
-          'micro_batch': 1, 'ranks': '0', 'seed': 0, 'shuffle': 'global', 'epochs': 0,
+          'micro_batch': 1, 'ranks': '0', 'rank_list': [0], 'seed': 0, 'shuffle': 'global',
+          'epochs': 0,
           'journal': str(tmp_path / 'mix.journal.sqlite'),
           'validation': {'split': '1/100', 'samples': 3, 'steps': 3},
           'mixture': {'weights': '1,1', 'sources': [{'name': 'web'}, {'name': 'code'}]}}
