@@ -70,7 +70,6 @@ class TokenMount:
     def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
                  micro_batch: int | None = None, tokens_per_batch: int | None = None,
                  global_batch: int | None = None, vocab_size: int | None = None) -> None:
-        want_global = global_batch
         self.mount = os.path.abspath(os.fspath(mount))
         st = read_status(self.mount)
         self.status: dict[str, Any] = st
@@ -117,9 +116,9 @@ class TokenMount:
         if not 0 <= self.dp_rank < world or self.dp_rank not in served:
             raise ValueError(f"dp_rank {self.dp_rank} is not served by the mount at "
                              f"{self.mount} (ranks={st['ranks']}); mount this node's DP ranks")
-        if want_global is not None and int(want_global) != self.global_batch:
+        if global_batch is not None and int(global_batch) != self.global_batch:
             raise ValueError(f"the mount's global_batch is {self.global_batch} samples but the "
-                             f"trainer's is {want_global}; mount with global_batch={want_global}")
+                             f"trainer's is {global_batch}; mount with global_batch={global_batch}")
         if self.format not in ("npy", "bin"):
             raise ValueError(f"the mount serves format={self.format}; mount a token dataset "
                              "with format=npy (the default) or format=bin")
