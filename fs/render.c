@@ -235,6 +235,27 @@ static uint64_t status_epoch(struct zmount *z, uint64_t consumed, const uint64_t
 	return e == UINT64_MAX ? 0 : e;
 }
 
+/* The layout as a loader of the pure files needs it, each value from the core function
+ * that owns its rule, so that loaders compute none of it: the served ranks as a list,
+ * one rank's share of a step in samples (layout_share) and micro-batches
+ * (layout_micros), and the bytes of one share of at/<G> and of each share of from/<G>
+ * (server_at_len: npy and bin; null for formats whose shares differ in size). */
+static void loader_fields(struct zmount *z, json_t *root)
+{
+	const struct layout *l = &server_get_config(z->srv)->layout;
+	json_t *list = json_array();
+	uint64_t len;
+
+	for (size_t i = 0; list && i < z->cfg->ranks.count; i++)
+		json_array_append_new(list, json_u64(z->cfg->ranks.ranks[i]));
+	json_object_set_new(root, "rank_list", list);
+	json_object_set_new(root, "share_samples", json_u64(layout_share(l)));
+	json_object_set_new(root, "micro_batches", json_u64(layout_micros(l)));
+	json_object_set_new(root, "share_bytes", z->cfg->ranks.count &&
+			    !server_at_len(z->srv, z->cfg->ranks.ranks[0], l->start_samples, &len) ?
+			    json_u64(len) : json_null());
+}
+
 int render_status(struct zmount *z, struct buf *out)
 {
 	const struct server_config *c = server_get_config(z->srv);
@@ -328,10 +349,16 @@ int render_status(struct zmount *z, struct buf *out)
 			"samples", json_u64(c->validation.n),
 			"steps", json_u64(server_validation_steps(z->srv))) : json_null());
 	}
+	if (root)
+		loader_fields(z, root);
 	if (root && z->info->kind == DATASET_TOKENS) {
 		/* what a loader needs to decode batches without the dataset's catalog */
 		json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
+		json_object_set_new(root, "npy_descr", json_string(dtype_npy_descr(z->info->dtype)));
+		json_object_set_new(root, "dtype_bytes", json_u64(dtype_size(z->info->dtype)));
 		json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
+		json_object_set_new(root, "window", json_u64(z->info->seq_len));
+		json_object_set_new(root, "sample_tokens", json_u64(sample_tokens(z)));
 		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
 		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
 				    json_u64(z->info->eod_token) : json_null());

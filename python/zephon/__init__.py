@@ -12,8 +12,9 @@ Nothing here is compiled: the package runs the ``zephon`` executable, found thro
 explicit ``zephon=`` argument, the ``ZEPHON`` environment variable, or ``PATH``.
 """
 from ._exe import ZephonError, find_executable, run
-from .mount import Mount, mount, node_mount, read_status
+from .mount import Mount, MountWaiter, mount, node_mount, read_status
 
-__all__ = ["ZephonError", "find_executable", "run", "Mount", "mount", "node_mount",
-           "read_status", "__version__"]
+__all__ = ["ZephonError", "find_executable", "run", "Mount", "MountWaiter", "mount",
+           "node_mount", "read_status", "__version__"]
+# the one place of the version: python/pyproject.toml reads it from here
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any, Iterable, Mapping, Sequence, Union
+from typing import Any, Iterable, Literal, Mapping, Sequence, Union
 
 from ._exe import PathLike, ZephonError, find_executable
 
@@ -111,11 +111,12 @@ def format_ranks(ranks: Iterable[int] | str) -> str:
     rs = sorted(set(int(r) for r in ranks))
     if not rs or rs[0] < 0:
         raise ValueError(f"ranks {ranks!r}: give one or more ranks >= 0")
-    out, lo = [], rs[0]
-    for a, b in zip(rs, rs[1:] + [None]):
-        if b != a + 1:
+    out: list[str] = []
+    lo = rs[0]
+    for a, b in zip(rs, [*rs[1:], None], strict=True):
+        if b is None or b != a + 1:
             out.append(str(lo) if lo == a else f"{lo}-{a}")
-            lo = b
+            lo = a if b is None else b
     return ",".join(out)
 
 
@@ -169,7 +170,8 @@ def _status_within(mp: str, timeout: float) -> dict[str, Any] | None:
 
 
 def parse_ranks(text: str) -> set[int]:
-    """``"0-2,5"`` -> {0, 1, 2, 5} (the syntax of ``ranks=`` and of ``/status``)."""
+    """``"0-2,5"`` -> {0, 1, 2, 5} (the syntax of ``ranks=``), for a rank list given as
+    text; a mount's own list is ``/status``' ``rank_list``. Raises ``ValueError``."""
     out: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.partition("-")
@@ -249,7 +251,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     cmp("micro_batch", status.get("micro_batch"), m)
     try:
         asked_ranks = parse_ranks(o["ranks"]) if "ranks" in o else set(range(int(w)))
-        there_ranks = parse_ranks(str(status.get("ranks", "")))
+        there_ranks = {int(r) for r in status.get("rank_list", [])}   # the mount's parse
         if asked_ranks != there_ranks:
             diffs.append(f"ranks {status.get('ranks')} there, "
                          f"{format_ranks(asked_ranks) if asked_ranks else o.get('ranks')} asked")
@@ -272,7 +274,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     val = status.get("validation") or None
     if "validation" in o or val:
         try:
-            same = bool(val) and "validation" in o and \
+            same = val is not None and "validation" in o and \
                 _fraction(val["split"]) == _fraction(o["validation"])
         except (ValueError, ZeroDivisionError, TypeError, KeyError):
             same = False
@@ -310,6 +312,40 @@ def _fingerprint(exe: str, dataset: str) -> str | None:
         return None
 
 
+Shuffle = Literal["global", "none"]
+Format = Literal["lines", "tar", "npy", "bin"]
+Sync = Literal["normal", "full"]
+Validation = Union[float, fractions.Fraction, str]
+
+
+def mount_options(*, world_size: int | None = None, global_batch: int | None = None,
+                  micro_batch: int | None = None, ranks: Iterable[int] | str | None = None,
+                  seed: int | None = None, shuffle: Shuffle | None = None,
+                  epochs: int | None = None, format: Format | None = None,
+                  journal: PathLike | None = None, resume: str | None = None,
+                  weights: Weights | None = None, validation: Validation | None = None,
+                  prefetch: int | None = None, sync: Sync | None = None,
+                  workers: int | None = None, max_threads: int | None = None,
+                  allow_other: bool = False, default_permissions: bool = False,
+                  fuse_options: Sequence[str] = ()) -> str:
+    """The ``-o`` string of ``zephon mount`` for these options (:class:`Mount` documents
+    each; ``None`` and ``False`` leave an option out: the mount's default).
+    ``{"world_size": 4, "allow_other": True}`` gives ``"world_size=4,allow_other"``. A
+    relative ``journal`` is made absolute (the daemon reads it from this cwd; ``/status``
+    names it absolutely, so that another process can compare it). Raises ``ValueError``
+    for a value the option syntax cannot carry (a comma or white space)."""
+    opts: dict[str, Any] = {
+        "world_size": world_size, "global_batch": global_batch, "micro_batch": micro_batch,
+        "ranks": None if ranks is None else format_ranks(ranks), "seed": seed,
+        "shuffle": shuffle, "epochs": epochs, "format": format,
+        "journal": None if journal is None else os.path.abspath(os.fspath(journal)),
+        "resume": resume, "prefetch": prefetch, "sync": sync, "workers": workers,
+        "max_threads": max_threads, "allow_other": allow_other,
+        "default_permissions": default_permissions}
+    opts.update((o, True) for o in fuse_options)
+    return format_options(_mixture_options(opts, weights, validation))
+
+
 class Mount:
     """A mount of a dataset or a mixture spec at ``path``, for a ``with`` block (see
     :func:`mount`).
@@ -322,25 +358,81 @@ class Mount:
     ends with this process however it ends (``kill -9`` included): the daemon watches a
     pipe whose write end only this process holds (``watch_fd=``), and stops as on
     SIGTERM (closing its journal) when the process is gone.
+
+    Args:
+        dataset: a packed dataset directory, or a mixture spec file (``mix.json``).
+        mountpoint: the directory to mount at (created when missing).
+        zephon: the ``zephon`` executable (default: ``$ZEPHON``, then ``PATH``).
+        timeout: seconds to wait for the mount to answer.
+
+    The mount options of ``zephon mount -o`` (``None``/``False``: the mount's default):
+
+    - ``world_size``: data-parallel ranks in the job, W (default 1).
+    - ``global_batch``: samples per optimizer step, a multiple of W (default W).
+    - ``micro_batch``: samples per open of ``next``; divides B/W (default B/W).
+    - ``ranks``: the ranks this mount serves, a list (``[0, 2]``, ``range(8)``) or the
+      option's text (``"0-7"``); default all.
+    - ``seed``: the shuffle seed (default 0).
+    - ``shuffle``: ``"global"`` (default) or ``"none"``.
+    - ``epochs``: stop after this many epochs (default 0: endless).
+    - ``format``: batch encoding, ``"lines"``, ``"tar"``, ``"npy"`` or ``"bin"``
+      (default by the dataset's kind).
+    - ``journal``: the cursor journal's path (default ``DATASET/journal.sqlite``; for a
+      mixture spec ``mix.json``, ``mix.journal.sqlite`` beside it).
+    - ``resume``: where the stream starts, ``"auto"`` (default), ``"fresh"``,
+      ``"samples:G[@S]"`` or ``"step:S"``.
+    - ``weights``: a mixture's weights from this mount's start: a dict by source name or
+      a list in the spec's order (:func:`format_weights`), or the option's text.
+    - ``validation``: the fraction of every source held out for ``validation/``, at most
+      1/2 (:func:`format_validation`).
+    - ``prefetch``: decoded micro-batches kept ready per rank (default 2).
+    - ``sync``: journal durability of each claim, ``"normal"`` (default) or ``"full"``.
+    - ``workers``: decode threads (default: the CPUs, at most 8).
+    - ``max_threads``: FUSE requests served at once, 1-256 (default: the CPUs, at least 2).
+    - ``allow_other``: let other users read ``status``, ``samples/`` and ``step/``
+      (implies ``default_permissions``).
+    - ``default_permissions``: let the kernel check permissions.
+    - ``fuse_options``: FUSE mount options passed through as they are (``"auto_unmount"``,
+      ``"fsname=NAME"``, ``"noatime"``...).
+
+    ``watch_fd`` is this object's own (see above). Raises ``ValueError`` for a value the
+    option syntax cannot carry; the mount itself refuses the rest (:meth:`start`).
     """
 
-    def __init__(self, dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = None,
-                 timeout: float = 60.0, weights: Weights | None = None,
-                 validation: float | fractions.Fraction | str | None = None,
-                 **options: Any) -> None:
+    def __init__(self, dataset: PathLike, mountpoint: PathLike, *,
+                 zephon: PathLike | None = None, timeout: float = 60.0,
+                 world_size: int | None = None, global_batch: int | None = None,
+                 micro_batch: int | None = None, ranks: Iterable[int] | str | None = None,
+                 seed: int | None = None, shuffle: Shuffle | None = None,
+                 epochs: int | None = None, format: Format | None = None,
+                 journal: PathLike | None = None, resume: str | None = None,
+                 weights: Weights | None = None, validation: Validation | None = None,
+                 prefetch: int | None = None, sync: Sync | None = None,
+                 workers: int | None = None, max_threads: int | None = None,
+                 allow_other: bool = False, default_permissions: bool = False,
+                 fuse_options: Sequence[str] = ()) -> None:
         self.dataset = os.path.abspath(os.fspath(dataset))
         self.path = os.path.abspath(os.fspath(mountpoint))
-        if options.get("journal") is not None:
-            # the daemon reads a relative path from this cwd; /status then names it
-            # absolutely, so that another process can compare it
-            options["journal"] = os.path.abspath(os.fspath(options["journal"]))
-        self.options = format_options(_mixture_options(dict(options), weights, validation))
+        self.options: str = mount_options(
+            world_size=world_size, global_batch=global_batch, micro_batch=micro_batch,
+            ranks=ranks, seed=seed, shuffle=shuffle, epochs=epochs, format=format,
+            journal=journal, resume=resume, weights=weights, validation=validation,
+            prefetch=prefetch, sync=sync, workers=workers, max_threads=max_threads,
+            allow_other=allow_other, default_permissions=default_permissions,
+            fuse_options=fuse_options)
+        """The ``-o`` string the mount is made with (without ``watch_fd``)."""
         self.timeout = timeout
         self.reused = False
         self._exe = find_executable(zephon)
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._log: Any = None
         self._watch_w: int | None = None
+
+    @property
+    def watch_fd(self) -> int | None:
+        """The write end of the daemon's watch pipe this process holds (None for a reused
+        mount, or before :meth:`start`)."""
+        return self._watch_w
 
     def _check_live(self, st: Mapping[str, Any]) -> None:
         """Raise ZephonError unless the live mount whose /status is st is the one asked."""
@@ -461,9 +553,17 @@ class Mount:
 
 
 def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = None,
-          timeout: float = 60.0, weights: Weights | None = None,
-          validation: float | fractions.Fraction | str | None = None,
-          **options: Any) -> Mount:
+          timeout: float = 60.0,
+          world_size: int | None = None, global_batch: int | None = None,
+          micro_batch: int | None = None, ranks: Iterable[int] | str | None = None,
+          seed: int | None = None, shuffle: Shuffle | None = None,
+          epochs: int | None = None, format: Format | None = None,
+          journal: PathLike | None = None, resume: str | None = None,
+          weights: Weights | None = None, validation: Validation | None = None,
+          prefetch: int | None = None, sync: Sync | None = None,
+          workers: int | None = None, max_threads: int | None = None,
+          allow_other: bool = False, default_permissions: bool = False,
+          fuse_options: Sequence[str] = ()) -> Mount:
     """Mount ``dataset`` (a packed dataset directory, or a mixture spec file such as
     ``mix.json``) at ``mountpoint`` with mount options given as keywords, for a ``with``
     block::
@@ -474,34 +574,40 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
                           validation=0.01, world_size=4, global_batch=16) as m:
             print(m.status()["mixture"]["weights"], m.status()["validation"]["steps"])
 
-    Keywords are the options of ``zephon mount -o`` (``True`` for a bare flag such as
-    ``allow_other``). ``weights`` (a mixture's weights from this mount's start: a dict by
-    source name or a list in the spec's order, see :func:`format_weights`) and
-    ``validation`` (the fraction of every source held out, :func:`format_validation`) are
-    written in the option's syntax. The mount is live when the block starts and unmounted
-    when it ends, also on an exception. A failed mount raises :class:`ZephonError` with
-    zephon's reason (an unknown source name in ``weights``, a ``validation`` out of range,
-    another mixture's journal...).
+    Keywords are the options of ``zephon mount -o``, each named and documented in
+    :class:`Mount` (``True`` for a bare flag such as ``allow_other``). ``weights`` (a
+    mixture's weights from this mount's start: a dict by source name or a list in the spec's
+    order, see :func:`format_weights`) and ``validation`` (the fraction of every source held
+    out, :func:`format_validation`) are written in the option's syntax. The mount is live
+    when the block starts and unmounted when it ends, also on an exception. A failed mount
+    raises :class:`ZephonError` with zephon's reason (an unknown source name in ``weights``,
+    a ``validation`` out of range, another mixture's journal...).
 
     A mount already live at ``mountpoint`` is reused only when it serves the stream and
     layout asked (:func:`stream_differences`), and then left mounted after the block;
     another one raises :class:`ZephonError` naming both sides. The mount made here ends
     with this process however it ends (``kill -9`` too; see :class:`Mount`).
     """
-    return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, weights=weights,
-                 validation=validation, **options)
+    return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, world_size=world_size,
+                 global_batch=global_batch, micro_batch=micro_batch, ranks=ranks, seed=seed,
+                 shuffle=shuffle, epochs=epochs, format=format, journal=journal,
+                 resume=resume, weights=weights, validation=validation, prefetch=prefetch,
+                 sync=sync, workers=workers, max_threads=max_threads, allow_other=allow_other,
+                 default_permissions=default_permissions, fuse_options=fuse_options)
 
 
-class _Waiter:
-    """node_mount's object for the processes that did not mount: it holds a write end of
-    the mount's watch pipe (when local rank 0 made the mount) so that the mount lives
-    while this process does; nothing to unmount."""
+class MountWaiter:
+    """What :func:`node_mount` returns to the processes that did not mount: it holds a
+    write end of the mount's watch pipe (when local rank 0 made the mount) so that the
+    mount lives while this process does; nothing to unmount. ``path`` is the
+    mountpoint."""
 
     def __init__(self, path: str, watch: int | None = None) -> None:
         self.path = path
         self._watch = watch
 
     def status(self) -> dict[str, Any]:
+        """The mount's ``/status`` as a dict."""
         return read_status(self.path)
 
     def stop(self) -> None:
@@ -510,7 +616,7 @@ class _Waiter:
             os.close(self._watch)
             self._watch = None
 
-    def __enter__(self) -> "_Waiter":
+    def __enter__(self) -> "MountWaiter":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -523,8 +629,8 @@ def _share_watch(lock: Any, m: Mount) -> None:
     reused mount, which no rank of this job made)."""
     lock.seek(0)
     lock.truncate()
-    if m._watch_w is not None:
-        lock.write(f"{os.getpid()} {m._watch_w} {os.fstat(m._watch_w).st_ino}\n")
+    if m.watch_fd is not None:
+        lock.write(f"{os.getpid()} {m.watch_fd} {os.fstat(m.watch_fd).st_ino}\n")
     lock.flush()
 
 
@@ -548,9 +654,15 @@ def _join_watch(lock_path: str) -> int | None:
 def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
                dp_ranks: Iterable[int] | str, local_rank: int | None = None,
                timeout: float = 120.0, zephon: PathLike | None = None,
-               weights: Weights | None = None,
-               validation: float | fractions.Fraction | str | None = None,
-               **options: Any) -> Mount | _Waiter:
+               global_batch: int | None = None, micro_batch: int | None = None,
+               seed: int | None = None, shuffle: Shuffle | None = None,
+               epochs: int | None = None, format: Format | None = None,
+               journal: PathLike | None = None, resume: str | None = None,
+               weights: Weights | None = None, validation: Validation | None = None,
+               prefetch: int | None = None, sync: Sync | None = None,
+               workers: int | None = None, max_threads: int | None = None,
+               allow_other: bool = False, default_permissions: bool = False,
+               fuse_options: Sequence[str] = ()) -> Mount | MountWaiter:
     """One mount per node for the data-parallel ranks of that node.
 
     ``dp_degree`` is the data-parallel degree of the job (the mount's ``world_size``; not
@@ -573,19 +685,18 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
     files while they save or shut down.
 
     ``dataset`` may be a mixture spec file; ``weights`` and ``validation`` are as for
-    :func:`mount`. Other keywords are mount options (``global_batch``, ``micro_batch``,
-    ``seed``, ``journal``, ``resume``...).
+    :func:`mount`. The other keywords are the mount options of :class:`Mount` but
+    ``world_size`` and ``ranks`` (``dp_degree`` and ``dp_ranks`` set them).
     """
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    ranks = format_ranks(dp_ranks)
-    for k in ("world_size", "ranks"):
-        if k in options:
-            raise ValueError(f"node_mount sets {k}= itself (from dp_degree and dp_ranks); "
-                             "do not pass it")
     mp = os.path.abspath(os.fspath(mountpoint))
     m = Mount(dataset, mp, zephon=zephon, timeout=timeout, world_size=dp_degree,
-              ranks=ranks, weights=weights, validation=validation, **options)
+              ranks=dp_ranks, global_batch=global_batch, micro_batch=micro_batch, seed=seed,
+              shuffle=shuffle, epochs=epochs, format=format, journal=journal, resume=resume,
+              weights=weights, validation=validation, prefetch=prefetch, sync=sync,
+              workers=workers, max_threads=max_threads, allow_other=allow_other,
+              default_permissions=default_permissions, fuse_options=fuse_options)
     if local_rank == 0:
         os.makedirs(os.path.dirname(mp), exist_ok=True)
         with open(mp + ".lock", "a+") as lock:
@@ -599,7 +710,7 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
         try:
             diffs = stream_differences(m.dataset, m.options, read_status(mp))
             if not diffs:
-                return _Waiter(mp, _join_watch(mp + ".lock"))
+                return MountWaiter(mp, _join_watch(mp + ".lock"))
             seen = "a mount of another stream or layout: " + "; ".join(diffs)
         except (OSError, ValueError) as e:
             if isinstance(e, OSError) and e.errno not in (errno.ENOENT, errno.ENOTCONN):

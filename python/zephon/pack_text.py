@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterator
+from typing import IO, Any, BinaryIO, Iterator
 
 MAGIC = b"ZTOKDOC1"
 #: Characters of text per batch handed to ``encode_batch`` (and documents at most).
@@ -112,13 +112,12 @@ def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
     path = os.path.normpath(path)
     if os.path.isdir(path):
         tok_file = os.path.join(path, "tokenizer.json")
-        cfg_file = os.path.join(path, "tokenizer_config.json")
+        cfg_path = os.path.join(path, "tokenizer_config.json")
         name = os.path.basename(os.path.abspath(path))
         if not os.path.isfile(tok_file):
             raise InputError(f"{path}: no tokenizer.json in this folder; give a Hugging Face "
                              "tokenizer.json or the folder that holds it")
-        if not os.path.isfile(cfg_file):
-            cfg_file = None
+        cfg_file: str | None = cfg_path if os.path.isfile(cfg_path) else None
     elif os.path.isfile(path):
         tok_file, cfg_file = path, None
         name = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(path))),
@@ -149,8 +148,9 @@ def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
         added = []
         for key in ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token",
                     "cls_token", "mask_token"):
-            if _config_token(config, key) is not None:
-                added.append(_added_token(AddedToken, _config_token(config, key), config[key]))
+            content = _config_token(config, key)
+            if content is not None:
+                added.append(_added_token(AddedToken, content, config[key]))
         decoder = config.get("added_tokens_decoder") or {}
         if not isinstance(decoder, dict):
             raise InputError(f"{cfg_file}: added_tokens_decoder is not an object")
@@ -305,7 +305,7 @@ def plan_inputs(inputs: list[str], opts: Options) -> list[Unit]:
             if opts.format in ("auto", "parquet") and parquet:
                 rels = [os.path.relpath(p, inp) for p in parquet]
                 want = opts.split or "train"
-                chosen = [p for p, r in zip(parquet, rels) if _in_split(r, want)]
+                chosen = [p for p, r in zip(parquet, rels, strict=True) if _in_split(r, want)]
                 if opts.split and not chosen:
                     raise InputError(f"{inp}: no Parquet file of split {opts.split!r}")
                 units += [Unit("parquet", p, os.path.getsize(p)) for p in (chosen or parquet)]
@@ -335,7 +335,7 @@ class Reader:
     def __init__(self, unit: Unit, opts: Options):
         self.unit, self.opts, self.done = unit, opts, 0
 
-    def docs(self) -> Iterator[tuple[int, str]]:
+    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         raise NotImplementedError
 
 
@@ -352,12 +352,14 @@ class LineReader(Reader):
         if any(head.startswith(m) for m in COMPRESSED_MAGIC):
             proc = subprocess.Popen([self.opts.zephon, "pack", "--decode-lines", path],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, errf = proc.stdout, proc.stderr
+            assert out is not None and errf is not None     # both PIPE
             try:
-                yield from self._split(proc.stdout, compressed=True)
+                yield from self._split(out, compressed=True)
             finally:
-                proc.stdout.close()
-                err = proc.stderr.read().decode(errors="replace").strip()
-                proc.stderr.close()
+                out.close()
+                err = errf.read().decode(errors="replace").strip()
+                errf.close()
                 rc = proc.wait()
             if rc:
                 msg = err.removeprefix("zephon: ") or f"decoding failed (exit {rc})"
@@ -367,7 +369,7 @@ class LineReader(Reader):
             with open(path, "rb", buffering=1 << 20) as f:
                 yield from self._split(f, compressed=False)
 
-    def _split(self, f: BinaryIO, compressed: bool) -> Iterator[tuple[int, bytes]]:
+    def _split(self, f: IO[bytes], compressed: bool) -> Iterator[tuple[int, bytes]]:
         for n, line in enumerate(f, 1):
             if not compressed:
                 self.done += len(line)
@@ -421,7 +423,7 @@ def _surrogate_error(text: str, where: str) -> SkipRecord | None:
 
 
 class LinesReader(LineReader):
-    def docs(self) -> Iterator[tuple[int, str]]:
+    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         for n, line in self.lines():
             if not line:
                 continue
@@ -435,7 +437,7 @@ class TextReader(Reader):
     """One document per file: its bytes as they are (CRLF kept, a final newline kept), a
     UTF-8 BOM dropped."""
 
-    def docs(self) -> Iterator[tuple[int, str]]:
+    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         path = self.unit.path
         with open(path, "rb") as f:
             data = f.read()
@@ -456,8 +458,8 @@ class TextReader(Reader):
 def _pyarrow() -> Any:
     try:
         import pyarrow
-        import pyarrow.parquet  # noqa: F401
         import pyarrow.ipc  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
     except ImportError:
         raise InputError(f"Parquet and datasets inputs need the Python package 'pyarrow' in "
                          f"{sys.executable}: {INSTALL}")
@@ -475,7 +477,7 @@ class _ColumnReader(Reader):
         if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
             raise InputError(f"{self.unit.path}: column {col!r} is {t}, not a string column")
 
-    def _rows(self, arr: Any, first: int) -> Iterator[tuple[int, str]]:
+    def _rows(self, arr: Any, first: int) -> Iterator[tuple[int, str] | SkipRecord]:
         try:
             values = arr.to_pylist()
         except UnicodeDecodeError:
@@ -499,7 +501,7 @@ class _ColumnReader(Reader):
 class ParquetReader(_ColumnReader):
     """Row group by row group; rows are numbered from 0 in each file."""
 
-    def docs(self) -> Iterator[tuple[int, str]]:
+    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         pa = _pyarrow()
         path = self.unit.path
         try:
@@ -527,7 +529,7 @@ class ArrowReader(_ColumnReader):
     """An Arrow IPC file of a save_to_disk folder (the streaming format datasets writes,
     or the file format), batch by batch, memory-mapped; rows numbered from 0."""
 
-    def docs(self) -> Iterator[tuple[int, str]]:
+    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         pa = _pyarrow()
         path = self.unit.path
         try:

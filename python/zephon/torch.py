@@ -34,7 +34,6 @@ datasets read ``/rank/<r>/step/<t>`` files yourself. Such a mount is refused wit
 from __future__ import annotations
 
 import io
-import json
 import os
 import warnings
 from typing import Any, Iterator
@@ -42,11 +41,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from .mount import parse_ranks
+from .mount import read_status
 
 STATE_VERSION = 1
-
-_DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "int32": np.int32}
 
 
 def split_inputs_labels(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,38 +58,40 @@ def split_inputs_labels(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return batch[..., :-1], batch[..., 1:]
 
 
-class _TokenMount:
+class TokenMount:
     """What both loaders read from ``/status`` and check against the trainer's layout;
-    see :class:`ZephonLoader` for the arguments, attributes and errors."""
+    see :class:`ZephonLoader` for the arguments, attributes and errors. The layout's
+    arithmetic is the mount's: ``share`` (``share_samples``: samples of one rank per
+    step), ``share_bytes`` (bytes of one share as ``at/<G>`` and each share of
+    ``from/<G>`` hold it), the served ``ranks`` (``rank_list``), ``window``,
+    ``seq_len`` (``sample_tokens``) and ``dtype`` (``npy_descr``) are read from
+    ``/status``, never computed here."""
 
-    def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
-                 micro_batch: int | None = None, **options: Any) -> None:
-        tokens_per_batch = options.pop("tokens_per_batch", None)
-        want_global = options.pop("global_batch", None)
-        vocab_size = options.pop("vocab_size", None)
-        if options:
-            raise TypeError(f"{type(self).__name__}: unknown options {sorted(options)}")
+    def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
+                 micro_batch: int | None = None, tokens_per_batch: int | None = None,
+                 global_batch: int | None = None, vocab_size: int | None = None) -> None:
         self.mount = os.path.abspath(os.fspath(mount))
-        with open(os.path.join(self.mount, "status"), "rb") as f:
-            st = json.loads(f.read())
-        self._status = st
+        st = read_status(self.mount)
+        self.status: dict[str, Any] = st
+        """The mount's ``/status`` as this loader read it when it was made."""
         if st.get("kind") != "tokens":
             raise ValueError(f"the dataset {st.get('dataset')} is a {st.get('kind')} dataset; "
                              f"{type(self).__name__} reads token datasets only (zephon pack "
                              "--format tokens --seq-len L); read rank/R/step/T files for other "
                              "kinds")
-        if "seq_len" not in st:
-            raise ValueError(f"the mount at {self.mount} does not say its window length "
-                             "(/status has no seq_len): its zephon is older than this package")
+        if "share_samples" not in st or "window" not in st:
+            raise ValueError(f"the mount at {self.mount} does not publish its layout for "
+                             "loaders (/status has no share_samples or window): its zephon "
+                             "is older than this package")
         self.fingerprint: str = st["fingerprint"]
         val = st.get("validation")
         self.split: str = val["split"] if val else ""   # "1/100", or "" without a split
         self.seed: int = int(st["seed"])
         self.shuffle: str = st["shuffle"]
         self.overlap: int = int(st.get("overlap", 0))
-        self.window: int = int(st["seq_len"])          # tokens per sample as stored
-        self.seq_len: int = self.window - self.overlap  # the pack's --seq-len
-        self.dtype = np.dtype(_DTYPES[st["dtype"]])
+        self.window: int = int(st["window"])           # tokens per sample as stored
+        self.seq_len: int = int(st["sample_tokens"])    # the pack's --seq-len
+        self.dtype: np.dtype[Any] = np.dtype(st["npy_descr"])
         eod = st.get("eod_token")
         self.eod_token: int | None = None if eod is None else int(eod)
         mx = st.get("max_token_id")
@@ -108,7 +107,7 @@ class _TokenMount:
         self.dp_rank = int(dp_rank)
         self.dp_world_size = int(dp_world_size)
         world = int(st["world_size"])
-        served = parse_ranks(st["ranks"])
+        served = [int(r) for r in st["rank_list"]]
         if self.dp_world_size != world:
             raise ValueError(f"the mount at {self.mount} serves world_size={world} but the "
                              f"trainer's data-parallel degree is {self.dp_world_size}; mount "
@@ -117,32 +116,38 @@ class _TokenMount:
         if not 0 <= self.dp_rank < world or self.dp_rank not in served:
             raise ValueError(f"dp_rank {self.dp_rank} is not served by the mount at "
                              f"{self.mount} (ranks={st['ranks']}); mount this node's DP ranks")
-        if want_global is not None and int(want_global) != self.global_batch:
+        if global_batch is not None and int(global_batch) != self.global_batch:
             raise ValueError(f"the mount's global_batch is {self.global_batch} samples but the "
-                             f"trainer's is {want_global}; mount with global_batch={want_global}")
+                             f"trainer's is {global_batch}; mount with global_batch={global_batch}")
         if self.format not in ("npy", "bin"):
             raise ValueError(f"the mount serves format={self.format}; mount a token dataset "
                              "with format=npy (the default) or format=bin")
-        share = self.global_batch // world
+        share = int(st["share_samples"])
         if micro_batch is None:
             if tokens_per_batch is not None:
                 if int(tokens_per_batch) % self.seq_len:
                     raise ValueError(f"tokens_per_batch {tokens_per_batch} is not a multiple of "
-                                     f"the dataset's seq_len {self.seq_len}; pack with a "
-                                     "--seq-len that divides it")
+                                     f"the dataset's seq_len {self.seq_len} (not a whole number "
+                                     f"of samples of {self.seq_len} tokens); make it a multiple "
+                                     f"of {self.seq_len} or pack with a --seq-len that divides it")
                 micro_batch = int(tokens_per_batch) // self.seq_len
             else:
                 micro_batch = int(st["micro_batch"])
         self.micro_batch = int(micro_batch)
-        if tokens_per_batch is not None and int(tokens_per_batch) != self.micro_batch * self.seq_len:
+        if tokens_per_batch is not None and \
+                int(tokens_per_batch) != self.micro_batch * self.seq_len:
             raise ValueError(f"tokens_per_batch {tokens_per_batch} is not micro_batch "
                              f"{self.micro_batch} x seq_len {self.seq_len}; make them agree")
         if self.micro_batch < 1 or share % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} does not divide the rank's "
                              f"share of a step, global_batch {self.global_batch} / world_size "
                              f"{world} = {share} samples; choose a divisor")
-        self._share = share
-        self._served = served
+        self.share: int = share
+        """Samples of this rank's share of a step (the mount's ``share_samples``)."""
+        self.share_bytes: int = int(st["share_bytes"])
+        """Bytes of one share in ``at/<G>``, and of each share in ``from/<G>``."""
+        self.ranks: list[int] = served
+        """The DP ranks the mount serves (``rank_list``)."""
 
     def _read(self, path: str) -> np.ndarray:
         """This rank's share of a step from the pure file ``path``, ``[share, window]``."""
@@ -150,9 +155,10 @@ class _TokenMount:
             data = f.read()
         return self._decode(data, path)
 
-    def _npy_header_len(self, data: bytes, path: str) -> int:
-        """The length of the npy header that ``data`` (a share) starts with, after
-        checking its shape ``[share, window]`` and dtype. Raises OSError."""
+    def npy_header_len(self, data: bytes, path: str) -> int:
+        """The length of the npy header that ``data`` (a share, or its first bytes up to
+        the header's end) starts with, after checking its shape ``[share, window]`` and
+        dtype; ``path`` names it in errors. Raises OSError."""
         fp = io.BytesIO(data)
         version = np.lib.format.read_magic(fp)
         if version == (1, 0):
@@ -161,20 +167,20 @@ class _TokenMount:
             shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
         else:
             raise OSError(f"{path}: npy version {version} is not read")
-        if tuple(shape) != (self._share, self.window) or np.dtype(dtype) != self.dtype:
-            raise OSError(f"{path}: expected {self._share} x {self.window} {self.dtype}, "
+        if tuple(shape) != (self.share, self.window) or np.dtype(dtype) != self.dtype:
+            raise OSError(f"{path}: expected {self.share} x {self.window} {self.dtype}, "
                           f"got {shape} {dtype}")
         return fp.tell()
 
     def _decode(self, data: bytes, path: str) -> np.ndarray:
-        off = self._npy_header_len(data, path) if self.format == "npy" else 0
+        off = self.npy_header_len(data, path) if self.format == "npy" else 0
         arr = np.frombuffer(data, dtype=self.dtype, offset=off)
-        if arr.size != self._share * self.window:
-            raise OSError(f"{path}: {arr.size} tokens, expected {self._share} x {self.window}")
-        return arr.reshape(self._share, self.window)
+        if arr.size != self.share * self.window:
+            raise OSError(f"{path}: {arr.size} tokens, expected {self.share} x {self.window}")
+        return arr.reshape(self.share, self.window)
 
 
-class ZephonLoader(_TokenMount):
+class ZephonLoader(TokenMount):
     """One DP rank's token micro-batches from a Zephon mount, as ``int64`` tensors.
 
     Args:
@@ -184,17 +190,17 @@ class ZephonLoader(_TokenMount):
             parallelism share it and get identical batches).
         dp_world_size: the data-parallel degree; must be the mount's ``world_size``.
         micro_batch: samples per yielded tensor; must divide the per-rank step share
-            ``global_batch / world_size``. Default: ``tokens_per_batch / seq_len`` when
-            that is given, else the mount's ``micro_batch``.
-        **options:
-            tokens_per_batch (int): the trainer's tokens per micro-batch and rank; must be
-                ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
-            global_batch (int): the trainer's samples per optimizer step; must be the
-                mount's ``global_batch``.
-            vocab_size (int): the model's vocabulary size; a dataset holding a token id at
-                or above it (``max_token_id``, recorded by every token pack) is refused.
-            write_marks (bool, default True): let this process write position marks to
-                the mount's ``control`` (only the lowest DP rank of the mount does).
+            (the mount's ``share_samples``, ``global_batch / world_size``). Default:
+            ``tokens_per_batch / seq_len`` when that is given, else the mount's
+            ``micro_batch``.
+        tokens_per_batch: the trainer's tokens per micro-batch and rank; must be
+            ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
+        global_batch: the trainer's samples per optimizer step; must be the mount's
+            ``global_batch``.
+        vocab_size: the model's vocabulary size; a dataset holding a token id at or above
+            it (``max_token_id``, recorded by every token pack) is refused.
+        write_marks: let this process write position marks to the mount's ``control``
+            (default True; only the lowest DP rank of the mount does).
 
     Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
     (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
@@ -213,16 +219,18 @@ class ZephonLoader(_TokenMount):
     when the mount does not answer.
     """
 
-    def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
-                 micro_batch: int | None = None, **options: Any) -> None:
-        self._write_marks = bool(options.pop("write_marks", True))
+    def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
+                 micro_batch: int | None = None, tokens_per_batch: int | None = None,
+                 global_batch: int | None = None, vocab_size: int | None = None,
+                 write_marks: bool = True) -> None:
         super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
-                         micro_batch=micro_batch, **options)
-        st = self._status
+                         micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
+                         global_batch=global_batch, vocab_size=vocab_size)
+        st = self.status
         # a finite stream's end is the mount's to say (a mixture ends when its first
         # source would begin epoch E, a split shortens each epoch): no at/ file past it
         self._finite = int(st.get("epochs", 0)) > 0
-        self._marker = self._write_marks and self.dp_rank == min(self._served)
+        self._marker = bool(write_marks) and self.dp_rank == min(self.ranks)
         # the position: the step that starts at gsn _gsn, numbered _step; each rank has
         # taken _offset samples of its share of it
         self._gsn = int(st["start_samples"])
@@ -252,7 +260,7 @@ class ZephonLoader(_TokenMount):
         rows = share[self._offset:self._offset + self.micro_batch]
         out = torch.from_numpy(rows.astype(np.int64))
         self._offset += self.micro_batch
-        if self._offset == self._share:
+        if self._offset == self.share:
             self._gsn += self.global_batch
             self._step += 1
             self._offset = 0
@@ -319,7 +327,8 @@ class ZephonLoader(_TokenMount):
             version = int(state["version"])
             gsn, step, offset = (int(state[k]) for k in ("consumed_samples", "step", "step_offset"))
             fp, seed, shuffle = state["fingerprint"], int(state["seed"]), state["shuffle"]
-            window, w, b = int(state["window"]), int(state["dp_world_size"]), int(state["global_batch"])
+            window = int(state["window"])
+            w, b = int(state["dp_world_size"]), int(state["global_batch"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"not a ZephonLoader state ({e!r} is missing or malformed)") from None
         if version != STATE_VERSION:
@@ -347,7 +356,7 @@ class ZephonLoader(_TokenMount):
                     f"rank's share, at data-parallel degree {w}, global batch {b}); it restores "
                     f"only at degree {w} and global batch {b}, not {self.dp_world_size} and "
                     f"{self.global_batch}: resume from a checkpoint taken at a step boundary")
-            if offset % self.micro_batch or offset >= self._share:
+            if offset % self.micro_batch or offset >= self.share:
                 raise ValueError(f"the state was saved {offset} samples into a step; "
                                  f"micro_batch {self.micro_batch} cannot continue from there")
         self._gsn, self._step, self._offset = gsn, step, offset
@@ -367,45 +376,42 @@ class ZephonLoader(_TokenMount):
 
 
 class _Run:
-    """Reads of ``from/<base>``: share k is at offset k * size; ``readahead`` shares are
-    read at once and kept: 1 for the first block (a resumed trainer's first batch waits
-    for one share, not 32), then 4 times more each block up to 32 (at most 2 MiB); each
-    block with its own open and close, so the
-    loader holds no file of the mount between reads and never keeps it from unmounting
-    (the name's lookup is cached by the kernel: one open, one read and one release per
-    block)."""
+    """Reads of ``from/<base>``: share k is at offset k * ``share_bytes`` (the mount's);
+    ``readahead`` shares are read at once and kept: 1 for the first block (a resumed
+    trainer's first batch waits for one share, not 32), then 4 times more each block up
+    to 32 (at most 2 MiB); each block with its own open and close, so the loader holds no
+    file of the mount between reads and never keeps it from unmounting (the name's
+    lookup is cached by the kernel: one open, one read and one release per block). Uses
+    only the loader's public attributes."""
 
     MAX_BYTES = 2 << 20
     MAX_SHARES = 32
 
-    def __init__(self, path: str, base: int, loader: _TokenMount) -> None:
+    def __init__(self, path: str, base: int, loader: TokenMount) -> None:
         self.path, self.base, self.loader = path, base, loader
         self.header = b""
-        self.size = loader._share * loader.window * loader.dtype.itemsize
+        self.size = loader.share_bytes
         self.readahead = 1
-        self.limit = 1          # readahead once the first block is read
+        self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
         self.first = 0          # index of the first share in buf
         self.count = 0          # shares in buf
         self.buf = b""
-        self._sized = False
+        self._headed = loader.format != "npy"
 
     def _read(self, k: int) -> bytes:
         fd = os.open(self.path, os.O_RDONLY)   # FileNotFoundError: no full step at base
         try:
-            if not self._sized:
-                if self.loader.format == "npy":
-                    # the header's own length first, then the header: reads that stop
-                    # inside share 0, so the mount counts no share as read (/status'
-                    # progress counts shares read to their end)
-                    head = os.pread(fd, 12, 0)
-                    v1 = head[6:7] == b"\x01"
-                    hlen = (10 + int.from_bytes(head[8:10], "little") if v1 else
-                            12 + int.from_bytes(head[8:12], "little"))
-                    head = os.pread(fd, hlen, 0)
-                    self.header = head[:self.loader._npy_header_len(head, self.path)]
-                    self.size += len(self.header)
-                self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
-                self._sized = True
+            if not self._headed:
+                # the header's own length first, then the header: reads that stop inside
+                # share 0, so the mount counts no share as read (/status' progress counts
+                # shares read to their end)
+                head = os.pread(fd, 12, 0)
+                v1 = head[6:7] == b"\x01"
+                hlen = (10 + int.from_bytes(head[8:10], "little") if v1 else
+                        12 + int.from_bytes(head[8:12], "little"))
+                head = os.pread(fd, hlen, 0)
+                self.header = head[:self.loader.npy_header_len(head, self.path)]
+                self._headed = True
             data = os.pread(fd, self.size * self.readahead, k * self.size)
             self.readahead = min(self.readahead * 4, self.limit)
             return data
@@ -413,6 +419,8 @@ class _Run:
             os.close(fd)
 
     def share(self, k: int) -> np.ndarray:
+        """Share k of the run, ``[share, window]``. Raises FileNotFoundError past the end
+        of the stream, OSError for a share whose npy header is not the first one's."""
         if not self.first <= k < self.first + self.count:
             self.buf = self._read(k)
             self.first, self.count = k, len(self.buf) // self.size
@@ -424,12 +432,12 @@ class _Run:
             raise OSError(f"{self.path}: share {k} does not start with the npy header of "
                           "the first one")
         ld = self.loader
-        arr = np.frombuffer(self.buf, dtype=ld.dtype, count=ld._share * ld.window,
+        arr = np.frombuffer(self.buf, dtype=ld.dtype, count=ld.share * ld.window,
                             offset=off + h)
-        return arr.reshape(ld._share, ld.window)
+        return arr.reshape(ld.share, ld.window)
 
 
-class ZephonValidationLoader(_TokenMount):
+class ZephonValidationLoader(TokenMount):
     """One DP rank's share of the mount's validation stream (``zephon mount -o
     validation=F``), as ``int64`` micro-batches ``[micro_batch, window]``.
 
@@ -443,18 +451,20 @@ class ZephonValidationLoader(_TokenMount):
     Arguments and attributes as :class:`ZephonLoader` (no ``write_marks``); also ``steps``
     (validation steps, ``/status`` ``validation.steps``: the held-out samples in whole
     global batches), ``samples`` (held-out samples of the whole mount) and ``split`` (the
-    held-out fraction as the mount read it, e.g. ``"1/100"``). ``len(loader)`` is the micro-batches one
-    iteration yields.
+    held-out fraction as the mount read it, e.g. ``"1/100"``). ``len(loader)`` is the
+    micro-batches one iteration yields.
 
     Raises ``ValueError`` as :class:`ZephonLoader` does, and when the mount has no
     validation split or its held-out samples make no whole step.
     """
 
-    def __init__(self, mount: str | os.PathLike, *, dp_rank: int, dp_world_size: int,
-                 micro_batch: int | None = None, **options: Any) -> None:
+    def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
+                 micro_batch: int | None = None, tokens_per_batch: int | None = None,
+                 global_batch: int | None = None, vocab_size: int | None = None) -> None:
         super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
-                         micro_batch=micro_batch, **options)
-        val = self._status.get("validation")
+                         micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
+                         global_batch=global_batch, vocab_size=vocab_size)
+        val = self.status.get("validation")
         if not val:
             raise ValueError(f"the mount at {self.mount} has no validation split; mount with "
                              "validation=F (the fraction of every source held out, e.g. "
@@ -472,10 +482,10 @@ class ZephonValidationLoader(_TokenMount):
         return os.path.join(self.mount, "rank", str(self.dp_rank), "validation", str(t))
 
     def __len__(self) -> int:
-        return self.steps * (self._share // self.micro_batch)
+        return self.steps * (self.share // self.micro_batch)
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         for t in range(self.steps):
             share = self._read(self.path(t))
-            for k in range(0, self._share, self.micro_batch):
+            for k in range(0, self.share, self.micro_batch):
                 yield torch.from_numpy(share[k:k + self.micro_batch].astype(np.int64))

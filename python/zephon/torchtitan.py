@@ -176,7 +176,7 @@ class ZephonDataLoader(BaseDataLoader):
     ``vocab_size`` does not.
     """
 
-    _loader_cls: type = ZephonLoader
+    _loader_cls: type[ZephonLoader] | type[ZephonValidationLoader] = ZephonLoader
 
     @dataclass(kw_only=True, slots=True)
     class Config(BaseDataLoader.Config):
@@ -211,36 +211,32 @@ class ZephonDataLoader(BaseDataLoader):
                                  "nor num_tokens_per_batch; cannot size the batches")
             self.flat = False
             self.seq_len, micro = int(seq_len), int(local_batch_size)
-            if num_tokens_per_batch is not None and int(num_tokens_per_batch) != micro * self.seq_len:
+            if num_tokens_per_batch is not None and \
+                    int(num_tokens_per_batch) != micro * self.seq_len:
                 raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
                                  f"local_batch_size {micro} x seq_len {self.seq_len}")
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
-                                        dp_world_size=self.dp_world_size, micro_batch=micro,
-                                        vocab_size=config.vocab_size)
+                                            dp_world_size=self.dp_world_size, micro_batch=micro,
+                                            vocab_size=config.vocab_size)
         else:
-            # 1-D batches of num_tokens_per_batch tokens: a whole number of samples
+            # 1-D batches of num_tokens_per_batch tokens: a whole number of samples of the
+            # pack's --seq-len (the mount's sample_tokens; the loader refuses another)
             self.flat = True
-            probe = self._loader_cls(mount, dp_rank=self.dp_rank, dp_world_size=self.dp_world_size,
-                                 micro_batch=1, vocab_size=config.vocab_size)
-            self.seq_len = probe.window - 1 if probe.overlap else probe.window
-            tokens = int(num_tokens_per_batch)
-            if tokens % self.seq_len:
-                raise ValueError(f"num_tokens_per_batch {tokens} is not a whole number of "
-                                 f"samples of {self.seq_len} tokens; make it a multiple of "
-                                 f"{self.seq_len} or pack with a --seq-len that divides it")
+            self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
+                                            dp_world_size=self.dp_world_size,
+                                            tokens_per_batch=int(num_tokens_per_batch),
+                                            vocab_size=config.vocab_size)
+            self.seq_len = self._loader.seq_len
             if max_context_length is not None and self.seq_len > int(max_context_length):
                 raise ValueError(f"the mount's samples have {self.seq_len} input tokens, more "
                                  f"than max_context_length {max_context_length}; pack with "
                                  "a shorter --seq-len or raise max_context_length")
-            self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
-                                        dp_world_size=self.dp_world_size,
-                                        micro_batch=tokens // self.seq_len)
         w = self._loader.window
         if w not in (self.seq_len, self.seq_len + 1):
             raise ValueError(f"the mount at {mount} serves windows of {w} tokens, which do not "
                              f"make inputs of the trainer's seq_len {self.seq_len}: pack with "
                              f"--seq-len {self.seq_len} --overlap 1, or set training.seq_len "
-                             f"to {w - 1 if self._loader.overlap else w}")
+                             f"to {self._loader.seq_len}")
         if self._loader.overlap and w != self.seq_len + 1:
             raise ValueError(f"the mount's windows overlap by one token ({w} tokens), so they "
                              f"make inputs of {w - 1} tokens, not seq_len {self.seq_len}; set "
@@ -265,7 +261,9 @@ class ZephonDataLoader(BaseDataLoader):
     @property
     def loader(self) -> ZephonLoader:
         """The underlying :class:`zephon.torch.ZephonLoader` (raw windows, the position)."""
-        return self._loader
+        ld = self._loader
+        assert isinstance(ld, ZephonLoader)     # _loader_cls of this class
+        return ld
 
     def __iter__(self) -> Iterator[TrainerBatch]:
         for windows in self._loader:
@@ -278,12 +276,12 @@ class ZephonDataLoader(BaseDataLoader):
         TorchTitan saves after an optimizer step; a state taken inside a step of the mount
         means the trainer's global batch is not the mount's ``global_batch``: it restores
         only at the same layout, so this warns once."""
-        state = self._loader.state_dict()
+        state = self.loader.state_dict()
         if state.get("step_offset") and not self._warned_offset:
             self._warned_offset = True
             warnings.warn(
                 f"the data loader state was taken {state['step_offset']} samples into a step "
-                f"of the mount (global_batch {self._loader.global_batch}): the trainer's global "
+                f"of the mount (global_batch {self.loader.global_batch}): the trainer's global "
                 "batch differs from the mount's, so this checkpoint restores only at the same "
                 "data-parallel degree and global batch; mount with global_batch = the "
                 "trainer's global batch", RuntimeWarning, stacklevel=2)
@@ -295,7 +293,7 @@ class ZephonDataLoader(BaseDataLoader):
         Raises ``ValueError`` for a state of another dataset, seed or window."""
         if not state_dict:
             return
-        self._loader.load_state_dict(state_dict)
+        self.loader.load_state_dict(state_dict)
 
 
 class ZephonValidationDataLoader(ZephonDataLoader):
@@ -334,9 +332,12 @@ class ZephonValidationDataLoader(ZephonDataLoader):
             validator sets it when ``validator.steps`` is not -1)."""
 
     @property
-    def loader(self) -> ZephonValidationLoader:
-        """The underlying :class:`zephon.torch.ZephonValidationLoader`."""
-        return self._loader
+    def loader(self) -> ZephonValidationLoader:  # type: ignore[override]
+        """The underlying :class:`zephon.torch.ZephonValidationLoader` (not a
+        ``ZephonLoader``: it has no position to keep)."""
+        ld = self._loader
+        assert isinstance(ld, ZephonValidationLoader)     # _loader_cls of this class
+        return ld
 
     def __iter__(self) -> Iterator[TrainerBatch]:
         while True:

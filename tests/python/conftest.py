@@ -5,7 +5,6 @@ Environment: ZEPHON, the zephon executable under test; ZEPHON_DATA, ../shared/da
 """
 import os
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -17,26 +16,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / 'tests'))
 import sanitizers  # noqa: E402  (tests/sanitizers.py)
 from sanitizers import no_sanitizer_reports, pytest_sessionfinish  # noqa: E402,F401
+from zexe import ZEPHON, zrun  # noqa: E402,F401  (one copy, with titan_helpers.py)
 
 # Every process a test starts (mounts, torchrun workers' zephon calls) writes its sanitizer
 # reports where the harness reads them: a test after which one appeared fails.
 sanitizers.capture()
 
-ZEPHON = os.environ.get('ZEPHON') or str(ROOT / 'build' / 'fs' / 'zephon')
-os.environ['ZEPHON'] = ZEPHON        # what the package finds
 DATA = pathlib.Path(os.environ.get('ZEPHON_DATA') or ROOT.parent / 'shared' / 'data')
 IDX = DATA / 'megatron' / 'meg-gpt2-openwebtext_text_document.idx'
 SEQ = 16                             # --seq-len of the token datasets
 SEED = 5
-
-
-def zrun(*args):
-    """zephon ARGS; stdout as bytes. Fails the test with zephon's stderr."""
-    p = subprocess.run([ZEPHON, *map(str, args)], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=600)
-    sanitizers.scan(p.stderr.decode(errors='replace'), 'zephon %s' % (args,))
-    assert p.returncode == 0, ('zephon', args, p.stderr.decode(errors='replace'))
-    return p.stdout
 
 
 def reference(ds, n, window, seed=SEED):

@@ -275,3 +275,49 @@ class TestRefusals:
         with pytest.raises(ValueError, match='is a records dataset; ZephonLoader reads token datasets'):
             ZephonLoader(m.path, dp_rank=0, dp_world_size=2)
         nothing_consumed(m)
+
+
+# --- /status publishes the layout a loader needs (issue 25, part 3) -------------------
+
+@pytest.mark.parametrize('fmt', ['npy', 'bin'])
+def test_status_publishes_what_a_loader_needs(tokens, mounts, fmt):
+    """rank_list, share_samples, micro_batches, share_bytes, window, sample_tokens,
+    npy_descr and dtype_bytes are the mount's: the sizes are those of the files it
+    serves, and the loader takes them as they are."""
+    m = mounts(tokens, world_size=4, global_batch=24, micro_batch=2, ranks=[1, 3],
+               format=fmt)
+    st = m.status()
+    assert st['ranks'] == '1,3' and st['rank_list'] == [1, 3]
+    assert (st['share_samples'], st['micro_batches']) == (6, 3)
+    assert (st['window'], st['sample_tokens'], st['overlap']) == (WINDOW, SEQ, 1)
+    assert (st['npy_descr'], st['dtype_bytes'], st['dtype']) == ('<u2', 2, 'uint16')
+    at = os.path.join(m.path, 'rank', '3', 'at', '48')
+    assert os.path.getsize(at) == st['share_bytes']
+    with open(at, 'rb') as f:
+        assert len(f.read()) == st['share_bytes']
+    payload = 6 * WINDOW * 2
+    assert st['share_bytes'] == payload if fmt == 'bin' else st['share_bytes'] > payload
+    with open(os.path.join(m.path, 'rank', '3', 'from', '48'), 'rb') as f:
+        two = f.read(2 * st['share_bytes'])
+    assert two[st['share_bytes']:] == open(os.path.join(m.path, 'rank', '3', 'at', '72'),
+                                           'rb').read()
+    ld = ZephonLoader(m.path, dp_rank=3, dp_world_size=4)
+    assert (ld.share, ld.share_bytes, ld.ranks, ld.window, ld.seq_len) == \
+        (6, st['share_bytes'], [1, 3], WINDOW, SEQ)
+    assert ld.dtype == np.dtype('<u2')
+
+
+def test_status_of_a_lines_mount_has_no_share_bytes(mounts, tmp_path):
+    txt = tmp_path / 'lines.txt'
+    txt.write_text(''.join('line %d\n' % i for i in range(100)))
+    zrun('pack', txt, '-o', tmp_path / 'lines')
+    st = mounts(tmp_path / 'lines', world_size=2, global_batch=8).status()
+    assert (st['rank_list'], st['share_samples'], st['micro_batches']) == ([0, 1], 4, 1)
+    assert st['share_bytes'] is None and 'window' not in st and 'npy_descr' not in st
+
+
+def test_the_package_has_one_version_and_its_types():
+    import importlib.metadata
+    import importlib.resources
+    assert importlib.metadata.version('zephon') == zephon.__version__
+    assert importlib.resources.files('zephon').joinpath('py.typed').is_file()

@@ -88,7 +88,7 @@ def test_node_mount_one_mounts_the_others_wait(tokens, tmp_path):
     assert not is_mounted(mp)
     with pytest.raises(zephon.ZephonError, match='no mount of .* answered .* within 0.3 s'):
         zephon.node_mount(tokens, mp, local_rank=1, **dict(kw, timeout=0.3))
-    with pytest.raises(ValueError, match='sets world_size= itself'):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'world_size'"):
         zephon.node_mount(tokens, mp, local_rank=0, world_size=4, **kw)
 
 
@@ -265,7 +265,8 @@ def test_stream_differences_of_a_mixture(tmp_path):
     """weights and validation compare by value (0.5+0.5 is 1:1 is web:1+code:1)."""
     from zephon.mount import format_options, stream_differences
     st = {'dataset': str(tmp_path / 'mix.json'), 'world_size': 1, 'global_batch': 1,
-          'micro_batch': 1, 'ranks': '0', 'seed': 0, 'shuffle': 'global', 'epochs': 0,
+          'micro_batch': 1, 'ranks': '0', 'rank_list': [0], 'seed': 0, 'shuffle': 'global',
+          'epochs': 0,
           'journal': str(tmp_path / 'mix.journal.sqlite'),
           'validation': {'split': '1/100', 'samples': 3, 'steps': 3},
           'mixture': {'weights': '1,1', 'sources': [{'name': 'web'}, {'name': 'code'}]}}
@@ -277,3 +278,21 @@ def test_stream_differences_of_a_mixture(tmp_path):
                               st) == ['weights 1,1 (web+code) there, web:0.7+code:0.3 asked']
     assert stream_differences(tmp_path / 'mix.json', 'weights=1+1', st) == [
         'validation 1/100 there, none asked']
+
+
+def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
+    """mount, node_mount and Mount name each option of zephon mount -o; the option text
+    is mount_options': a rank list written as ranks= takes it, a relative journal made
+    absolute, FUSE options passed as they are; an unknown keyword is a TypeError."""
+    from zephon.mount import mount_options
+    monkeypatch.chdir(tmp_path)
+    assert mount_options(world_size=8, ranks=[5, 0, 1, 2], journal='j.sqlite', seed=3,
+                         allow_other=True, fuse_options=['noatime', 'fsname=z']) == \
+        f'world_size=8,ranks=0-2,5,seed=3,journal={tmp_path}/j.sqlite,allow_other,noatime,fsname=z'
+    assert mount_options() == ''
+    with pytest.raises(ValueError, match='comma or white space'):
+        mount_options(resume='step:1 2')
+    for fn in (zephon.mount, zephon.Mount):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'wordl_size'"):
+            fn(tmp_path, tmp_path / 'mnt', wordl_size=2)
+    assert not (tmp_path / 'mnt').exists()

@@ -211,7 +211,7 @@ def test_refusals_of_a_mount_that_does_not_fit_the_trainer(ds, mounts, tmp_path,
     refusal(lambda: build(m.path, 0, 2, micro=4), 'micro_batch 4 does not divide', '6')
     refusal(lambda: ZephonDataLoader.Config(mount=m.path).build(
         dp_world_size=2, dp_rank=0, tokenizer=None, max_context_length=64,
-        num_tokens_per_batch=40), 'num_tokens_per_batch 40', 'samples of 16 tokens')
+        num_tokens_per_batch=40), 'tokens_per_batch 40', 'samples of 16 tokens')
     refusal(lambda: ZephonDataLoader.Config(mount=m.path).build(
         dp_world_size=2, dp_rank=0, tokenizer=None, max_context_length=8,
         num_tokens_per_batch=32), 'more than max_context_length 8')

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from zephon.torchtitan import CONTRACT, REPEAT_FIELD  # noqa: F401 (REPEAT_FIELD for the tests)
+from zexe import ZEPHON, zrun  # noqa: F401 (one copy, with conftest.py's sanitizer scan)
 
 if CONTRACT == 'data.loader':             # TorchTitan's git main
     from torchtitan.components.data.loader import BaseDataLoader as TitanBaseDataLoader
@@ -31,17 +32,7 @@ FLAT = CONTRACT == 'data.loader'
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-ZEPHON = os.environ.get('ZEPHON') or str(ROOT / 'build' / 'fs' / 'zephon')
-os.environ['ZEPHON'] = ZEPHON          # what the zephon package finds
 EOD = 0                                # end-of-document token of the synthetic datasets
-
-
-def zrun(*args):
-    """zephon ARGS; stdout as bytes. Fails the test with zephon's stderr."""
-    p = subprocess.run([ZEPHON, *map(str, args)], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=600)
-    assert p.returncode == 0, ('zephon', args, p.stderr.decode(errors='replace'))
-    return p.stdout
 
 
 def documents(n_tokens, vocab, seed=1):
