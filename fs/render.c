@@ -239,10 +239,13 @@ static uint64_t status_epoch(struct zmount *z, uint64_t consumed, const uint64_t
  * that owns its rule, so that loaders compute none of it: the served ranks as a list,
  * one rank's share of a step in samples (layout_share) and micro-batches
  * (layout_micros), and the bytes of one share of at/<G> and of each share of from/<G>
- * (server_at_len: npy and bin; null for formats whose shares differ in size). */
+ * (server_share_len of SHARE_AT: npy and bin; null for formats whose shares differ in
+ * size, server_shares_fixed). */
 static void loader_fields(struct zmount *z, json_t *root)
 {
 	const struct layout *l = &server_get_config(z->srv)->layout;
+	struct share at = { SHARE_AT, z->cfg->ranks.count ? z->cfg->ranks.ranks[0] : 0,
+			    l->start_samples };
 	json_t *list = json_array();
 	uint64_t len;
 
@@ -252,7 +255,7 @@ static void loader_fields(struct zmount *z, json_t *root)
 	json_object_set_new(root, "share_samples", json_u64(layout_share(l)));
 	json_object_set_new(root, "micro_batches", json_u64(layout_micros(l)));
 	json_object_set_new(root, "share_bytes", z->cfg->ranks.count &&
-			    !server_at_len(z->srv, z->cfg->ranks.ranks[0], l->start_samples, &len) ?
+			    server_shares_fixed(z->srv) && !server_share_len(z->srv, &at, &len) ?
 			    json_u64(len) : json_null());
 }
 
