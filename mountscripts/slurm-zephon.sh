@@ -92,22 +92,10 @@ die() { echo "slurm-zephon.sh: $*" >&2; exit 2; }
 [[ $ZEPHON_NNODES =~ ^[0-9]{1,9}$ ]] && [ $((10#$ZEPHON_NNODES)) -ge 1 ] ||
 	die "SLURM_JOB_NUM_NODES=$ZEPHON_NNODES is not a number of nodes"
 nodes=$((10#$ZEPHON_NNODES))
-# DP ranks, not tasks: with tensor, pipeline or context parallelism the DP degree is below
-# the task count, and a mount of one rank per task would serve another stream
+# DP ranks, not tasks (zephon-node dp-ranks says why)
 if [ -n "${ZEPHON_DP_DEGREE:-}" ]; then
-	[[ $ZEPHON_DP_DEGREE =~ ^[0-9]{1,9}$ ]] && [ $((10#$ZEPHON_DP_DEGREE)) -ge 1 ] ||
-		die "ZEPHON_DP_DEGREE=$ZEPHON_DP_DEGREE: give the job's data-parallel degree, a number >= 1"
-	dp=$((10#$ZEPHON_DP_DEGREE))
-	per=${ZEPHON_DP_RANKS_PER_NODE:-}
-	if [ -z "$per" ]; then
-		[ $((dp % nodes)) = 0 ] ||
-			die "ZEPHON_DP_DEGREE=$dp is not a multiple of the job's $nodes nodes; set ZEPHON_DP_RANKS_PER_NODE"
-		per=$((dp / nodes))
-	fi
-	[[ $per =~ ^[0-9]{1,9}$ ]] && [ $((10#$per)) -ge 1 ] || die "ZEPHON_DP_RANKS_PER_NODE=$per is not a number >= 1"
-	per=$((10#$per))
-	[ $((per * nodes)) = "$dp" ] ||
-		die "ZEPHON_DP_RANKS_PER_NODE=$per x $nodes nodes is not ZEPHON_DP_DEGREE=$dp"
+	dp_per=$("$node_script" dp-ranks "$nodes" "the job's $nodes nodes") || exit 2
+	read -r dp per <<<"$dp_per"
 	[ -z "$given_per_node" ] || [ "$((10#$given_per_node))" = "$per" ] ||
 		die "ZEPHON_RANKS_PER_NODE=$given_per_node contradicts ZEPHON_DP_DEGREE=$dp ($per DP ranks per node); unset it"
 	ZEPHON_RANKS_PER_NODE=$per

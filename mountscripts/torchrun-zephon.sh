@@ -92,22 +92,10 @@ fi
 # decimal, also with leading zeros ($((08)) would be a bad octal number)
 nnodes=$((10#$nnodes)) nproc=$((10#$nproc)) node_rank=$((10#$node_rank))
 
-# DP ranks, not processes: with tensor, pipeline or context parallelism the DP degree is
-# below the process count, and a mount of one rank per process would serve another stream
+# DP ranks, not processes (zephon-node dp-ranks says why)
 if [ -n "${ZEPHON_DP_DEGREE:-}" ]; then
-	[[ $ZEPHON_DP_DEGREE =~ ^[0-9]{1,9}$ ]] && [ $((10#$ZEPHON_DP_DEGREE)) -ge 1 ] ||
-		die "ZEPHON_DP_DEGREE=$ZEPHON_DP_DEGREE: give the job's data-parallel degree, a number >= 1"
-	dp=$((10#$ZEPHON_DP_DEGREE))
-	per=${ZEPHON_DP_RANKS_PER_NODE:-}
-	if [ -z "$per" ]; then
-		[ $((dp % nnodes)) = 0 ] ||
-			die "ZEPHON_DP_DEGREE=$dp is not a multiple of --nnodes=$nnodes; set ZEPHON_DP_RANKS_PER_NODE"
-		per=$((dp / nnodes))
-	fi
-	[[ $per =~ ^[0-9]{1,9}$ ]] || die "ZEPHON_DP_RANKS_PER_NODE=$per is not a number"
-	per=$((10#$per))
-	[ $((per * nnodes)) = "$dp" ] ||
-		die "ZEPHON_DP_RANKS_PER_NODE=$per x --nnodes=$nnodes is not ZEPHON_DP_DEGREE=$dp"
+	dp_per=$("$node_script" dp-ranks "$nnodes" "--nnodes=$nnodes") || exit 2
+	read -r dp per <<<"$dp_per"
 else
 	dp=$((nnodes * nproc)) per=$nproc
 	echo "$me: ZEPHON_DP_DEGREE is not set: every process is a data-parallel rank (world_size=$dp); set it when tensor, pipeline or context parallelism is on" >&2

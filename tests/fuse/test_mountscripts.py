@@ -1074,7 +1074,7 @@ def test_slurm_script_mounts_the_dp_degree(ds, tmp_path):
     for extra, why in (({'ZEPHON_DP_DEGREE': 3}, 'ZEPHON_DP_DEGREE=3 is not a multiple of the job\'s 2 nodes'),
                        ({'ZEPHON_DP_DEGREE': 'x'}, 'ZEPHON_DP_DEGREE=x: give the job'),
                        ({'ZEPHON_RANKS_PER_NODE': 4}, 'ZEPHON_RANKS_PER_NODE=4 contradicts ZEPHON_DP_DEGREE=4'),
-                       ({'ZEPHON_DP_RANKS_PER_NODE': 3}, 'ZEPHON_DP_RANKS_PER_NODE=3 x 2 nodes is not')):
+                       ({'ZEPHON_DP_RANKS_PER_NODE': 3}, 'ZEPHON_DP_RANKS_PER_NODE=3 x the job\'s 2 nodes is not')):
         rc, _, err = sh([SLURM, step], dict(env, **extra), check=False)
         assert rc == 2 and why in err, (extra, err)
     assert not mounts_under(tmp_path)
