@@ -199,6 +199,11 @@ def test_top_redraws_on_a_terminal_and_ends_on_ctrl_c(tokens, tmp_path):
     import select
     import signal
     import time
+    try:
+        for f in os.openpty():
+            os.close(f)
+    except OSError as e:
+        pytest.skip('no pseudo-terminal here (%s): nothing to draw top on' % e)
     with Mount(tokens['a'], tmp_path / 'm', 'world_size=2,global_batch=8,format=bin') as m:
         pid, fd = pty.fork()
         if pid == 0:
