@@ -445,14 +445,75 @@ static int union_info(struct dataset *ds)
 	return rc;
 }
 
+/* Owns the first pass of dataset_open_sources(): every source's catalog loaded and
+ * checked against the first, its dataset ids placed after the previous source's, before
+ * any shard file is opened (a mixture that cannot be served fails here). ds->nsrc counts
+ * the sources begun (dataset_close() frees them); dirfd[s] receives each directory;
+ * *shards the shard files of all. 0 or -errno with a reason in err. */
+static int load_catalogs(struct dataset *ds, const char *const *dirs, size_t count,
+			 int *dirfd, size_t *shards, char *err, size_t errlen)
+{
+	uint64_t total = 0;
+	int rc;
+
+	for (size_t s = 0; s < count; s++) {
+		struct ds_source *src = &ds->src[s];
+
+		ds->nsrc++;
+		if ((rc = load_source(src, dirs[s], &dirfd[s], err, errlen)))
+			return rc;
+		if (s > 0 && (rc = check_compatible(&ds->src[0], src, err, errlen)))
+			return rc;
+		src->offset = total;
+		if (__builtin_add_overflow(total, src->info.samples, &total) ||
+		    (count > 1 && total >= DATASET_SAMPLES_MAX)) {
+			err_printf(err, errlen, "datasets %s to %s hold 2^62 samples or more; a "
+				"mixture holds fewer: mix fewer datasets", dirs[0], dirs[s]);
+			return -EOVERFLOW;
+		}
+		*shards += src->cat.nshards;
+	}
+	return 0;
+}
+
+/* Owns the second pass of dataset_open_sources(): each source's shard files opened
+ * through dirfd[s] (closed here, and set to -1), and its zstd dictionary loaded and
+ * handed to its shards. 0 or -errno with a reason in err. */
+static int open_sources_shards(struct dataset *ds, int *dirfd, char *err, size_t errlen)
+{
+	char why[512];
+	int rc;
+
+	for (size_t s = 0; s < ds->nsrc; s++) {
+		struct ds_source *src = &ds->src[s];
+
+		rc = open_shards(ds, s, dirfd[s], why, sizeof(why));
+		close(dirfd[s]);
+		dirfd[s] = -1;
+		if (rc) {
+			err_printf(err, errlen, "%s: %s", src->dir, why);
+			return rc;
+		}
+		if (src->info.compressed && src->cat.dict) {
+			src->ddict = ZSTD_createDDict(src->cat.dict, src->cat.dict_len);
+			if (!src->ddict) {
+				err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable",
+					src->dir);
+				return -EBADMSG;
+			}
+			for (size_t k = src->first_shard; k < ds->nshards; k++)
+				ds->shards[k].ddict = src->ddict;
+		}
+	}
+	return 0;
+}
+
 int dataset_open_sources(const char *const *dirs, size_t count, struct dataset **out,
 			 char *err, size_t errlen)
 {
 	struct dataset *ds;
 	int *dirfd = NULL;
 	size_t shards = 0;
-	uint64_t total = 0;
-	char why[512];
 	int rc;
 
 	if (count == 0) {
@@ -467,53 +528,15 @@ int dataset_open_sources(const char *const *dirs, size_t count, struct dataset *
 	}
 	for (size_t s = 0; s < count; s++)
 		dirfd[s] = -1;
-	/* Every catalog first: a mixture that cannot be served fails before any shard
-	 * file is opened. */
-	for (size_t s = 0; s < count; s++) {
-		struct ds_source *src = &ds->src[s];
-
-		ds->nsrc++;
-		if ((rc = load_source(src, dirs[s], &dirfd[s], err, errlen)))
-			goto err_free;
-		if (s > 0 && (rc = check_compatible(&ds->src[0], src, err, errlen)))
-			goto err_free;
-		src->offset = total;
-		if (__builtin_add_overflow(total, src->info.samples, &total) ||
-		    (count > 1 && total >= DATASET_SAMPLES_MAX)) {
-			err_printf(err, errlen, "datasets %s to %s hold 2^62 samples or more; a "
-				"mixture holds fewer: mix fewer datasets", dirs[0], dirs[s]);
-			rc = -EOVERFLOW;
-			goto err_free;
-		}
-		shards += src->cat.nshards;
-	}
+	if ((rc = load_catalogs(ds, dirs, count, dirfd, &shards, err, errlen)))
+		goto err_free;
 	ds->shards = calloc(shards ? shards : 1, sizeof(*ds->shards));
 	if (!ds->shards) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
-	for (size_t s = 0; s < count; s++) {
-		struct ds_source *src = &ds->src[s];
-
-		rc = open_shards(ds, s, dirfd[s], why, sizeof(why));
-		close(dirfd[s]);
-		dirfd[s] = -1;
-		if (rc) {
-			err_printf(err, errlen, "%s: %s", src->dir, why);
-			goto err_free;
-		}
-		if (src->info.compressed && src->cat.dict) {
-			src->ddict = ZSTD_createDDict(src->cat.dict, src->cat.dict_len);
-			if (!src->ddict) {
-				rc = -EBADMSG;
-				err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable",
-					src->dir);
-				goto err_free;
-			}
-			for (size_t k = src->first_shard; k < ds->nshards; k++)
-				ds->shards[k].ddict = src->ddict;
-		}
-	}
+	if ((rc = open_sources_shards(ds, dirfd, err, errlen)))
+		goto err_free;
 	if (count == 1)
 		ds->info = ds->src[0].info;
 	else if ((rc = union_info(ds)))
