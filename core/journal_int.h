@@ -3,7 +3,9 @@
  * journal, and the helpers around its SQLite connection. journal.h is the contract;
  * this header is its implementation's.
  *
- *   journal_open.c     opening, validation, migration, closing; the helpers below
+ *   journal_open.c     opening, closing, abandoning
+ *   journal_schema.c   creation, validation, migration, the identity
+ *   journal_util.c     the helpers below (clock, error texts, one-row queries)
  *   journal_policy.c   the resume rules as pure logic (journal_policy.h)
  *   journal_start.c    journal_start(): resolving a rule and recording a layout
  *   journal_claim.c    claims, deliveries, checkpoint marks, rewinds
