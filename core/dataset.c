@@ -1,5 +1,6 @@
-/* dataset.c: one packed dataset, or several as one, opened and its samples read
- * (dataset.h). */
+/* dataset.c: one packed dataset, or several as one, opened (dataset.h): catalogs, shard
+ * files, the union's info; what it holds, and where a sample's shard and index entry
+ * are. Reading the samples is dataset_read.c's. */
 #include "dataset.h"
 #include "dataset_int.h"
 
@@ -444,14 +445,75 @@ static int union_info(struct dataset *ds)
 	return rc;
 }
 
+/* Owns the first pass of dataset_open_sources(): every source's catalog loaded and
+ * checked against the first, its dataset ids placed after the previous source's, before
+ * any shard file is opened (a mixture that cannot be served fails here). ds->nsrc counts
+ * the sources begun (dataset_close() frees them); dirfd[s] receives each directory;
+ * *shards the shard files of all. 0 or -errno with a reason in err. */
+static int load_catalogs(struct dataset *ds, const char *const *dirs, size_t count,
+			 int *dirfd, size_t *shards, char *err, size_t errlen)
+{
+	uint64_t total = 0;
+	int rc;
+
+	for (size_t s = 0; s < count; s++) {
+		struct ds_source *src = &ds->src[s];
+
+		ds->nsrc++;
+		if ((rc = load_source(src, dirs[s], &dirfd[s], err, errlen)))
+			return rc;
+		if (s > 0 && (rc = check_compatible(&ds->src[0], src, err, errlen)))
+			return rc;
+		src->offset = total;
+		if (__builtin_add_overflow(total, src->info.samples, &total) ||
+		    (count > 1 && total >= DATASET_SAMPLES_MAX)) {
+			err_printf(err, errlen, "datasets %s to %s hold 2^62 samples or more; a "
+				"mixture holds fewer: mix fewer datasets", dirs[0], dirs[s]);
+			return -EOVERFLOW;
+		}
+		*shards += src->cat.nshards;
+	}
+	return 0;
+}
+
+/* Owns the second pass of dataset_open_sources(): each source's shard files opened
+ * through dirfd[s] (closed here, and set to -1), and its zstd dictionary loaded and
+ * handed to its shards. 0 or -errno with a reason in err. */
+static int open_sources_shards(struct dataset *ds, int *dirfd, char *err, size_t errlen)
+{
+	char why[512];
+	int rc;
+
+	for (size_t s = 0; s < ds->nsrc; s++) {
+		struct ds_source *src = &ds->src[s];
+
+		rc = open_shards(ds, s, dirfd[s], why, sizeof(why));
+		close(dirfd[s]);
+		dirfd[s] = -1;
+		if (rc) {
+			err_printf(err, errlen, "%s: %s", src->dir, why);
+			return rc;
+		}
+		if (src->info.compressed && src->cat.dict) {
+			src->ddict = ZSTD_createDDict(src->cat.dict, src->cat.dict_len);
+			if (!src->ddict) {
+				err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable",
+					src->dir);
+				return -EBADMSG;
+			}
+			for (size_t k = src->first_shard; k < ds->nshards; k++)
+				ds->shards[k].ddict = src->ddict;
+		}
+	}
+	return 0;
+}
+
 int dataset_open_sources(const char *const *dirs, size_t count, struct dataset **out,
 			 char *err, size_t errlen)
 {
 	struct dataset *ds;
 	int *dirfd = NULL;
 	size_t shards = 0;
-	uint64_t total = 0;
-	char why[512];
 	int rc;
 
 	if (count == 0) {
@@ -466,53 +528,15 @@ int dataset_open_sources(const char *const *dirs, size_t count, struct dataset *
 	}
 	for (size_t s = 0; s < count; s++)
 		dirfd[s] = -1;
-	/* Every catalog first: a mixture that cannot be served fails before any shard
-	 * file is opened. */
-	for (size_t s = 0; s < count; s++) {
-		struct ds_source *src = &ds->src[s];
-
-		ds->nsrc++;
-		if ((rc = load_source(src, dirs[s], &dirfd[s], err, errlen)))
-			goto err_free;
-		if (s > 0 && (rc = check_compatible(&ds->src[0], src, err, errlen)))
-			goto err_free;
-		src->offset = total;
-		if (__builtin_add_overflow(total, src->info.samples, &total) ||
-		    (count > 1 && total >= DATASET_SAMPLES_MAX)) {
-			err_printf(err, errlen, "datasets %s to %s hold 2^62 samples or more; a "
-				"mixture holds fewer: mix fewer datasets", dirs[0], dirs[s]);
-			rc = -EOVERFLOW;
-			goto err_free;
-		}
-		shards += src->cat.nshards;
-	}
+	if ((rc = load_catalogs(ds, dirs, count, dirfd, &shards, err, errlen)))
+		goto err_free;
 	ds->shards = calloc(shards ? shards : 1, sizeof(*ds->shards));
 	if (!ds->shards) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
-	for (size_t s = 0; s < count; s++) {
-		struct ds_source *src = &ds->src[s];
-
-		rc = open_shards(ds, s, dirfd[s], why, sizeof(why));
-		close(dirfd[s]);
-		dirfd[s] = -1;
-		if (rc) {
-			err_printf(err, errlen, "%s: %s", src->dir, why);
-			goto err_free;
-		}
-		if (src->info.compressed && src->cat.dict) {
-			src->ddict = ZSTD_createDDict(src->cat.dict, src->cat.dict_len);
-			if (!src->ddict) {
-				rc = -EBADMSG;
-				err_printf(err, errlen, "%s: the catalog's zstd dictionary is unusable",
-					src->dir);
-				goto err_free;
-			}
-			for (size_t k = src->first_shard; k < ds->nshards; k++)
-				ds->shards[k].ddict = src->ddict;
-		}
-	}
+	if ((rc = open_sources_shards(ds, dirfd, err, errlen)))
+		goto err_free;
 	if (count == 1)
 		ds->info = ds->src[0].info;
 	else if ((rc = union_info(ds)))
@@ -665,265 +689,6 @@ const char *dataset_shard_name(const struct dataset *ds, uint64_t id)
 	if (id >= ds->info.samples)
 		return NULL;
 	return dataset_find_shard(ds, id)->file;
-}
-
-struct sample_reader *sample_reader_new(const struct dataset *ds)
-{
-	struct sample_reader *r = calloc(1, sizeof(*r));
-
-	if (!r)
-		return NULL;
-	r->ds = ds;
-	if (ds->info.compressed) {
-		r->dctx = ZSTD_createDCtx();
-		if (!r->dctx) {
-			free(r);
-			return NULL;
-		}
-	}
-	return r;
-}
-
-void sample_reader_free(struct sample_reader *r)
-{
-	if (!r)
-		return;
-	ZSTD_freeDCtx(r->dctx);
-	buf_release(&r->scratch);
-	free(r);
-}
-
-const char *sample_reader_last_error(const struct sample_reader *r)
-{
-	return r->err;
-}
-
-static int pread_full(int fd, void *dst, size_t len, uint64_t off)
-{
-	uint8_t *p = dst;
-
-	while (len) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -ENODATA; /* the file shrank under us */
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
-#define READ_FAIL(...) do { \
-	snprintf(r->err, sizeof(r->err), "sample %" PRIu64 " (%s): ", id, s->file); \
-	snprintf(r->err + strlen(r->err), sizeof(r->err) - strlen(r->err), __VA_ARGS__); \
-	return -EIO; \
-} while (0)
-
-/* The shard and the checked index entry of sample id (the common start of a read). */
-static int locate(struct sample_reader *r, uint64_t id, const struct ds_shard **shard,
-		  struct shard_index_entry *entry)
-{
-	const struct dataset *ds = r->ds;
-	const struct ds_shard *s;
-	struct shard_index_entry e;
-	char why[200];
-
-	r->err[0] = 0;
-	if (id >= ds->info.samples) {
-		snprintf(r->err, sizeof(r->err), "sample %" PRIu64 " is out of range (the dataset "
-			 "has %" PRIu64 ")", id, ds->info.samples);
-		return -ERANGE;
-	}
-	s = dataset_find_shard(ds, id);
-	if (dataset_entry_read(s, id, &e))
-		READ_FAIL("index entry read failed: %s (the index file was truncated or its "
-			  "disk failed)", strerror(EIO));
-	if (shard_index_entry_check(&e, s->bytes, s->compressed, why, sizeof(why)))
-		READ_FAIL("bad index entry: %s", why);
-	if (ds->info.kind == DATASET_TOKENS && e.raw_len != ds->info.seq_len * ds->info.itemsize)
-		READ_FAIL("index says %" PRIu32 " bytes, a window of %" PRIu64 " tokens is %" PRIu64,
-			  e.raw_len, ds->info.seq_len, ds->info.seq_len * ds->info.itemsize);
-	*shard = s;
-	*entry = e;
-	return 0;
-}
-
-/* Samples located per round of sample_reader_views(): their expected checksums live on
- * the stack. */
-#define VIEW_CHUNK 64
-/* Cache lines of the next sample prefetched while one is hashed: enough to start its TLB
- * walk and its first DRAM fetches, after which the hardware prefetcher follows the
- * sequential reads of the hash (1 to 4 samples ahead, 8 to 64 lines do alike; figures
- * in tests/bench/RESULTS.md). */
-#define VIEW_PREFETCH_LINES 8
-
-/* Prefetch the first VIEW_PREFETCH_LINES cache lines of the len bytes at p. */
-static void prefetch_start(const uint8_t *p, uint64_t len)
-{
-	for (uint64_t k = 0; k < VIEW_PREFETCH_LINES && k * 64 < len; k++)
-		__builtin_prefetch(p + k * 64);
-}
-
-struct verify_args {
-	const struct iovec *views;
-	const uint32_t *sums;
-	size_t n;
-	volatile size_t done; /* samples verified; stored each time, read after a fault */
-};
-
-/* Hash views[done..n) in order, prefetching the next one; stops at the first mismatch. */
-static void verify_views(void *ctx)
-{
-	struct verify_args *a = ctx;
-
-	for (size_t i = a->done; i < a->n; i = ++a->done) {
-		if (i + 1 < a->n)
-			prefetch_start(a->views[i + 1].iov_base, a->views[i + 1].iov_len);
-		if (shard_index_checksum(a->views[i].iov_base, a->views[i].iov_len) != a->sums[i])
-			return;
-	}
-}
-
-int sample_reader_views(struct sample_reader *r, const uint64_t *ids, size_t count,
-			struct iovec *views, uint64_t *bad_id)
-{
-	uint32_t sums[VIEW_CHUNK];
-
-	for (size_t base = 0; base < count; base += VIEW_CHUNK) {
-		size_t n = count - base < VIEW_CHUNK ? count - base : VIEW_CHUNK;
-		struct verify_args a = { views + base, sums, n, 0 };
-		int faulted;
-
-		for (size_t i = 0; i < n; i++) {
-			const struct ds_shard *s;
-			struct shard_index_entry e;
-			int rc = locate(r, ids[base + i], &s, &e);
-
-			if (rc || !s->data || s->compressed) {
-				if (rc == -EIO && bad_id)
-					*bad_id = ids[base + i];
-				return rc ? rc : -ENOTSUP;
-			}
-			views[base + i] = (struct iovec){ (void *)(s->data + e.offset), e.raw_len };
-			sums[i] = e.checksum;
-		}
-		faulted = guard_run(verify_views, &a);
-		if (a.done < n) {
-			uint64_t id = ids[base + a.done];
-			const struct ds_shard *s = dataset_find_shard(r->ds, id);
-
-			if (bad_id)
-				*bad_id = id;
-			if (faulted)
-				READ_FAIL("read failed: %s", strerror(EIO));
-			READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
-		}
-	}
-	return 0;
-}
-
-void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payload)
-{
-	const struct dataset *ds = r->ds;
-	const struct ds_shard *s;
-	struct shard_index_entry e;
-
-	if (id >= ds->info.samples)
-		return;
-	s = dataset_find_shard(ds, id);
-	if (!payload) {
-		const uint8_t *entry = dataset_entry_at(s, id);
-
-		__builtin_prefetch(entry);
-		__builtin_prefetch(entry + sizeof(struct shard_index_entry) - 1);
-		return;
-	}
-	if (!s->data || dataset_entry_read(s, id, &e))
-		return;
-	/* an entry is checked only when the sample is read; a prefetch never faults, but
-	 * stay inside the mapping all the same */
-	if (e.offset < s->bytes)
-		prefetch_start(s->data + e.offset, e.stored_len < s->bytes - e.offset ?
-			       e.stored_len : s->bytes - e.offset);
-}
-
-int sample_reader_raw_len(struct sample_reader *r, uint64_t id, uint64_t *len)
-{
-	const struct ds_shard *s;
-	struct shard_index_entry e;
-	int rc = locate(r, id, &s, &e);
-
-	if (!rc)
-		*len = e.raw_len;
-	return rc;
-}
-
-int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
-{
-	const struct ds_shard *s;
-	struct shard_index_entry e;
-	uint8_t *dst;
-	int rc;
-
-	rc = locate(r, id, &s, &e);
-	if (rc)
-		return rc;
-	rc = buf_reserve(out, e.raw_len);
-	if (rc)
-		return rc;
-	dst = out->data + out->len;
-
-	if (!s->compressed) {
-		/* the index entry was checked against the shard's size above */
-		rc = s->data ? guard_copy(dst, s->data + e.offset, e.raw_len) :
-			       pread_full(s->fd, dst, e.raw_len, e.offset);
-		if (rc)
-			READ_FAIL("read failed: %s", strerror(-rc));
-	} else {
-		unsigned long long fcs;
-		size_t n;
-
-		r->scratch.len = 0;
-		rc = buf_reserve(&r->scratch, e.stored_len);
-		if (rc)
-			return rc;
-		rc = s->data ? guard_copy(r->scratch.data, s->data + e.offset, e.stored_len) :
-			       pread_full(s->fd, r->scratch.data, e.stored_len, e.offset);
-		if (rc)
-			READ_FAIL("read failed: %s", strerror(-rc));
-		/* Bytes from disk are untrusted: the frame must fill its slot exactly and
-		 * declare the size the index promises before we decode into out. */
-		n = ZSTD_findFrameCompressedSize(r->scratch.data, e.stored_len);
-		if (ZSTD_isError(n) || n != e.stored_len)
-			READ_FAIL("corrupt zstd frame (%s)", ZSTD_isError(n) ? ZSTD_getErrorName(n) :
-				  "frame size differs from the index");
-		fcs = ZSTD_getFrameContentSize(r->scratch.data, e.stored_len);
-		if (fcs != e.raw_len)
-			READ_FAIL("zstd frame declares %s bytes, the index says %" PRIu32,
-				  fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "unknown" :
-				  fcs == ZSTD_CONTENTSIZE_ERROR ? "invalid" : "other", e.raw_len);
-		if (s->ddict)
-			n = ZSTD_decompress_usingDDict(r->dctx, dst, e.raw_len, r->scratch.data,
-						       e.stored_len, s->ddict);
-		else
-			n = ZSTD_decompressDCtx(r->dctx, dst, e.raw_len, r->scratch.data,
-						e.stored_len);
-		if (ZSTD_isError(n))
-			READ_FAIL("zstd: %s", ZSTD_getErrorName(n));
-		if (n != e.raw_len)
-			READ_FAIL("decoded %zu bytes, the index says %" PRIu32, n, e.raw_len);
-	}
-	if (shard_index_checksum(dst, e.raw_len) != e.checksum)
-		READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
-	out->len += e.raw_len;
-	out->data[out->len] = 0;
-	return 0;
 }
 
 size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len)

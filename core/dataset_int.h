@@ -1,7 +1,7 @@
 /*
  * dataset_int.h: what the files of the dataset reader share (dataset.h is the API):
  * the open dataset (one or several packed directories, its sources), its shards and the
- * sample reader. dataset.c opens a dataset and
+ * sample reader. dataset.c opens a dataset, dataset_read.c
  * reads samples, dataset_warm.c asks the kernel to read a cold batch's pages ahead,
  * dataset_verify.c checks every sample. Internal to core/dataset*.c. An open dataset is
  * read-only and shared by every thread; a sample reader has one owner at a time.

@@ -65,22 +65,16 @@ struct verify_run {
 	XXH3_state_t *fp;
 };
 
-/* Check source si's index entries and samples (ids of the whole) against its own
- * catalog; its recomputed fingerprint into fp_out. 0, or -ENOMEM. */
-static int verify_source(struct verify_run *v, size_t si, char fp_out[33])
+/* Owns the index half of verify_source(): every index entry of source src's shards
+ * checked (each problem reported through v); returns the bytes its shard files hold. */
+static uint64_t verify_indexes(struct verify_run *v, const struct ds_source *src)
 {
 	const struct dataset *ds = v->ds;
-	const struct ds_source *src = &ds->src[si];
-	const struct dataset_info *in = &src->info;
 	struct dataset_verify_report *rep = v->rep;
-	uint64_t stored = 0, raw = 0, bad_before = rep->samples_bad;
-	/* a union's problems that are not one sample's name the source */
-	const char *pre = ds->nsrc > 1 ? src->dir : "", *sep = ds->nsrc > 1 ? ": " : "";
-	char text[256], why[256];
-	size_t tlen;
+	uint64_t stored = 0;
+	char why[256];
 
-	XXH3_128bits_reset(v->fp);
-	for (size_t k = src->first_shard; k < src->first_shard + in->shards; k++) {
+	for (size_t k = src->first_shard; k < src->first_shard + src->info.shards; k++) {
 		const struct ds_shard *s = &ds->shards[k];
 		uint64_t e;
 
@@ -95,6 +89,19 @@ static int verify_source(struct verify_run *v, size_t si, char fp_out[33])
 			verify_bad(v->bad, v->ctx, rep, e < s->count ? s->first_sample + e : UINT64_MAX,
 				   "%s: index entry %" PRIu64 ": %s", s->file, e, why);
 	}
+	return stored;
+}
+
+/* Owns the sample half of verify_source(): every sample of source src read (ids of the
+ * whole), a file group's payload parsed, each counted good or bad in v->rep and hashed
+ * into v->fp (a bad one as one 0xff byte); *raw receives the good samples' bytes.
+ * 0, or -ENOMEM. */
+static int verify_samples(struct verify_run *v, const struct ds_source *src, uint64_t *raw)
+{
+	const struct dataset *ds = v->ds;
+	const struct dataset_info *in = &src->info;
+	struct dataset_verify_report *rep = v->rep;
+
 	for (uint64_t id = src->offset; id < src->offset + in->samples; id++) {
 		struct buf *b = &v->b;
 		uint64_t le;
@@ -129,11 +136,33 @@ static int verify_source(struct verify_run *v, size_t si, char fp_out[33])
 			}
 		}
 		rep->samples_ok++;
-		raw += b->len;
+		*raw += b->len;
 		le = htole64((uint64_t)b->len);
 		XXH3_128bits_update(v->fp, &le, 8);
 		XXH3_128bits_update(v->fp, b->data, b->len);
 	}
+	return 0;
+}
+
+/* Check source si's index entries and samples (ids of the whole) against its own
+ * catalog; its recomputed fingerprint into fp_out. 0, or -ENOMEM. */
+static int verify_source(struct verify_run *v, size_t si, char fp_out[33])
+{
+	const struct dataset *ds = v->ds;
+	const struct ds_source *src = &ds->src[si];
+	const struct dataset_info *in = &src->info;
+	struct dataset_verify_report *rep = v->rep;
+	uint64_t stored, raw = 0, bad_before = rep->samples_bad;
+	/* a union's problems that are not one sample's name the source */
+	const char *pre = ds->nsrc > 1 ? src->dir : "", *sep = ds->nsrc > 1 ? ": " : "";
+	char text[256];
+	size_t tlen;
+	int rc;
+
+	XXH3_128bits_reset(v->fp);
+	stored = verify_indexes(v, src);
+	if ((rc = verify_samples(v, src, &raw)))
+		return rc;
 	rep->raw_bytes += raw;
 	tlen = dataset_fingerprint_text(in, text, sizeof(text));
 	XXH3_128bits_update(v->fp, text, tlen);

@@ -27,7 +27,8 @@
  * journal show` and journal_open_readonly() of a journal that a live mount holds fail
  * with -EBUSY (read the mount's /status instead).
  *
- * Files: journal_open.c (opening, validation, migration), journal_policy.c (the resume
+ * Files: journal_open.c (opening, closing), journal_schema.c (creation, validation,
+ * migration, the identity), journal_util.c (the helpers), journal_policy.c (the resume
  * rules as pure logic, journal_policy.h), journal_start.c, journal_claim.c (claims,
  * deliveries, marks, rewinds), journal_history.c (history queries); journal_int.h is
  * what they share.

@@ -3,7 +3,9 @@
  * journal, and the helpers around its SQLite connection. journal.h is the contract;
  * this header is its implementation's.
  *
- *   journal_open.c     opening, validation, migration, closing; the helpers below
+ *   journal_open.c     opening, closing, abandoning
+ *   journal_schema.c   creation, validation, migration, the identity
+ *   journal_util.c     the helpers below (clock, error texts, one-row queries)
  *   journal_policy.c   the resume rules as pure logic (journal_policy.h)
  *   journal_start.c    journal_start(): resolving a rule and recording a layout
  *   journal_claim.c    claims, deliveries, checkpoint marks, rewinds
@@ -83,7 +85,7 @@ struct journal {
 	char err[512];              /* room for a path and the remedy after it */
 };
 
-/* ---- helpers (journal_open.c) ---- */
+/* ---- helpers (journal_util.c) ---- */
 
 /* Unix microseconds for history rows, strictly increasing within the process, so the
  * rows of several journals written by one process keep their order across journals. */
@@ -113,6 +115,27 @@ int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
 
 /* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
 int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
+
+/* ---- schema and identity (journal_schema.c) ---- */
+
+/* An existing file SQLite cannot read as a journal (src: SQLite's rc): a reason in err,
+ * and -EBUSY (another process holds it), -ENOMEM or -EBADMSG. */
+int jnl_bad_file(sqlite3 *db, int src, const char *path, char *err, size_t errlen);
+
+/* Steps from user_version `from` to JOURNAL_SCHEMA_VERSION, inside the caller's
+ * transaction; SQLite's rc. */
+int jnl_migrate(sqlite3 *db, int from);
+
+/* A new journal: application_id, every migration step and the identity id, in one
+ * transaction of the rollback journal. SQLite's rc (SQLITE_NOTADB: someone else wrote
+ * to the empty file meanwhile); rolled back on failure. */
+int jnl_create_schema(sqlite3 *db, const struct journal_ident *id);
+
+/* Validate an existing journal inside a transaction the caller opened: application_id,
+ * schema version, quick_check, identity (into *id). *version receives user_version.
+ * 0, or -errno with a reason in err (-EBADMSG: not a journal, too new, corrupt). */
+int jnl_validate(sqlite3 *db, const char *path, struct journal_ident *id, int *version,
+		 char *err, size_t errlen);
 
 /* ---- history rows (journal_history.c) ---- */
 

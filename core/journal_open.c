@@ -1,8 +1,8 @@
 /*
  * journal_open.c: opening a journal (see journal.h): checks of the path and the file
- * before SQLite sees it, creation, validation and migration of the schema, closing and
- * abandoning; and the small helpers around the connection that every journal file uses
- * (journal_int.h).
+ * before SQLite sees it, the connection's settings, the handle, closing and abandoning.
+ * What a journal file holds (its schema, its identity) is journal_schema.c's; the small
+ * helpers every journal file uses are journal_util.c's.
  */
 #include "journal_int.h"
 #include "parse.h"
@@ -11,155 +11,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "zephon_config.h"
-
-/* schema/journal.sql, embedded by schema/embed.py. */
-extern const char schema_journal_sql[];
-
-/*
- * Migration steps: journal_migrations[k] takes a database at user_version k to k + 1.
- * A new journal runs every step from 0. To change the schema: append a step (ALTER ...,
- * data conversion), bump JOURNAL_SCHEMA_VERSION; never edit a released step.
- */
-static const char *const journal_migrations[] = {
-	schema_journal_sql, /* 0 -> 1: the first schema */
-	/* 1 -> 2: each cursor row also holds its rank's delivered position: every claim
-	 * below it reached its reader (read to its end, or closed). A version-1 journal
-	 * recorded claims only, and counted each as consumed once claimed: its rows keep
-	 * that meaning. */
-	"ALTER TABLE cursor ADD COLUMN delivered_step INTEGER NOT NULL DEFAULT 0 "
-	"CHECK (delivered_step >= 0);"
-	"ALTER TABLE cursor ADD COLUMN delivered_micro INTEGER NOT NULL DEFAULT 0 "
-	"CHECK (delivered_micro >= 0);"
-	"UPDATE cursor SET delivered_step = step, delivered_micro = micro;",
-	/* 2 -> 3: a layout of a mixture records its integer weights in source order,
-	 * "7,3,0"; NULL: a single dataset (every row before this step). */
-	"ALTER TABLE layout ADD COLUMN weights TEXT;",
-};
-_Static_assert(sizeof(journal_migrations) / sizeof(journal_migrations[0]) ==
-	       JOURNAL_SCHEMA_VERSION, "one migration step per schema version");
 
 /* busy_timeout: a live mount holds the lock for its whole life, so waiting longer only
  * delays the refusal; a little absorbs a `journal show` that is just finishing. */
 #define JOURNAL_BUSY_MS 100
 /* WAL size after a checkpoint is truncated back to this (the file size a long run keeps). */
 #define JOURNAL_WAL_LIMIT (1 << 20)
-
-/* ---- small helpers ---- */
-
-/* journal_set_clock()'s clock (NULL: CLOCK_REALTIME), and the last time given out. */
-static int64_t (*clock_now_us)(void);
-static int64_t clock_last;
-
-void journal_set_clock(int64_t (*now_us)(void))
-{
-	__atomic_store_n(&clock_now_us, now_us, __ATOMIC_RELAXED);
-	__atomic_store_n(&clock_last, 0, __ATOMIC_RELAXED);
-}
-
-/* Unix microseconds for history rows, strictly increasing within the process, so the
- * rows of several journals written by one process keep their order across journals. */
-int64_t jnl_now_us(void)
-{
-	int64_t (*now_us)(void) = __atomic_load_n(&clock_now_us, __ATOMIC_RELAXED);
-	int64_t t, prev;
-
-	if (now_us) {
-		t = now_us();
-	} else {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		t = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-	}
-	prev = __atomic_load_n(&clock_last, __ATOMIC_RELAXED);
-	do {
-		if (t <= prev)
-			t = prev + 1;
-	} while (!__atomic_compare_exchange_n(&clock_last, &prev, t, 0, __ATOMIC_RELAXED,
-					      __ATOMIC_RELAXED));
-	return t;
-}
-
-void jnl_copy_str(char *dst, size_t len, const char *src)
-{
-	err_printf(dst, len, "%s", src ? src : "");
-}
-
-int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	err_vset(err, errlen, rc, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-int jfail(struct journal *j, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	err_vset(j->err, sizeof(j->err), rc, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-/* A failed SQLite call on j's connection: keep its message, undo an open transaction,
- * return the translated errno. */
-int jfail_sql(struct journal *j, int rc, const char *what)
-{
-	int e = sqlite_errno(rc);
-
-	snprintf(j->err, sizeof(j->err), "journal %s: %s: %s", j->path, what,
-		 sqlite3_errmsg(j->db));
-	if (!sqlite3_get_autocommit(j->db))
-		sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
-	return e ? e : -EIO;
-}
-
-int jnl_exec(sqlite3 *db, const char *sql)
-{
-	return sqlite3_exec(db, sql, NULL, NULL, NULL);
-}
-
-/* One integer from a one-row query; rc of SQLite. */
-int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out)
-{
-	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_ROW) {
-		*out = sqlite3_column_int64(st, 0);
-		rc = SQLITE_OK;
-	} else if (rc == SQLITE_DONE) {
-		rc = SQLITE_EMPTY;
-	}
-	sqlite3_finalize(st);
-	return rc;
-}
-
-int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out)
-{
-	int64_t v = sqlite3_column_int64(st, col);
-
-	if (v < 0)
-		return -EBADMSG;
-	*out = (uint64_t)v;
-	return 0;
-}
 
 /* ---- opening ---- */
 
@@ -266,209 +130,6 @@ static int dir_writable(const char *path, char *err, size_t errlen)
 			  "pass journal=PATH in a writable directory", path, dir, strerror(errno));
 	free(dir);
 	return rc;
-}
-
-/* An existing file SQLite cannot read as a journal: busy, out of memory, or bad. */
-static int bad_file(sqlite3 *db, int src, const char *path, char *err, size_t errlen)
-{
-	int e = sqlite_errno(src);
-
-	if (e == -EBUSY)
-		return jnl_fail(err, errlen, -EBUSY, "journal %s is in use by another process (a "
-			    "running mount holds it): read that mount's /status, or unmount it "
-			    "first; two mounts need two journal=PATHs", path);
-	if (e == -ENOMEM)
-		return jnl_fail(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
-	return jnl_fail(err, errlen, -EBADMSG, "journal %s cannot be read (%s): it is corrupt or "
-		    "not a Zephon journal; nothing was written to it: keep it for inspection and "
-		    "pass a new journal=PATH (resume=samples:G keeps the position)", path,
-		    sqlite3_errmsg(db));
-}
-
-static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
-		     char *err, size_t errlen)
-{
-	sqlite3_stmt *st;
-	int rc, have = 0, bad_split = 0;
-
-	memset(id, 0, sizeof(*id));
-	rc = sqlite3_prepare_v2(db, "SELECT key, value FROM meta", -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return bad_file(db, rc, path, err, errlen);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *k = (const char *)sqlite3_column_text(st, 0);
-		const char *v = (const char *)sqlite3_column_text(st, 1);
-
-		if (!k || !v)
-			continue;
-		if (!strcmp(k, "fingerprint") && strlen(v) < sizeof(id->fingerprint)) {
-			jnl_copy_str(id->fingerprint, sizeof(id->fingerprint), v);
-			have |= 1;
-		} else if (!strcmp(k, "seed") && !parse_u64(v, &id->seed)) {
-			have |= 2;
-		} else if (!strcmp(k, "shuffle") && !order_shuffle_parse(v, &id->shuffle)) {
-			have |= 4;
-		} else if (!strcmp(k, "samples") && !journal_parse_u62(v, &id->samples)) {
-			have |= 8;
-		} else if (!strcmp(k, "split")) {
-			/* journal_open() writes it only non-empty, and it fits */
-			bad_split = !*v || strlen(v) >= sizeof(id->split);
-			jnl_copy_str(id->split, sizeof(id->split), v);
-		}
-	}
-	if (rc != SQLITE_DONE) {
-		rc = bad_file(db, rc, path, err, errlen);
-		sqlite3_finalize(st);
-		return rc;
-	}
-	sqlite3_finalize(st);
-	if (have != 15)
-		return jnl_fail(err, errlen, -EBADMSG,
-			    "%s is not a Zephon journal (its meta table lacks the "
-			    "fingerprint, seed, shuffle or samples); nothing was written to it", path);
-	if (bad_split)
-		return jnl_fail(err, errlen, -EBADMSG,
-			    "journal %s has a damaged validation split in its meta table (empty, "
-			    "or longer than %zu characters); nothing was written to it: keep it "
-			    "for inspection and pass a new journal=PATH", path, sizeof(id->split) - 1);
-	return 0;
-}
-
-void journal_ident_text(const struct journal_ident *id, char *out, size_t len)
-{
-	snprintf(out, len, "fingerprint %s, seed %" PRIu64 ", shuffle %s%s%s", id->fingerprint,
-		 id->seed, order_shuffle_name(id->shuffle), id->split[0] ? ", split " : "",
-		 id->split);
-}
-
-int journal_ident_same(const struct journal_ident *a, const struct journal_ident *b)
-{
-	return !strcmp(a->fingerprint, b->fingerprint) && a->seed == b->seed &&
-	       a->shuffle == b->shuffle && !strcmp(a->split, b->split);
-}
-
-/* Steps from user_version `from` to JOURNAL_SCHEMA_VERSION, inside the caller's
- * transaction. */
-static int migrate(sqlite3 *db, int from)
-{
-	char sql[64];
-	int rc;
-
-	for (int v = from; v < JOURNAL_SCHEMA_VERSION; v++) {
-		rc = jnl_exec(db, journal_migrations[v]);
-		if (rc != SQLITE_OK)
-			return rc;
-		snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", v + 1);
-		rc = jnl_exec(db, sql);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	return SQLITE_OK;
-}
-
-static int insert_meta(sqlite3 *db, const char *key, const char *value)
-{
-	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(db, "INSERT INTO meta (key, value) VALUES (?1, ?2)", -1,
-				    &st, NULL);
-
-	if (rc != SQLITE_OK)
-		return rc;
-	sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
-	rc = sqlite3_step(st);
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-/* A new journal: application_id, every migration step and the identity, in one
- * transaction of the rollback journal (so page 1 with the application_id is in the main
- * file before WAL is switched on, and a crash leaves either nothing or a whole journal). */
-static int create_schema(sqlite3 *db, const struct journal_ident *id)
-{
-	char num[32], app[64];
-	int64_t tables = -1;
-	int rc;
-
-	snprintf(app, sizeof(app), "PRAGMA application_id = %d", (int)JOURNAL_APPLICATION_ID);
-	rc = jnl_exec(db, "BEGIN IMMEDIATE");
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = jnl_query_i64(db, "SELECT count(*) FROM sqlite_master", &tables);
-	if (rc == SQLITE_OK && tables != 0)
-		rc = SQLITE_NOTADB; /* someone else wrote to the empty file meanwhile */
-	if (rc == SQLITE_OK)
-		rc = jnl_exec(db, app);
-	if (rc == SQLITE_OK)
-		rc = migrate(db, 0);
-	if (rc == SQLITE_OK)
-		rc = insert_meta(db, "fingerprint", id->fingerprint);
-	snprintf(num, sizeof(num), "%" PRIu64, id->seed);
-	if (rc == SQLITE_OK)
-		rc = insert_meta(db, "seed", num);
-	if (rc == SQLITE_OK)
-		rc = insert_meta(db, "shuffle", order_shuffle_name(id->shuffle));
-	snprintf(num, sizeof(num), "%" PRIu64, id->samples);
-	if (rc == SQLITE_OK)
-		rc = insert_meta(db, "samples", num);
-	if (rc == SQLITE_OK && id->split[0]) /* absent: no split, as in older journals */
-		rc = insert_meta(db, "split", id->split);
-	snprintf(num, sizeof(num), "%" PRId64, jnl_now_us() / 1000000);
-	if (rc == SQLITE_OK)
-		rc = insert_meta(db, "created", num);
-	if (rc == SQLITE_OK)
-		rc = insert_meta(db, "zephon_version", ZEPHON_VERSION);
-	if (rc == SQLITE_OK)
-		rc = jnl_exec(db, "COMMIT");
-	if (rc != SQLITE_OK && !sqlite3_get_autocommit(db))
-		jnl_exec(db, "ROLLBACK");
-	return rc;
-}
-
-/* Validate an existing journal inside a transaction the caller opened: application_id,
- * schema version, quick_check, identity. *version receives user_version. */
-static int validate(sqlite3 *db, const char *path, struct journal_ident *id, int *version,
-		    char *err, size_t errlen)
-{
-	int64_t app = 0, ver = 0;
-	sqlite3_stmt *st;
-	const char *res;
-	int rc;
-
-	rc = jnl_query_i64(db, "PRAGMA application_id", &app);
-	if (rc == SQLITE_OK)
-		rc = jnl_query_i64(db, "PRAGMA user_version", &ver);
-	if (rc != SQLITE_OK)
-		return bad_file(db, rc, path, err, errlen);
-	if (app != JOURNAL_APPLICATION_ID)
-		return jnl_fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (application_id "
-			    "0x%08" PRIx64 "); nothing was written to it", path, (uint64_t)app);
-	if (ver > JOURNAL_SCHEMA_VERSION)
-		return jnl_fail(err, errlen, -EBADMSG,
-			    "journal %s has schema version %" PRId64 " but this zephon reads "
-			    "versions up to %d; use a newer zephon (nothing was written to it)",
-			    path, ver, JOURNAL_SCHEMA_VERSION);
-	if (ver < 1)
-		return jnl_fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (schema "
-			    "version %" PRId64 "); nothing was written to it", path, ver);
-	rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
-	if (rc == SQLITE_OK) {
-		rc = sqlite3_step(st);
-		res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
-		if (rc == SQLITE_ROW && res && strcmp(res, "ok")) {
-			jnl_fail(err, errlen, -EBADMSG, "journal %s is corrupt (quick_check: %s); "
-			     "nothing was written to it: keep it for inspection and pass a new "
-			     "journal=PATH with resume=samples:G", path, res);
-			sqlite3_finalize(st);
-			return -EBADMSG;
-		}
-		rc = rc == SQLITE_ROW ? SQLITE_OK : rc;
-		sqlite3_finalize(st);
-	}
-	if (rc != SQLITE_OK)
-		return bad_file(db, rc, path, err, errlen);
-	*version = (int)ver;
-	return read_meta(db, path, id, err, errlen);
 }
 
 static int prepare_claim(struct journal *j)
@@ -665,7 +326,7 @@ static int open_create(struct opening *o, const struct journal_ident *want, char
 	int src = jnl_exec(o->db, "PRAGMA page_size = 1024");
 
 	if (src == SQLITE_OK)
-		src = create_schema(o->db, want);
+		src = jnl_create_schema(o->db, want);
 	if (src != SQLITE_OK) {
 		int rc = sqlite_errno(src);
 
@@ -690,8 +351,8 @@ static int open_existing(struct opening *o, const struct journal_ident *want, ch
 	 * lock (BEGIN + the first read) and keep it too. */
 	src = jnl_exec(o->db, o->mode == OPEN_WRITE ? "BEGIN IMMEDIATE" : "BEGIN");
 	if (src != SQLITE_OK)
-		return bad_file(o->db, src, o->path, err, errlen);
-	rc = validate(o->db, o->path, &o->have, &o->version, err, errlen);
+		return jnl_bad_file(o->db, src, o->path, err, errlen);
+	rc = jnl_validate(o->db, o->path, &o->have, &o->version, err, errlen);
 	if (!rc && want && !journal_ident_same(&o->have, want)) {
 		journal_ident_text(&o->have, a, sizeof(a));
 		journal_ident_text(want, b, sizeof(b));
@@ -703,7 +364,7 @@ static int open_existing(struct opening *o, const struct journal_ident *want, ch
 			      o->path, a, b, o->path, o->path);
 	}
 	if (!rc && o->mode == OPEN_WRITE && o->version < JOURNAL_SCHEMA_VERSION) {
-		src = migrate(o->db, o->version);
+		src = jnl_migrate(o->db, o->version);
 		if (src != SQLITE_OK)
 			rc = jnl_fail(err, errlen, -EIO, "cannot migrate journal %s from schema "
 				      "version %d: %s", o->path, o->version, sqlite3_errmsg(o->db));

@@ -138,90 +138,110 @@ static int dtype_from_descr(const char *d, struct npy_header *h, char *why, size
 	return 0;
 }
 
+/* Owns the preamble of a .npy file: the magic, the format version and the header
+ * length. *hlen receives the dict's length, *pre the bytes before it (10 or 12).
+ * 0, or -EINVAL (not .npy, unsupported version) or -EBADMSG (truncated), with why. */
+static int parse_preamble(const uint8_t *p, size_t len, size_t *hlen, size_t *pre,
+			  char *why, size_t why_len)
+{
+	if (len < 10 || memcmp(p, "\x93NUMPY", 6)) {
+		snprintf(why, why_len, "not a .npy file (no \\x93NUMPY magic)");
+		return -EINVAL;
+	}
+	if (p[6] == 1) {
+		*hlen = le16_get(p + 8);
+		*pre = 10;
+	} else if (p[6] == 2 || p[6] == 3) {
+		if (len < 12) {
+			snprintf(why, why_len, "truncated .npy header");
+			return -EBADMSG;
+		}
+		*hlen = le32_get(p + 8);
+		*pre = 12;
+	} else {
+		snprintf(why, why_len, ".npy format version %u.%u is not supported (1.0-3.0 are)",
+			 p[6], p[7]);
+		return -EINVAL;
+	}
+	if (*hlen > NPY_HEADER_MAX || *hlen > len - *pre) {
+		snprintf(why, why_len, "truncated .npy header (%zu header bytes announced)", *hlen);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* Owns the header's dict literal: its three keys, descr into descr (of cap bytes), the
+ * shape's dimension count into *nd and its first 8 dims into dims; fortran_order is
+ * read and ignored (meaningless for 1-D). 0; -EINVAL with why for a structured dtype;
+ * -EBADMSG without why when malformed (l->p is then where it stopped). */
+static int parse_dict(struct lit *l, char *descr, size_t cap, int *nd, uint64_t *dims,
+		      char *why, size_t why_len)
+{
+	char key[32];
+	int have_descr = 0, have_order = 0, have_shape = 0;
+
+	if (!eat(l, '{'))
+		return -EBADMSG;
+	while (!eat(l, '}')) {
+		if (parse_str(l, key, sizeof(key)) || !eat(l, ':'))
+			return -EBADMSG;
+		if (!strcmp(key, "descr")) {
+			skip_ws(l);
+			if (l->p < l->end && *l->p == '[') {
+				snprintf(why, why_len, "structured dtype: a token array must be a "
+					 "plain integer array");
+				return -EINVAL;
+			}
+			if (parse_str(l, descr, cap) || !descr[0])
+				return -EBADMSG;
+			have_descr = 1;
+		} else if (!strcmp(key, "fortran_order")) {
+			if (!parse_word(l, "True") && !parse_word(l, "False"))
+				return -EBADMSG;
+			have_order = 1;
+		} else if (!strcmp(key, "shape")) {
+			*nd = parse_shape(l, dims);
+			if (*nd < 0)
+				return -EBADMSG;
+			have_shape = 1;
+		} else {
+			return -EBADMSG;
+		}
+		if (!eat(l, ',')) {
+			if (!eat(l, '}'))
+				return -EBADMSG;
+			break;
+		}
+	}
+	return have_descr && have_order && have_shape ? 0 : -EBADMSG;
+}
+
 int npy_header_parse(const uint8_t *p, size_t len, struct npy_header *out,
 		     char *why, size_t why_len)
 {
 	struct npy_header h = { 0 };
 	struct lit l;
 	size_t hlen, pre;
-	char descr[32] = "", key[32];
-	int have_descr = 0, have_order = 0, have_shape = 0, fortran = 0, nd = 0;
+	char descr[32] = "";
+	int nd = 0, rc;
 	uint64_t dims[8] = { 0 };
 
-	if (len < 10 || memcmp(p, "\x93NUMPY", 6)) {
-		snprintf(why, why_len, "not a .npy file (no \\x93NUMPY magic)");
-		return -EINVAL;
-	}
-	if (p[6] == 1) {
-		hlen = le16_get(p + 8);
-		pre = 10;
-	} else if (p[6] == 2 || p[6] == 3) {
-		if (len < 12) {
-			snprintf(why, why_len, "truncated .npy header");
-			return -EBADMSG;
-		}
-		hlen = le32_get(p + 8);
-		pre = 12;
-	} else {
-		snprintf(why, why_len, ".npy format version %u.%u is not supported (1.0-3.0 are)",
-			 p[6], p[7]);
-		return -EINVAL;
-	}
-	if (hlen > NPY_HEADER_MAX || hlen > len - pre) {
-		snprintf(why, why_len, "truncated .npy header (%zu header bytes announced)", hlen);
-		return -EBADMSG;
-	}
+	if ((rc = parse_preamble(p, len, &hlen, &pre, why, why_len)))
+		return rc;
 	l.p = (const char *)p + pre;
 	l.end = l.p + hlen;
-	if (!eat(&l, '{'))
+	rc = parse_dict(&l, descr, sizeof(descr), &nd, dims, why, why_len);
+	if (rc == -EBADMSG)
 		goto malformed;
-	while (!eat(&l, '}')) {
-		if (parse_str(&l, key, sizeof(key)) || !eat(&l, ':'))
-			goto malformed;
-		if (!strcmp(key, "descr")) {
-			skip_ws(&l);
-			if (l.p < l.end && *l.p == '[') {
-				snprintf(why, why_len, "structured dtype: a token array must be a "
-					 "plain integer array");
-				return -EINVAL;
-			}
-			if (parse_str(&l, descr, sizeof(descr)) || !descr[0])
-				goto malformed;
-			have_descr = 1;
-		} else if (!strcmp(key, "fortran_order")) {
-			if (parse_word(&l, "True"))
-				fortran = 1;
-			else if (!parse_word(&l, "False"))
-				goto malformed;
-			have_order = 1;
-		} else if (!strcmp(key, "shape")) {
-			nd = parse_shape(&l, dims);
-			if (nd < 0)
-				goto malformed;
-			have_shape = 1;
-		} else {
-			goto malformed;
-		}
-		if (!eat(&l, ',')) {
-			if (!eat(&l, '}'))
-				goto malformed;
-			break;
-		}
-	}
-	if (!have_descr || !have_order || !have_shape)
-		goto malformed;
-	{
-		int rc = dtype_from_descr(descr, &h, why, why_len);
-
-		if (rc)
-			return rc;
-	}
+	if (rc)
+		return rc;
+	if ((rc = dtype_from_descr(descr, &h, why, why_len)))
+		return rc;
 	if (nd != 1) {
 		snprintf(why, why_len, "array has %d dimensions; zephon takes a 1-D token array "
 			 "(flatten it with arr.reshape(-1))", nd);
 		return -EINVAL;
 	}
-	(void)fortran; /* meaningless for 1-D */
 	h.count = dims[0];
 	h.data_offset = pre + hlen;
 	*out = h;

@@ -53,6 +53,66 @@ static void note_max_token(struct packer *p, const uint8_t *d, size_t len)
 	p->have_max_token = 1;
 }
 
+/* Owns the dataset's one dtype: the first token input sets it, every later one must
+ * share it. 0, or -EINVAL with a reason (pack_fail). */
+static int note_dtype(struct packer *p, const struct source *s, const char *path)
+{
+	if (!p->have_dtype) {
+		p->have_dtype = 1;
+		p->dtype = s->dtype;
+		p->dtype_from = path;
+		p->itemsize = dtype_size(s->dtype);
+	} else if (s->dtype != p->dtype) {
+		return pack_fail(p, -EINVAL, "%s: tokens are %s but the dataset's are %s (from %s); "
+			  "all token inputs must share one dtype", path,
+			  dtype_name(s->dtype), dtype_name(p->dtype),
+			  p->dtype_from);
+	}
+	return 0;
+}
+
+/* Owns the record loop of pack_input(): every record of the open source s read into rec
+ * and handed on (tokens cut into windows, other records into the current batch), the
+ * progress (base_done: the bytes of the inputs before it) kept, a cancel heard.
+ * 0 at the source's end, or -errno with a reason (pack_fail). */
+static int pack_records(struct packer *p, struct source *s, struct buf *rec,
+			uint64_t base_done)
+{
+	const char *path = p->cur_path;
+	int rc;
+
+	for (;;) {
+		if (pack_cancelled(p))
+			return pack_fail(p, -ECANCELED, "pack interrupted; nothing was written to %s",
+				  p->o->out);
+		rec->len = 0;
+		rc = source_next(s, rec);
+		p->input_done = base_done + s->bytes_read;
+		if (rc < 0) {
+			/* records before the bad spot are fine; the error is about this one */
+			return pack_fail(p, rc, "%s", s->err[0] ? s->err : strerror(-rc));
+		}
+		if (rc == 0)
+			return 0;
+		if (s->content == CONTENT_TOKENS) {
+			note_max_token(p, rec->data, rec->len);
+			p->tokens += rec->len / p->itemsize;
+			rc = buf_append(&p->window, rec->data, rec->len);
+			if (!rc)
+				rc = pack_cut_windows(p);
+		} else {
+			rc = pack_batch_add(p, rec->data, rec->len, s->record_line);
+			if (!rc && pack_batch_full(p))
+				rc = pack_batch_flush(p);
+		}
+		if (rc) {
+			if (rc == -ENOMEM && !p->err[0])
+				pack_fail(p, rc, "out of memory while packing %s", path);
+			return rc;
+		}
+	}
+}
+
 /* Pack o->inputs[i] as the next source (catalog row). */
 static int pack_input(struct packer *p, size_t i, enum source_format f,
 		      const struct source_opts *so)
@@ -73,53 +133,10 @@ static int pack_input(struct packer *p, size_t i, enum source_format f,
 	}
 	if (f == SOURCE_DIR || f == SOURCE_MEGATRON)
 		p->input_total += s.bytes_total;
-	if (s.content == CONTENT_TOKENS) {
-		if (!p->have_dtype) {
-			p->have_dtype = 1;
-			p->dtype = s.dtype;
-			p->dtype_from = path;
-			p->itemsize = dtype_size(s.dtype);
-		} else if (s.dtype != p->dtype) {
-			rc = pack_fail(p, -EINVAL, "%s: tokens are %s but the dataset's are %s (from %s); "
-				  "all token inputs must share one dtype", path,
-				  dtype_name(s.dtype), dtype_name(p->dtype),
-				  p->dtype_from);
-			goto out;
-		}
-	}
-	for (;;) {
-		if (pack_cancelled(p)) {
-			rc = pack_fail(p, -ECANCELED, "pack interrupted; nothing was written to %s",
-				  p->o->out);
-			goto out;
-		}
-		rec.len = 0;
-		rc = source_next(&s, &rec);
-		p->input_done = base_done + s.bytes_read;
-		if (rc < 0) {
-			/* records before the bad spot are fine; the error is about this one */
-			rc = pack_fail(p, rc, "%s", s.err[0] ? s.err : strerror(-rc));
-			goto out;
-		}
-		if (rc == 0)
-			break;
-		if (s.content == CONTENT_TOKENS) {
-			note_max_token(p, rec.data, rec.len);
-			p->tokens += rec.len / p->itemsize;
-			rc = buf_append(&p->window, rec.data, rec.len);
-			if (!rc)
-				rc = pack_cut_windows(p);
-		} else {
-			rc = pack_batch_add(p, rec.data, rec.len, s.record_line);
-			if (!rc && pack_batch_full(p))
-				rc = pack_batch_flush(p);
-		}
-		if (rc) {
-			if (rc == -ENOMEM && !p->err[0])
-				pack_fail(p, rc, "out of memory while packing %s", path);
-			goto out;
-		}
-	}
+	if (s.content == CONTENT_TOKENS && (rc = note_dtype(p, &s, path)))
+		goto out;
+	if ((rc = pack_records(p, &s, &rec, base_done)))
+		goto out;
 	/* A batch never spans inputs: messages name the right file, rows count right. */
 	rc = pack_batch_flush(p);
 	if (rc)

@@ -4,8 +4,8 @@
  * `meson test` (suite fuzz) that replays the corpus in corpus/<target>/ plus a fixed set
  * of deterministic mutations of every corpus file. The same sources build a libFuzzer
  * binary for real fuzzing (replay.c then only provides fuzz_memfile):
- *   C="core/buf.c core/catalog.c core/dataset.c core/filegroup.c core/instream.c
- *      core/shard_index.c core/source*.c build/schema/schema_sql.c"
+ *   C="core/buf.c core/catalog.c core/dataset.c core/dataset_read.c core/filegroup.c
+ *      core/instream.c core/shard_index.c core/source*.c build/schema/schema_sql.c"
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
  *     -DZEPHON_LIBFUZZER -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Icore -Ibuild \
  *     tests/fuzz/fuzz_tar.c tests/fuzz/replay.c $C \
