@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cmd.h"
 #include "log.h"
 #include "jobq.h"
@@ -435,14 +436,6 @@ static int stop_byte(int timeout_ms, unsigned char *c)
 	}
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct stopper {
 	struct zmount *z;
 	struct fuse_session *se;
@@ -468,13 +461,13 @@ static void *stopper_main(void *arg)
 		"handed out may be read for up to %.0f s", c == WATCH_HANGUP ?
 		"watch_fd hung up (the process that started the mount is gone)" : strsignal(c),
 		STOP_WAIT_S);
-	deadline = mono_s() + STOP_WAIT_S;
+	deadline = clock_mono_s() + STOP_WAIT_S;
 	server_stop_claims(st->z->srv, STOP_WAIT_S);
 	for (;;) {
-		double rest = deadline - mono_s();
+		double rest = deadline - clock_mono_s();
 
 		if (!zmount_wait_claims(st->z, rest < 0.1 ? (rest > 0 ? rest : 0) : 0.1, &left) ||
-		    mono_s() >= deadline)
+		    clock_mono_s() >= deadline)
 			break;
 		if (stop_byte(0, &c)) {
 			if (c == 0)

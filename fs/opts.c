@@ -1,5 +1,6 @@
 #include "opts.h"
 #include "parse.h"
+#include "serve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -209,17 +210,14 @@ static int layout_from(const struct mount_options *o, struct layout *l, char *wh
 
 	if ((rc = number("world_size", o->world_size, 1, &w, why, why_len)))
 		return rc;
-	if (w == 0)
-		return WHY("world_size must be at least 1");
 	if (w > (UINT64_C(1) << 20))
 		return WHY("world_size=%" PRIu64 " is above the supported 2^20 ranks", w);
+	/* by default one sample per rank and one micro-batch per step; what is wrong with the
+	 * values given is layout_check()'s to say */
 	if ((rc = number("global_batch", o->global_batch, w, &b, why, why_len)))
 		return rc;
-	if (b == 0)
-		return WHY("global_batch must be at least 1");
-	if (b % w)
-		return WHY("global_batch (%" PRIu64 ") must be a multiple of world_size (%" PRIu64 ")", b, w);
-	if ((rc = number("micro_batch", o->micro_batch, b / w, &m, why, why_len)))
+	if ((rc = number("micro_batch", o->micro_batch, w && b % w == 0 ? b / w : 1, &m, why,
+			 why_len)))
 		return rc;
 	*l = (struct layout){ w, b, m, 0, 0 };
 	return layout_check(l, why, why_len);
@@ -236,14 +234,14 @@ static int threads_from(const struct mount_options *o, struct mount_config *c, c
 
 	if ((rc = number("prefetch", o->prefetch, 2, &v, why, why_len)))
 		return rc;
-	if (v > 64)
-		return WHY("prefetch=%" PRIu64 " is above the limit of 64", v);
+	if (v > SERVER_MAX_PREFETCH)
+		return WHY("prefetch=%" PRIu64 " is above the limit of %u", v, SERVER_MAX_PREFETCH);
 	c->prefetch = (unsigned)v;
 	if ((rc = number("workers", o->workers, cpus < 1 ? 1 : cpus > 8 ? 8 : (uint64_t)cpus,
 			 &v, why, why_len)))
 		return rc;
-	if (v < 1 || v > 64)
-		return WHY("workers=%" PRIu64 " must be between 1 and 64", v);
+	if (v < 1 || v > SERVER_MAX_WORKERS)
+		return WHY("workers=%" PRIu64 " must be between 1 and %u", v, SERVER_MAX_WORKERS);
 	c->workers = (unsigned)v;
 	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
 	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
