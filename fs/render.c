@@ -12,6 +12,7 @@
 #include "catalog.h"
 #include "clock.h"
 #include "docindex.h"
+#include "layout_json.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -78,25 +79,16 @@ static int dump_json(json_t *root, struct buf *out)
 	return rc;
 }
 
-static json_t *json_u64(uint64_t v)
-{
-	/* json_int_t is long long: values here stay below 2^62 */
-	return json_integer((json_int_t)v);
-}
-
+/* A layout of the journal as /status lists it (layout_json.h), with its weights when
+ * it has them. */
 static json_t *layout_json(const struct journal_layout *jl)
 {
-	json_t *j = json_pack("{s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s}",
-			 "world_size", json_u64(jl->layout.world_size),
-			 "global_batch", json_u64(jl->layout.global_batch),
-			 "micro_batch", json_u64(jl->layout.micro_batch),
-			 "ranks", jl->ranks,
-			 "start_step", json_u64(jl->layout.start_step),
-			 "start_samples", json_u64(jl->layout.start_samples),
-			 "time", (json_int_t)jl->time,
-			 "host", jl->host,
-			 "resume", jl->resume);
+	json_t *j = json_object();
 
+	if (j && layout_json_add(j, jl, 0)) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && jl->weights[0])
 		json_object_set_new(j, "weights", json_string(jl->weights));
 	return j;
