@@ -80,7 +80,7 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 	b->micros = micros;
 	b->gsn = gsn;
 	b->count = count;
-	b->epoch = gsn / o->n;
+	b->epoch = order_epoch(o, gsn);
 	rc = order_fill(o, gsn, count, b->ids);
 	if (!rc && views) {
 		rc = encode_batch_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);

@@ -74,7 +74,7 @@ static uint64_t consumed_locked(struct journal *j, uint64_t *minstep)
 	for (size_t i = 0; i < j->nranks; i++)
 		if (delivered_now(j, i).step < m)
 			m = delivered_now(j, i).step;
-	return layout_consumed(&j->cur.layout, layout_done(&j->cur.layout, m), minstep);
+	return layout_consumed_at(&j->cur.layout, m, minstep);
 }
 
 /* Whether the journal's path no longer names the file this handle writes: 1 only when

@@ -684,6 +684,20 @@ uint64_t mixture_holdout(const struct mixture *mx)
 	return v;
 }
 
+uint64_t mixture_epoch(const struct mixture *mx, uint64_t gsn)
+{
+	const uint64_t *a = mixture_segment_weights(mx, mixture_segment_at(mx, gsn));
+	uint64_t e = UINT64_MAX;
+
+	for (size_t s = 0; s < mx->k; s++) {
+		uint64_t es = a[s] ? mixture_count(mx, s, gsn) / mx->src[s].n : UINT64_MAX;
+
+		if (es < e)
+			e = es;
+	}
+	return e == UINT64_MAX ? 0 : e;
+}
+
 const struct order *mixture_source_order(const struct mixture *mx, size_t s)
 {
 	return &mx->src[s];

@@ -125,6 +125,11 @@ uint64_t mixture_count(const struct mixture *mx, size_t s, uint64_t gsn);
  * source stream); ORDER_MAX_GSN when it never does (its weight is 0 from there on). */
 uint64_t mixture_gsn_of(const struct mixture *mx, size_t s, uint64_t k);
 
+/* The mixture's epoch at gsn: the least epoch, at gsn, of the sources with a weight in
+ * the segment in force there (each source's samples before gsn over its N); 0 when none
+ * has one. What `epoch` of a claim in /rank/<r>/state says. */
+uint64_t mixture_epoch(const struct mixture *mx, uint64_t gsn);
+
 /* The union id of gsn; *epoch (may be NULL) receives the source's epoch of it,
  * *source (may be NULL) the source. */
 uint64_t mixture_sample(const struct mixture *mx, uint64_t gsn, uint64_t *epoch,

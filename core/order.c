@@ -43,6 +43,13 @@ uint64_t order_sample(const struct order *o, uint64_t gsn, uint64_t *epoch)
 	return order_one_sample(o, gsn, epoch);
 }
 
+uint64_t order_epoch(const struct order *o, uint64_t gsn)
+{
+	if (o->validation)
+		return gsn / o->n;
+	return o->mix ? mixture_epoch(o->mix, gsn) : gsn / o->n;
+}
+
 int order_fill(const struct order *o, uint64_t gsn, size_t count, uint64_t *ids)
 {
 	uint64_t end;

@@ -30,6 +30,11 @@ int order_validation(const struct order *o, struct order *out);
 /* Sample id at gsn g (g < ORDER_MAX_GSN, asserted); *epoch receives g / N when non-NULL. */
 uint64_t order_sample(const struct order *o, uint64_t gsn, uint64_t *epoch);
 
+/* The epoch a batch from gsn is in: g / N (on the validation stream N is V: 0 within
+ * it); for a mixture mixture_epoch(), as its sources' epochs differ and g over the
+ * union's samples is the epoch of none of them. */
+uint64_t order_epoch(const struct order *o, uint64_t gsn);
+
 /* ids[i] = order_sample(o, gsn + i) for i < count, keying each epoch once.
  * 0, or -EOVERFLOW when gsn + count > ORDER_MAX_GSN. */
 int order_fill(const struct order *o, uint64_t gsn, size_t count, uint64_t *ids);

@@ -1,7 +1,8 @@
 /*
  * parse.h: the one strict parser of decimal numbers that options, control commands and
  * journals share: digits only (no sign, space or suffix), 64 bits; the whole string
- * (parse_u64()) or the number that starts it (parse_u64_prefix(): "0-3", "1/100", "64K").
+ * (parse_u64(); parse_u64_canonical() with no leading 0) or the number that starts it
+ * (parse_u64_prefix(): "0-3", "1/100", "64K").
  * Pure, thread-safe.
  */
 #ifndef ZEPHON_PARSE_H
@@ -44,6 +45,16 @@ static inline int parse_u64(const char *s, uint64_t *out)
 		return -EINVAL;
 	*out = v;
 	return 0;
+}
+
+/* parse_u64() with one spelling per number: also -EINVAL for a leading 0 ("07"; "0"
+ * itself is taken), for numbers that name something (a node, a /control command's step)
+ * and so compare as text. */
+static inline int parse_u64_canonical(const char *s, uint64_t *out)
+{
+	if (s && s[0] == '0' && s[1])
+		return -EINVAL;
+	return parse_u64(s, out);
 }
 
 /* The name of a whitespace byte c for messages; NULL when c is not whitespace. */

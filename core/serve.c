@@ -40,7 +40,8 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 	int rc = -ENOMEM;
 
 	if (layout_check(&cfg->layout, why, sizeof(why)) || !cfg->ranks || !cfg->ranks->count ||
-	    cfg->prefetch > 64 || cfg->workers < 1 || cfg->workers > 64 ||
+	    cfg->prefetch > SERVER_MAX_PREFETCH || cfg->workers < 1 ||
+	    cfg->workers > SERVER_MAX_WORKERS ||
 	    cfg->order.n + cfg->order.holdout != dataset_info(ds)->samples)
 		return -EINVAL;
 	for (size_t i = 0; i < cfg->ranks->count; i++)
@@ -68,8 +69,6 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 		pthread_cond_init(&s->claims_done, &ca);
 		pthread_condattr_destroy(&ca);
 	}
-	s->log_tokens = LOG_BURST;
-	s->log_t = clock_mono_s();
 	/* enough buffers for every rank's ring, the batches being read, and the workers */
 	s->pool_cap = cfg->ranks->count * (cfg->prefetch + 2) + cfg->workers;
 	s->pool_cap = s->pool_cap > 4096 ? 4096 : s->pool_cap;
@@ -133,7 +132,7 @@ void server_free(struct server *s)
 	free(s->pool);
 	pthread_mutex_destroy(&s->pool_lock);
 	if (s->cfg.log)
-		srv_log_dropped(s, s->log_dropped);
+		srv_log_dropped(s, s->log_limit.held);
 	pthread_mutex_destroy(&s->log_lock);
 	for (size_t i = 0; i < s->readers.count; i++)
 		sample_reader_free(s->readers.free[i]);
@@ -529,7 +528,7 @@ uint64_t server_consumed(struct server *s)
 	}
 	/* the slowest rank's delivered prefix: its whole steps are the job's */
 	layout_ci_pos(&s->cfg.layout, prefix, &step, &micro);
-	return layout_consumed(&s->cfg.layout, layout_done(&s->cfg.layout, step), NULL);
+	return layout_consumed_at(&s->cfg.layout, step, NULL);
 }
 
 double server_journal_wait(struct server *s)

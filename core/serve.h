@@ -46,6 +46,11 @@
  * stderr in fs/. prio is a syslog priority (LOG_ERR, LOG_WARNING, LOG_INFO). */
 typedef void (*server_log_fn)(void *ctx, int prio, const char *fmt, va_list ap);
 
+/* The most of server_config's prefetch and workers: server_new() refuses more, and the
+ * mount options say so first (fs/opts.c). */
+#define SERVER_MAX_PREFETCH 64
+#define SERVER_MAX_WORKERS 64
+
 struct server_config {
 	struct layout layout;       /* with S0/G0 as journal_start() resolved them */
 	const struct rankset *ranks;/* served ranks (copied) */
@@ -53,8 +58,8 @@ struct server_config {
 	struct order validation;    /* order_validation() of order; n == 0: no split */
 	uint64_t epochs;            /* 0 = endless */
 	enum encode_format format;
-	unsigned prefetch;          /* decoded micro-batches kept ready per rank (0..64) */
-	unsigned workers;           /* decode threads (1..64) */
+	unsigned prefetch;          /* decoded micro-batches kept ready per rank (0..MAX) */
+	unsigned workers;           /* decode threads (1..MAX) */
 	server_log_fn log;           /* may be NULL */
 	void *log_ctx;
 };

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "delivery.h"
 #include "jobq.h"
+#include "ratelimit.h"
 #include "serve.h"
 
 /* A mount serving more ranks than this fills a rank's prefetch ring at its first claim,
@@ -112,9 +113,8 @@ struct server {
 	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
 	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
 	 * munmap of a multi-threaded process is a TLB shootdown on every CPU). */
-	pthread_mutex_t log_lock;  /* guards the log_ fields: slog()'s rate limit */
-	double log_tokens, log_t;
-	uint64_t log_dropped;
+	pthread_mutex_t log_lock;  /* guards log_limit: srv_log()'s rate limit */
+	struct ratelimit log_limit;
 
 	/* claim.c: claims open (claim_open() in progress, or not freed yet), and the latest
 	 * claim of each process */

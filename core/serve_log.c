@@ -1,6 +1,6 @@
 /*
  * serve_log.c: what the server notices (decode errors, journal failures) goes to
- * cfg.log through a token bucket: a reader that retries a failing open in a loop (a full
+ * cfg.log through a token bucket (ratelimit.h): a reader that retries a failing open in a loop (a full
  * disk, a corrupt sample) would otherwise log a line per attempt. How many were held
  * back is logged with the next one that passes, and at server_free().
  */
@@ -35,25 +35,15 @@ void srv_log(struct server *s, int prio, const char *fmt, ...)
 {
 	uint64_t dropped;
 	va_list ap;
-	double t;
+	int pass;
 
 	if (!s->cfg.log)
 		return;
 	pthread_mutex_lock(&s->log_lock);
-	t = clock_mono_s();
-	s->log_tokens += (t - s->log_t) / LOG_REFILL_S;
-	if (s->log_tokens > LOG_BURST)
-		s->log_tokens = LOG_BURST;
-	s->log_t = t;
-	if (s->log_tokens < 1) {
-		s->log_dropped++;
-		pthread_mutex_unlock(&s->log_lock);
-		return;
-	}
-	s->log_tokens -= 1;
-	dropped = s->log_dropped;
-	s->log_dropped = 0;
+	pass = ratelimit_pass(&s->log_limit, clock_mono_s(), LOG_BURST, LOG_REFILL_S, &dropped);
 	pthread_mutex_unlock(&s->log_lock);
+	if (!pass)
+		return;
 	srv_log_dropped(s, dropped);
 	va_start(ap, fmt);
 	s->cfg.log(s->cfg.log_ctx, prio, fmt, ap);

@@ -16,6 +16,7 @@
 
 #include "cmd.h"
 #include "journal.h"
+#include "layout_json.h"
 
 static void usage(FILE *f)
 {
@@ -84,11 +85,6 @@ static const char *utc(int64_t unix_s, char *buf, size_t len)
 	if (!gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
 		snprintf(buf, len, "%" PRId64, unix_s);
 	return buf;
-}
-
-static json_t *jint(uint64_t v)
-{
-	return json_integer((json_int_t)v); /* steps and gsns stay below 2^62 */
 }
 
 /* consumed_samples of a layout from its recorded cursors: the slowest rank's delivered
@@ -164,8 +160,8 @@ static json_t *point_json(const struct journal_point *pt)
 	snprintf(opt, sizeof(opt), "samples:%" PRIu64 "@%" PRIu64, pt->samples, pt->step);
 	return json_pack("{s:s, s:o, s:o, s:s, s:s, s:o}",
 			 "resume", opt,
-			 "samples", jint(pt->samples),
-			 "step", jint(pt->step),
+			 "samples", json_u64(pt->samples),
+			 "step", json_u64(pt->step),
 			 "basis", basis_name(pt->basis),
 			 "why", pt->why,
 			 "warning", pt->warning[0] ? json_string(pt->warning) : json_null());
@@ -251,9 +247,9 @@ static json_t *cursors_json(const struct journal_cursor *cs, size_t n)
 	for (size_t i = 0; o && i < n; i++) {
 		snprintf(key, sizeof(key), "%" PRIu64, cs[i].rank);
 		json_object_set_new(o, key, json_pack("{s:o, s:o, s:o, s:o}", "step",
-						      jint(cs[i].step), "micro", jint(cs[i].micro),
-						      "delivered_step", jint(cs[i].delivered_step),
-						      "delivered_micro", jint(cs[i].delivered_micro)));
+						      json_u64(cs[i].step), "micro", json_u64(cs[i].micro),
+						      "delivered_step", json_u64(cs[i].delivered_step),
+						      "delivered_micro", json_u64(cs[i].delivered_micro)));
 	}
 	return o;
 }
@@ -269,32 +265,28 @@ static int show_json(struct journal *j, const char *path, const struct history *
 	json_object_set_new(o, "fingerprint", json_string(h->id.fingerprint));
 	json_object_set_new(o, "seed", json_integer((json_int_t)h->id.seed));
 	json_object_set_new(o, "shuffle", json_string(order_shuffle_name(h->id.shuffle)));
-	json_object_set_new(o, "samples", jint(h->id.samples));
+	json_object_set_new(o, "samples", json_u64(h->id.samples));
 	json_object_set_new(o, "split", h->id.split[0] ? json_string(h->id.split) : json_null());
 	for (size_t i = 0; i < h->nls; i++) {
 		const struct journal_layout *l = &h->ls[i];
 
-		json_array_append_new(layouts, json_pack(
-			"{s:I, s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s, s:s, s:o, s:o, s:o}",
-			"id", (json_int_t)l->id,
-			"world_size", jint(l->layout.world_size),
-			"global_batch", jint(l->layout.global_batch),
-			"micro_batch", jint(l->layout.micro_batch),
-			"ranks", l->ranks,
-			"start_step", jint(l->layout.start_step),
-			"start_samples", jint(l->layout.start_samples),
-			"time", (json_int_t)l->time,
-			"host", l->host,
-			"rule", l->rule,
-			"resume", l->resume,
-			"cursors", cursors_json(h->cur[i], h->ncur[i]),
-			"consumed_samples", jint(consumed_of(&l->layout, h->cur[i], h->ncur[i])),
-			"weights", l->weights[0] ? json_string(l->weights) : json_null()));
+		json_t *lj = json_pack("{s:I}", "id", (json_int_t)l->id);
+
+		if (lj && (layout_json_add(lj, l, 1) ||
+			   json_object_set_new(lj, "cursors", cursors_json(h->cur[i], h->ncur[i])) ||
+			   json_object_set_new(lj, "consumed_samples", json_u64(consumed_of(
+				   &l->layout, h->cur[i], h->ncur[i]))) ||
+			   json_object_set_new(lj, "weights", l->weights[0] ?
+					       json_string(l->weights) : json_null()))) {
+			json_decref(lj);
+			lj = NULL;
+		}
+		json_array_append_new(layouts, lj);
 	}
 	json_object_set_new(o, "layouts", layouts);
 	for (size_t i = 0; i < h->nmarks; i++)
 		json_array_append_new(marks, json_pack("{s:o, s:o, s:I, s:I, s:I}",
-			"step", jint(h->marks[i].step), "samples", jint(h->marks[i].gsn),
+			"step", json_u64(h->marks[i].step), "samples", json_u64(h->marks[i].gsn),
 			"time", (json_int_t)(h->marks[i].time_us / 1000000),
 			"time_us", (json_int_t)h->marks[i].time_us,
 			"layout", (json_int_t)h->marks[i].layout_id));
@@ -309,7 +301,7 @@ static int show_json(struct journal *j, const char *path, const struct history *
 			return 1;
 		}
 		json_array_append_new(rewinds, json_pack("{s:o, s:o, s:I, s:I, s:I, s:o}",
-			"step", jint(h->rewinds[i].step), "samples", jint(h->rewinds[i].gsn),
+			"step", json_u64(h->rewinds[i].step), "samples", json_u64(h->rewinds[i].gsn),
 			"time", (json_int_t)(h->rewinds[i].time_us / 1000000),
 			"time_us", (json_int_t)h->rewinds[i].time_us,
 			"layout", (json_int_t)h->rewinds[i].layout_id,
@@ -318,8 +310,8 @@ static int show_json(struct journal *j, const char *path, const struct history *
 	}
 	json_object_set_new(o, "rewinds", rewinds);
 	json_object_set_new(o, "consumed_samples", h->nls ?
-			    jint(consumed_of(&h->ls[h->nls - 1].layout, h->cur[h->nls - 1],
-					     h->ncur[h->nls - 1])) : jint(0));
+			    json_u64(consumed_of(&h->ls[h->nls - 1].layout, h->cur[h->nls - 1],
+					     h->ncur[h->nls - 1])) : json_u64(0));
 	json_object_set_new(o, "resume_point", point_json(&h->pt));
 	return emit_json(o);
 }
@@ -447,11 +439,11 @@ static int cmd_resume_point(int argc, char **argv)
 	json_object_set_new(o, "journals", paths);
 	json_object_set_new(o, "last_layout", pt.basis == JOURNAL_POINT_EMPTY ? json_null() :
 		json_pack("{s:o, s:o, s:o, s:o, s:o}",
-			  "world_size", jint(pt.last.world_size),
-			  "global_batch", jint(pt.last.global_batch),
-			  "micro_batch", jint(pt.last.micro_batch),
-			  "start_step", jint(pt.last.start_step),
-			  "start_samples", jint(pt.last.start_samples)));
+			  "world_size", json_u64(pt.last.world_size),
+			  "global_batch", json_u64(pt.last.global_batch),
+			  "micro_batch", json_u64(pt.last.micro_batch),
+			  "start_step", json_u64(pt.last.start_step),
+			  "start_samples", json_u64(pt.last.start_samples)));
 	return emit_json(o);
 }
 

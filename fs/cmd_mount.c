@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cmd.h"
 #include "log.h"
 #include "jobq.h"
@@ -435,14 +436,6 @@ static int stop_byte(int timeout_ms, unsigned char *c)
 	}
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct stopper {
 	struct zmount *z;
 	struct fuse_session *se;
@@ -468,13 +461,13 @@ static void *stopper_main(void *arg)
 		"handed out may be read for up to %.0f s", c == WATCH_HANGUP ?
 		"watch_fd hung up (the process that started the mount is gone)" : strsignal(c),
 		STOP_WAIT_S);
-	deadline = mono_s() + STOP_WAIT_S;
+	deadline = clock_mono_s() + STOP_WAIT_S;
 	server_stop_claims(st->z->srv, STOP_WAIT_S);
 	for (;;) {
-		double rest = deadline - mono_s();
+		double rest = deadline - clock_mono_s();
 
 		if (!zmount_wait_claims(st->z, rest < 0.1 ? (rest > 0 ? rest : 0) : 0.1, &left) ||
-		    mono_s() >= deadline)
+		    clock_mono_s() >= deadline)
 			break;
 		if (stop_byte(0, &c)) {
 			if (c == 0)
@@ -634,22 +627,6 @@ static int parse_command_line(struct fuse_args *args, struct mount_options *o)
 	return 0;
 }
 
-/* A mixture spec's default journal: mix.json -> mix.journal.sqlite beside it. 0 or
- * -ENOMEM. */
-static int mixture_journal_path(struct mount_config *cfg, const char *spec)
-{
-	size_t n = strlen(spec);
-
-	if (n > 5 && !strcmp(spec + n - 5, ".json"))
-		n -= 5;
-	cfg->journal = malloc(n + sizeof(".journal.sqlite"));
-	if (!cfg->journal)
-		return -ENOMEM;
-	memcpy(cfg->journal, spec, n);
-	strcpy(cfg->journal + n, ".journal.sqlite");
-	return 0;
-}
-
 /* The mount's state before the journal: what it serves and its locks. */
 static void zmount_setup(struct zmount *z, struct served *st, struct mount_config *cfg,
 		      const char *dataset)
@@ -666,6 +643,86 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	pthread_mutex_init(&z->lock, NULL);
 }
 
+/* o's DATASET and MOUNTPOINT as absolute paths, each PATH_MAX bytes: 0, or -1 after a
+ * message. A stale FUSE mountpoint (ENOTCONN) stays as written, for check_mountpoint(). */
+static int resolve_paths(const struct mount_options *o, char *dataset, char *mp)
+{
+	if (!realpath(o->dataset, dataset)) {
+		die_msg("cannot open dataset %s: %s", o->dataset, strerror(errno));
+		return -1;
+	}
+	if (!o->check_only && !realpath(o->mountpoint, mp)) {
+		int e = errno;
+
+		if (e != ENOTCONN || strlen(o->mountpoint) >= PATH_MAX) {
+			die_msg("cannot use mountpoint %s: %s", o->mountpoint, strerror(e));
+			return -1;
+		}
+		strcpy(mp, o->mountpoint);
+	}
+	return 0;
+}
+
+/* The dataset into *st, ordered by cfg and checked against it: 0, or the exit status (1,
+ * or 2 for options the dataset refuses) after a message, with *st closed. */
+static int open_served(struct mount_config *cfg, struct served *st, const char *dataset)
+{
+	char why[512];
+	int rc;
+
+	if (served_open(dataset, st, why, sizeof(why))) {
+		die_msg("cannot open dataset %s: %s", dataset, why);
+		return 1;
+	}
+	rc = served_set_order(st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation, why,
+			      sizeof(why));
+	if (!rc && st->is_mixture && !cfg->journal)
+		rc = mount_config_mixture_journal(cfg, dataset);
+	if (!rc)
+		rc = mount_config_check_dataset(cfg, st->ds, why, sizeof(why));
+	if (rc == -ENOMEM)
+		die_msg("out of memory");
+	else if (rc == -EBADMSG) /* the spec's own content */
+		die_msg("cannot open dataset %s: %s", dataset, why);
+	else if (rc)
+		die_msg("invalid mount options: %s", why);
+	if (rc)
+		served_close(st);
+	return rc == 0 ? 0 : rc == -ENOMEM || rc == -EBADMSG ? 1 : 2;
+}
+
+/* The FUSE session on mp, served until unmounted or stopped: the exit status. *live is
+ * set once the mount was made (the journal then is kept). */
+static int mount_and_serve(struct zmount *z, struct fuse_args *args, struct mount_options *o,
+			   const char *dataset, const char *mp, int *live)
+{
+	struct fuse_session *se;
+	int status = 1;
+
+	if (add_fuse_defaults(args, o, dataset))
+		return 1;
+	se = fuse_session_new(args, &zmount_ops, sizeof(zmount_ops), z);
+	if (!se)
+		return 1;
+	if (fuse_set_signal_handlers(se))
+		goto out_session;
+	if (stop_signals_install())
+		goto out_handlers;
+	if (fuse_session_mount(se, mp)) {
+		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
+		goto out_handlers;
+	}
+	*live = 1;
+	status = serve(z, se, o);
+	fuse_session_unmount(se);
+out_handlers:
+	fuse_remove_signal_handlers(se);
+	stop_signals_remove();
+out_session:
+	fuse_session_destroy(se);
+	return status;
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -673,7 +730,6 @@ int cmd_mount(int argc, char **argv)
 	struct mount_config cfg;
 	struct journal_ident ident = { 0 };
 	struct served st = { 0 };
-	struct fuse_session *se;
 	struct zmount z = { 0 };
 	char why[512], dataset[PATH_MAX], mp[PATH_MAX];
 	int status = 2, live = 0, rc;
@@ -692,43 +748,11 @@ int cmd_mount(int argc, char **argv)
 		goto out_cfg;
 	}
 	status = 1;
-	if (!realpath(o.dataset, dataset)) {
-		die_msg("cannot open dataset %s: %s", o.dataset, strerror(errno));
+	if (resolve_paths(&o, dataset, mp))
 		goto out_cfg;
-	}
-	if (!o.check_only && !realpath(o.mountpoint, mp)) {
-		int e = errno;
-
-		/* ENOTCONN: a stale FUSE mount, which check_mountpoint() clears */
-		if (e != ENOTCONN || strlen(o.mountpoint) >= PATH_MAX) {
-			die_msg("cannot use mountpoint %s: %s", o.mountpoint, strerror(e));
-			goto out_cfg;
-		}
-		strcpy(mp, o.mountpoint);
-	}
-	if (served_open(dataset, &st, why, sizeof(why))) {
-		die_msg("cannot open dataset %s: %s", dataset, why);
+	status = open_served(&cfg, &st, dataset);
+	if (status)
 		goto out_cfg;
-	}
-	rc = served_set_order(&st, cfg.seed, cfg.shuffle, cfg.weights, cfg.validation, why,
-			      sizeof(why));
-	if (!rc && st.is_mixture && !cfg.journal)
-		rc = mixture_journal_path(&cfg, dataset);
-	if (!rc)
-		rc = mount_config_check_dataset(&cfg, st.ds, why, sizeof(why));
-	if (rc == -ENOMEM) {
-		die_msg("out of memory");
-		goto out_ds;
-	}
-	if (rc == -EBADMSG) { /* the spec's own content */
-		die_msg("cannot open dataset %s: %s", dataset, why);
-		goto out_ds;
-	}
-	if (rc) {
-		die_msg("invalid mount options: %s", why);
-		status = 2;
-		goto out_ds;
-	}
 	if (o.check_only) {
 		/* what a launcher compares with a live mount's /status before reusing it
 		 * (mixture.weights, validation.split): the values this mount would serve */
@@ -736,9 +760,9 @@ int cmd_mount(int argc, char **argv)
 			printf("weights=%s\n", st.weights_text);
 		if (st.split[0])
 			printf("validation=%s\n", st.split + strlen("validation="));
-		status = 0;
 		goto out_ds;
 	}
+	status = 1;
 	zmount_setup(&z, &st, &cfg, dataset);
 	served_ident(&st, &ident);
 	if (check_mountpoint(mp))
@@ -747,29 +771,7 @@ int cmd_mount(int argc, char **argv)
 	if (status)
 		goto out_ds;
 	warn_if_stream_over(&cfg, &st.order);
-	status = 1;
-	if (add_fuse_defaults(&args, &o, dataset))
-		goto out_journal;
-	se = fuse_session_new(&args, &zmount_ops, sizeof(zmount_ops), &z);
-	if (!se)
-		goto out_journal;
-	if (fuse_set_signal_handlers(se))
-		goto out_session;
-	if (stop_signals_install())
-		goto out_handlers;
-	if (fuse_session_mount(se, mp)) {
-		die_msg("cannot mount on %s (is /dev/fuse usable? see the message above)", mp);
-		goto out_handlers;
-	}
-	live = 1;
-	status = serve(&z, se, &o);
-	fuse_session_unmount(se);
-out_handlers:
-	fuse_remove_signal_handlers(se);
-	stop_signals_remove();
-out_session:
-	fuse_session_destroy(se);
-out_journal:
+	status = mount_and_serve(&z, &args, &o, dataset, mp, &live);
 	free(z.layouts);
 	if (live)
 		journal_close(z.journal);

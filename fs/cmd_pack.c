@@ -203,12 +203,9 @@ enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO
        OPT_EOD_TOKEN, OPT_TOKENIZER, OPT_TEXT_FIELD, OPT_COLUMN, OPT_SPLIT,
        OPT_DECODE_LINES };
 
-/* Apply option opt (of getopt_long, with optarg) to o. -1 to go on, or the exit status
- * of a bad value (2, with the message printed). */
-static int pack_option(int opt, struct pack_opts *o)
+/* pack_option() for the options that say what the input is (format, tokens, dtype). */
+static int pack_input_option(int opt, struct pack_opts *o)
 {
-	uint64_t v;
-
 	switch (opt) {
 	case OPT_FORMAT:
 		if (source_format_parse(optarg, &o->format)) {
@@ -246,6 +243,19 @@ static int pack_option(int opt, struct pack_opts *o)
 		}
 		o->have_dtype = 1;
 		return -1;
+	}
+	return 2; /* not one of ours: cmd_pack handles the rest */
+}
+
+/* Apply option opt (of getopt_long, with optarg) to o. -1 to go on, or the exit status
+ * of a bad value (2, with the message printed). */
+static int pack_option(int opt, struct pack_opts *o)
+{
+	uint64_t v;
+
+	switch (opt) {
+	case OPT_FORMAT: case OPT_SEQ_LEN: case OPT_OVERLAP: case OPT_EOD_TOKEN: case OPT_DTYPE:
+		return pack_input_option(opt, o);
 	case OPT_COMPRESS:
 		if (strcmp(optarg, "zstd") && strcmp(optarg, "none")) {
 			die_msg("pack: --compress takes zstd or none, not '%s'", optarg);
@@ -489,32 +499,103 @@ static int front_end_finish(struct front_end *fe, int rc, char *err, size_t errl
 	return rc;
 }
 
+/* The long options of `zephon pack` (see usage()). */
+static const struct option pack_longopts[] = {
+	{ "output", required_argument, NULL, 'o' },
+	{ "format", required_argument, NULL, OPT_FORMAT },
+	{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
+	{ "dtype", required_argument, NULL, OPT_DTYPE },
+	{ "overlap", required_argument, NULL, OPT_OVERLAP },
+	{ "eod-token", required_argument, NULL, OPT_EOD_TOKEN },
+	{ "compress", required_argument, NULL, OPT_COMPRESS },
+	{ "level", required_argument, NULL, OPT_LEVEL },
+	{ "no-dict", no_argument, NULL, OPT_NO_DICT },
+	{ "dict-size", required_argument, NULL, OPT_DICT_SIZE },
+	{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
+	{ "skip-bad", no_argument, NULL, OPT_SKIP_BAD },
+	{ "force", no_argument, NULL, OPT_FORCE },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
+	{ "text-field", required_argument, NULL, OPT_TEXT_FIELD },
+	{ "column", required_argument, NULL, OPT_COLUMN },
+	{ "split", required_argument, NULL, OPT_SPLIT },
+	{ "decode-lines", required_argument, NULL, OPT_DECODE_LINES },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* --format, read once all options are (its names depend on --tokenizer), into o or
+ * fe->format; and the options that only --tokenizer reads. -1 to go on, or the exit status
+ * of a bad value (2, with the message printed). */
+static int format_option(struct front_end *fe, const char *format_name, struct pack_opts *o)
+{
+	if (!fe->tokenizer && (fe->text_field || fe->column || fe->split)) {
+		die_msg("pack: --text-field, --column and --split read text for --tokenizer; "
+			"pass --tokenizer PATH");
+		return 2;
+	}
+	fe->format = format_name;
+	if (format_name && !fe->tokenizer) {
+		optarg = (char *)format_name;
+		return pack_option(OPT_FORMAT, o);
+	}
+	if (format_name && fe->tokenizer && strcmp(format_name, "auto") &&
+	    strcmp(format_name, "jsonl") && strcmp(format_name, "lines") &&
+	    strcmp(format_name, "text") && strcmp(format_name, "parquet") &&
+	    strcmp(format_name, "arrow")) {
+		die_msg("pack: --format '%s' with --tokenizer: use auto, jsonl, text (one document "
+			"per file), lines, parquet or arrow", format_name);
+		return 2;
+	}
+	return -1;
+}
+
+/* Clear the progress line, count the warnings not shown, say why a pack failed (rc:
+ * pack_run()'s, err its message). 0, or 1 when the pack failed. */
+static int pack_ui_finish(struct pack_ui *ui, int rc, const char *err)
+{
+	if (ui->drawn)
+		fputs("\r\033[K", stderr);
+	if (ui->notices > NOTICES_SHOWN)
+		fprintf(stderr, "zephon: pack: %" PRIu64 " more warnings not shown\n",
+			ui->notices - NOTICES_SHOWN);
+	if (rc) {
+		die_msg("pack: %s", err[0] ? err : strerror(-rc));
+		return 1;
+	}
+	return 0;
+}
+
+/* The message of getopt_long()'s '?' (an unknown option, or one without its value). */
+static void bad_option(char **argv)
+{
+	if (optopt && optopt < 256)
+		die_msg("pack: unknown or incomplete option '-%c'; see zephon pack --help", optopt);
+	else
+		die_msg("pack: unknown or incomplete option '%s'; see zephon pack --help",
+			argv[optind - 1]);
+}
+
+/* Start the tokenizer front end over inputs, its documents into o->tokdocs_fd. -1 to go
+ * on, or the exit status (2: no --seq-len; 1: it could not start) after a message. */
+static int tokenizer_start(struct front_end *fe, struct pack_opts *o, struct pack_ui *ui,
+			   char **inputs, size_t ninputs)
+{
+	if (!o->seq_len) {
+		die_msg("pack: --tokenizer packs tokens and needs a window length; pass "
+			"--seq-len L");
+		return 2;
+	}
+	ui->tokenizer = 1;
+	if (front_end_start(fe, o, inputs, ninputs))
+		return 1;
+	o->tokdocs_fd = fe->fd;
+	return -1;
+}
+
 int cmd_pack(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "output", required_argument, NULL, 'o' },
-		{ "format", required_argument, NULL, OPT_FORMAT },
-		{ "seq-len", required_argument, NULL, OPT_SEQ_LEN },
-		{ "dtype", required_argument, NULL, OPT_DTYPE },
-		{ "overlap", required_argument, NULL, OPT_OVERLAP },
-		{ "eod-token", required_argument, NULL, OPT_EOD_TOKEN },
-		{ "compress", required_argument, NULL, OPT_COMPRESS },
-		{ "level", required_argument, NULL, OPT_LEVEL },
-		{ "no-dict", no_argument, NULL, OPT_NO_DICT },
-		{ "dict-size", required_argument, NULL, OPT_DICT_SIZE },
-		{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
-		{ "skip-bad", no_argument, NULL, OPT_SKIP_BAD },
-		{ "force", no_argument, NULL, OPT_FORCE },
-		{ "threads", required_argument, NULL, OPT_THREADS },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
-		{ "text-field", required_argument, NULL, OPT_TEXT_FIELD },
-		{ "column", required_argument, NULL, OPT_COLUMN },
-		{ "split", required_argument, NULL, OPT_SPLIT },
-		{ "decode-lines", required_argument, NULL, OPT_DECODE_LINES },
-		{ NULL, 0, NULL, 0 },
-	};
 	struct front_end fe = { .pid = -1 };
 	const char *format_name = NULL;
 	struct pack_opts o;
@@ -526,7 +607,7 @@ int cmd_pack(int argc, char **argv)
 	pack_opts_init(&o);
 	optind = 1;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "o:qh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "o:qh", pack_longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'o':
 			o.out = optarg;
@@ -538,12 +619,7 @@ int cmd_pack(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		case '?':
-			if (optopt && optopt < 256)
-				die_msg("pack: unknown or incomplete option '-%c'; see zephon pack --help",
-					optopt);
-			else
-				die_msg("pack: unknown or incomplete option '%s'; see zephon pack --help",
-					argv[optind - 1]);
+			bad_option(argv);
 			return 2;
 		case OPT_TOKENIZER:
 			fe.tokenizer = optarg;
@@ -567,25 +643,8 @@ int cmd_pack(int argc, char **argv)
 				return rc;
 		}
 	}
-	if (!fe.tokenizer && (fe.text_field || fe.column || fe.split)) {
-		die_msg("pack: --text-field, --column and --split read text for --tokenizer; "
-			"pass --tokenizer PATH");
-		return 2;
-	}
-	if (format_name && !fe.tokenizer) {
-		optarg = (char *)format_name;
-		if ((rc = pack_option(OPT_FORMAT, &o)) >= 0)
-			return rc;
-	}
-	if (format_name && fe.tokenizer && strcmp(format_name, "auto") &&
-	    strcmp(format_name, "jsonl") && strcmp(format_name, "lines") &&
-	    strcmp(format_name, "text") && strcmp(format_name, "parquet") &&
-	    strcmp(format_name, "arrow")) {
-		die_msg("pack: --format '%s' with --tokenizer: use auto, jsonl, text (one document "
-			"per file), lines, parquet or arrow", format_name);
-		return 2;
-	}
-	fe.format = format_name;
+	if ((rc = format_option(&fe, format_name, &o)) >= 0)
+		return rc;
 	if (optind >= argc) {
 		die_msg("pack: no inputs; usage: zephon pack INPUT... -o DATASET (see --help)");
 		return 2;
@@ -602,30 +661,15 @@ int cmd_pack(int argc, char **argv)
 	o.notice = notice;
 	o.ctx = &ui;
 	o.cancel = &interrupted;
-	if (fe.tokenizer) {
-		if (!o.seq_len) {
-			die_msg("pack: --tokenizer packs tokens and needs a window length; pass "
-				"--seq-len L");
-			return 2;
-		}
-		ui.tokenizer = 1;
-		if (front_end_start(&fe, &o, argv + optind, (size_t)(argc - optind)))
-			return 1;
-		o.tokdocs_fd = fe.fd;
-	}
+	if (fe.tokenizer && (rc = tokenizer_start(&fe, &o, &ui, argv + optind,
+						   (size_t)(argc - optind))) >= 0)
+		return rc;
 
 	rc = run_interruptible(&o, &res, err, sizeof(err));
 	if (fe.tokenizer)
 		rc = front_end_finish(&fe, rc, err, sizeof(err));
-	if (ui.drawn)
-		fputs("\r\033[K", stderr);
-	if (ui.notices > NOTICES_SHOWN)
-		fprintf(stderr, "zephon: pack: %" PRIu64 " more warnings not shown\n",
-			ui.notices - NOTICES_SHOWN);
-	if (rc) {
-		die_msg("pack: %s", err[0] ? err : strerror(-rc));
+	if (pack_ui_finish(&ui, rc, err))
 		return 1;
-	}
 	if (!quiet)
 		print_summary(&o, &res, clock_mono_s() - ui.start);
 	return 0;

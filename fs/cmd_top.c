@@ -210,6 +210,29 @@ static int load_status(const char *mnt, json_t **out, char *why, size_t why_len)
 	return 0;
 }
 
+/* SIGINT, SIGTERM and SIGHUP set stop_now; no SA_RESTART, so that a sleep ends at once. */
+static void catch_stop_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Sleep for seconds (>= 0), or until a stop signal. */
+static void sleep_s(double seconds)
+{
+	struct timespec ts;
+
+	ts.tv_sec = (time_t)seconds;
+	ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+	while (!stop_now && nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
 int cmd_top(int argc, char **argv)
 {
 	static const struct option longs[] = {
@@ -221,7 +244,6 @@ int cmd_top(int argc, char **argv)
 	double interval = 1;
 	int once = 0, c, tty, frames = 0, rc = 0;
 	const char *mnt;
-	struct sigaction sa;
 
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		char *end;
@@ -251,17 +273,12 @@ int cmd_top(int argc, char **argv)
 	}
 	mnt = argv[optind];
 	tty = !once && isatty(STDOUT_FILENO);
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal; /* no SA_RESTART: the sleep ends at once */
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	catch_stop_signals();
 	if (tty)
 		fputs("\x1b[?25l", stdout); /* hide the cursor while drawing */
 	while (!stop_now) {
 		char why[4600];
 		json_t *st = NULL;
-		struct timespec ts;
 		int lrc = load_status(mnt, &st, why, sizeof(why));
 
 		if (lrc) {
@@ -283,10 +300,7 @@ int cmd_top(int argc, char **argv)
 		frames++;
 		if (once)
 			break;
-		ts.tv_sec = (time_t)interval;
-		ts.tv_nsec = (long)((interval - (double)ts.tv_sec) * 1e9);
-		while (!stop_now && nanosleep(&ts, &ts) && errno == EINTR)
-			;
+		sleep_s(interval);
 	}
 	if (tty)
 		fputs("\x1b[?25h", stdout); /* the cursor back */

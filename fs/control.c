@@ -9,24 +9,28 @@
 #include <syslog.h>
 
 #include "ops_int.h"
+#include "parse.h"
 
-/* "samples:G@S" of `checkpoint samples:G@S`: 0 or -EINVAL. */
+/* "samples:G@S" of `checkpoint samples:G@S`, each number as parse_u64_canonical() takes
+ * it: 0 or -EINVAL. */
 static int parse_samples_at(const char *arg, uint64_t *gsn, uint64_t *step)
 {
-	char g[24], s[24], extra[2];
+	const char *p = arg + strlen("samples:");
+	size_t n = strcspn(p, "@");
+	char g[24];
 
-	if (strncmp(arg, "samples:", 8) ||
-	    sscanf(arg + 8, "%23[0-9]@%23[0-9]%1s", g, s, extra) != 2 ||
-	    parse_decimal(g, UINT64_MAX, gsn) || parse_decimal(s, UINT64_MAX, step))
+	if (strncmp(arg, "samples:", 8) || !p[n] || n >= sizeof(g))
 		return -EINVAL;
-	return 0;
+	memcpy(g, p, n);
+	g[n] = 0;
+	return parse_u64_canonical(g, gsn) || parse_u64_canonical(p + n + 1, step) ? -EINVAL : 0;
 }
 
 /* One control command: "checkpoint STEP", "checkpoint samples:G@S" or "rewind STEP".
  * 0, -EINVAL (malformed or refused; logged), -EIO, -ENOSYS. */
 static int control_line(struct zmount *z, const char *line)
 {
-	char cmd[16], arg[64], extra[2];
+	char cmd[16], arg[64], extra[2]; /* the words; numbers go to parse.h */
 	uint64_t step, gsn;
 
 	if (sscanf(line, "%15s %63s %1s", cmd, arg, extra) == 2 && !strcmp(cmd, "checkpoint") &&
@@ -38,7 +42,7 @@ static int control_line(struct zmount *z, const char *line)
 		return server_checkpoint_at(z->srv, gsn, step);
 	}
 	if (sscanf(line, "%15s %63s %1s", cmd, arg, extra) != 2 ||
-	    parse_decimal(arg, UINT64_MAX, &step)) {
+	    parse_u64_canonical(arg, &step)) {
 		zmount_log(LOG_WARNING, "control: \"%s\" is not \"checkpoint STEP\" or \"rewind STEP\"", line);
 		return -EINVAL;
 	}

@@ -4,6 +4,7 @@
  */
 #include "log.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,9 +53,9 @@ void zmount_log(int prio, const char *fmt, ...)
 void zmount_log_limited(struct zmount_ratelimit *rl, double interval_s, int prio, const char *fmt, ...)
 {
 	char line[1024];
-	unsigned long held = 0;
+	uint64_t held = 0;
 	double now;
-	int write = 0;
+	int write;
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -66,20 +67,13 @@ void zmount_log_limited(struct zmount_ratelimit *rl, double interval_s, int prio
 		snprintf(last_error, sizeof(last_error), "%s", line);
 		last_error_time = time(NULL);
 	}
-	if (now >= rl->next_s) {
-		write = 1;
-		held = rl->held;
-		rl->held = 0;
-		rl->next_s = now + interval_s;
-	} else {
-		rl->held++;
-	}
+	write = ratelimit_pass(&rl->limit, now, 1, interval_s, &held);
 	pthread_mutex_unlock(&last_error_lock);
 	if (write && held) {
 		size_t n = strlen(line);
 
-		snprintf(line + n, sizeof(line) - n, " (and %lu more like it since the last one "
-			 "logged)", held);
+		snprintf(line + n, sizeof(line) - n, " (and %" PRIu64 " more like it since the "
+			 "last one logged)", held);
 	}
 	if (write)
 		write_line(prio, line);

@@ -9,10 +9,11 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "ratelimit.h"
+
 /* One rate-limited log line (zmount_log_limited()); zero-initialized. */
 struct zmount_ratelimit {
-	double next_s;              /* CLOCK_MONOTONIC seconds before which the line is held */
-	unsigned long held;         /* lines held back since the last one written */
+	struct ratelimit limit;     /* a burst of 1, refilled each interval_s */
 };
 
 /* From now on write to syslog (ident "zephon", LOG_DAEMON), not stderr: the daemon has

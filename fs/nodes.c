@@ -11,18 +11,14 @@
 #include <syslog.h>
 
 #include "ops_int.h"
+#include "parse.h"
 
 int parse_decimal(const char *name, uint64_t max, uint64_t *out)
 {
-	uint64_t v = 0;
+	uint64_t v;
 
-	if (!*name || (name[0] == '0' && name[1])) /* one spelling per number: no leading 0s */
+	if (parse_u64_canonical(name, &v) || v > max) /* one spelling per number */
 		return -ENOENT;
-	for (const char *p = name; *p; p++) {
-		if (*p < '0' || *p > '9' || v > (max - (uint64_t)(*p - '0')) / 10)
-			return -ENOENT;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
 	*out = v;
 	return 0;
 }

@@ -1,5 +1,6 @@
 #include "opts.h"
 #include "parse.h"
+#include "serve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -199,30 +200,71 @@ static int number(const char *name, const char *text, uint64_t dflt, uint64_t *o
 	return 0;
 }
 
+/* world_size, global_batch and micro_batch of o into *l, checked. 0, or -EINVAL with
+ * one line in why. */
+static int layout_from(const struct mount_options *o, struct layout *l, char *why,
+		       size_t why_len)
+{
+	uint64_t w, b, m;
+	int rc;
+
+	if ((rc = number("world_size", o->world_size, 1, &w, why, why_len)))
+		return rc;
+	if (w > (UINT64_C(1) << 20))
+		return WHY("world_size=%" PRIu64 " is above the supported 2^20 ranks", w);
+	/* by default one sample per rank and one micro-batch per step; what is wrong with the
+	 * values given is layout_check()'s to say */
+	if ((rc = number("global_batch", o->global_batch, w, &b, why, why_len)))
+		return rc;
+	if ((rc = number("micro_batch", o->micro_batch, w && b % w == 0 ? b / w : 1, &m, why,
+			 why_len)))
+		return rc;
+	*l = (struct layout){ w, b, m, 0, 0 };
+	return layout_check(l, why, why_len);
+}
+
+/* prefetch, workers and max_threads of o into c, with defaults from the CPUs online. 0,
+ * or -EINVAL with one line in why. */
+static int threads_from(const struct mount_options *o, struct mount_config *c, char *why,
+			size_t why_len)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t v;
+	int rc;
+
+	if ((rc = number("prefetch", o->prefetch, 2, &v, why, why_len)))
+		return rc;
+	if (v > SERVER_MAX_PREFETCH)
+		return WHY("prefetch=%" PRIu64 " is above the limit of %u", v, SERVER_MAX_PREFETCH);
+	c->prefetch = (unsigned)v;
+	if ((rc = number("workers", o->workers, cpus < 1 ? 1 : cpus > 8 ? 8 : (uint64_t)cpus,
+			 &v, why, why_len)))
+		return rc;
+	if (v < 1 || v > SERVER_MAX_WORKERS)
+		return WHY("workers=%" PRIu64 " must be between 1 and %u", v, SERVER_MAX_WORKERS);
+	c->workers = (unsigned)v;
+	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
+	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
+	 * RESULTS.md, "B4: request threads"; README.md gives the figures). Requests that
+	 * may block (claims, step/ builds) are answered on offload threads (core/jobq.h),
+	 * so they do not hold up the others. */
+	if ((rc = number("max_threads", o->max_threads,
+			 cpus < 2 ? 2 : cpus > 256 ? 256 : (uint64_t)cpus, &v, why, why_len)))
+		return rc;
+	if (v < 1 || v > 256)
+		return WHY("max_threads=%" PRIu64 " must be between 1 and 256", v);
+	c->max_threads = (unsigned)v;
+	return 0;
+}
+
 int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		      char *why, size_t why_len)
 {
-	uint64_t w, b, m, v;
-	long cpus;
+	uint64_t v;
 	int rc;
 
 	memset(c, 0, sizeof(*c));
-	if ((rc = number("world_size", o->world_size, 1, &w, why, why_len)))
-		return rc;
-	if (w == 0)
-		return WHY("world_size must be at least 1");
-	if (w > (UINT64_C(1) << 20))
-		return WHY("world_size=%" PRIu64 " is above the supported 2^20 ranks", w);
-	if ((rc = number("global_batch", o->global_batch, w, &b, why, why_len)))
-		return rc;
-	if (b == 0)
-		return WHY("global_batch must be at least 1");
-	if (b % w)
-		return WHY("global_batch (%" PRIu64 ") must be a multiple of world_size (%" PRIu64 ")", b, w);
-	if ((rc = number("micro_batch", o->micro_batch, b / w, &m, why, why_len)))
-		return rc;
-	c->layout = (struct layout){ w, b, m, 0, 0 };
-	if ((rc = layout_check(&c->layout, why, why_len)))
+	if ((rc = layout_from(o, &c->layout, why, why_len)))
 		return rc;
 	if ((rc = number("seed", o->seed, 0, &c->seed, why, why_len)))
 		return rc;
@@ -242,29 +284,8 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	} else {
 		c->resume.rule = RESUME_AUTO;
 	}
-	if ((rc = number("prefetch", o->prefetch, 2, &v, why, why_len)))
+	if ((rc = threads_from(o, c, why, why_len)))
 		return rc;
-	if (v > 64)
-		return WHY("prefetch=%" PRIu64 " is above the limit of 64", v);
-	c->prefetch = (unsigned)v;
-	cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	if ((rc = number("workers", o->workers, cpus < 1 ? 1 : cpus > 8 ? 8 : (uint64_t)cpus,
-			 &v, why, why_len)))
-		return rc;
-	if (v < 1 || v > 64)
-		return WHY("workers=%" PRIu64 " must be between 1 and 64", v);
-	c->workers = (unsigned)v;
-	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
-	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
-	 * RESULTS.md, "B4: request threads"; README.md gives the figures). Requests that
-	 * may block (claims, step/ builds) are answered on offload threads (core/jobq.h),
-	 * so they do not hold up the others. */
-	if ((rc = number("max_threads", o->max_threads,
-			 cpus < 2 ? 2 : cpus > 256 ? 256 : (uint64_t)cpus, &v, why, why_len)))
-		return rc;
-	if (v < 1 || v > 256)
-		return WHY("max_threads=%" PRIu64 " must be between 1 and 256", v);
-	c->max_threads = (unsigned)v;
 	if (!o->sync || !strcmp(o->sync, "normal"))
 		c->sync = JOURNAL_SYNC_NORMAL;
 	else if (!strcmp(o->sync, "full"))
@@ -297,7 +318,7 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		c->journal = NULL;
 		return WHY("ranks= needs a list such as 0-3 or 8,9 (leave it out to serve every rank)");
 	}
-	rc = rankset_parse(o->ranks, w, &c->ranks, why, why_len);
+	rc = rankset_parse(o->ranks, c->layout.world_size, &c->ranks, why, why_len);
 	if (rc) {
 		free(c->journal);
 		c->journal = NULL;
@@ -351,6 +372,22 @@ int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 			return -ENOMEM;
 		snprintf(c->journal, n, "%s/journal.sqlite", dataset_dir(ds));
 	}
+	return 0;
+}
+
+/* A mixture spec's default journal: mix.json -> mix.journal.sqlite beside it. 0 or
+ * -ENOMEM. */
+int mount_config_mixture_journal(struct mount_config *cfg, const char *spec)
+{
+	size_t n = strlen(spec);
+
+	if (n > 5 && !strcmp(spec + n - 5, ".json"))
+		n -= 5;
+	cfg->journal = malloc(n + sizeof(".journal.sqlite"));
+	if (!cfg->journal)
+		return -ENOMEM;
+	memcpy(cfg->journal, spec, n);
+	strcpy(cfg->journal + n, ".journal.sqlite");
 	return 0;
 }
 

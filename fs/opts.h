@@ -64,6 +64,9 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
  * in why), -ENOMEM. */
 int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 			       char *why, size_t why_len);
+/* A mixture spec's default journal into c->journal (malloc'd, c owns it): mix.json ->
+ * mix.journal.sqlite beside it. 0 or -ENOMEM. */
+int mount_config_mixture_journal(struct mount_config *c, const char *spec);
 void mount_config_release(struct mount_config *c);
 
 /* The option list for --help. */

@@ -12,6 +12,7 @@
 #include "catalog.h"
 #include "clock.h"
 #include "docindex.h"
+#include "layout_json.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -78,25 +79,16 @@ static int dump_json(json_t *root, struct buf *out)
 	return rc;
 }
 
-static json_t *json_u64(uint64_t v)
-{
-	/* json_int_t is long long: values here stay below 2^62 */
-	return json_integer((json_int_t)v);
-}
-
+/* A layout of the journal as /status lists it (layout_json.h), with its weights when
+ * it has them. */
 static json_t *layout_json(const struct journal_layout *jl)
 {
-	json_t *j = json_pack("{s:o, s:o, s:o, s:s, s:o, s:o, s:I, s:s, s:s}",
-			 "world_size", json_u64(jl->layout.world_size),
-			 "global_batch", json_u64(jl->layout.global_batch),
-			 "micro_batch", json_u64(jl->layout.micro_batch),
-			 "ranks", jl->ranks,
-			 "start_step", json_u64(jl->layout.start_step),
-			 "start_samples", json_u64(jl->layout.start_samples),
-			 "time", (json_int_t)jl->time,
-			 "host", jl->host,
-			 "resume", jl->resume);
+	json_t *j = json_object();
 
+	if (j && layout_json_add(j, jl, 0)) {
+		json_decref(j);
+		return NULL;
+	}
 	if (j && jl->weights[0])
 		json_object_set_new(j, "weights", json_string(jl->weights));
 	return j;
@@ -259,6 +251,83 @@ static void loader_fields(struct zmount *z, json_t *root)
 			    json_u64(len) : json_null());
 }
 
+/* /status's cursors: for each served rank, {"step", "micro"} of its next claim. */
+static json_t *cursors_json(struct zmount *z)
+{
+	json_t *cursors = json_object();
+
+	for (size_t i = 0; i < z->cfg->ranks.count; i++) {
+		uint64_t r = z->cfg->ranks.ranks[i], step, micro;
+		struct claim_info last;
+		char key[24];
+
+		if (server_rank_state(z->srv, r, &step, &micro, &last))
+			continue;
+		free(last.ids);
+		snprintf(key, sizeof(key), "%" PRIu64, r);
+		json_object_set_new(cursors, key, json_pack("{s:o, s:o}", "step", json_u64(step),
+							    "micro", json_u64(micro)));
+	}
+	return cursors;
+}
+
+/* /status's counters; the overlapping opens of each rank into overlaps (one lock for both,
+ * so that overlapping_opens is their sum). */
+static json_t *counters_json(struct zmount *z, const struct server_stats *st,
+			     json_t *overlaps)
+{
+	json_t *counters;
+
+	pthread_mutex_lock(&z->lock);
+	for (size_t i = 0; i < z->noverlaps; i++) {
+		char key[24];
+
+		snprintf(key, sizeof(key), "%" PRIu64, z->overlaps[i].rank);
+		json_object_set_new(overlaps, key, json_u64(z->overlaps[i].opens));
+	}
+	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			     "claims", json_u64(st->claims),
+			     "claim_errors", json_u64(st->claim_errors),
+			     "decode_errors", json_u64(st->decode_errors),
+			     "journal_errors", json_u64(st->journal_errors),
+			     "end_of_stream", json_u64(st->end_of_stream),
+			     "prefetch_hits", json_u64(st->prefetch_hits),
+			     "prefetch_misses", json_u64(st->prefetch_misses),
+			     "prefetch_decoded", json_u64(st->prefetch_decoded),
+			     "bytes_read", json_u64(z->bytes_read),
+			     "control_errors", json_u64(z->control_errors),
+			     "overlapping_opens", json_u64(z->overlaps_total));
+	pthread_mutex_unlock(&z->lock);
+	return counters;
+}
+
+/* /status's last_error: {"time", "message"} of the last error logged, or null. */
+static json_t *last_error_json(void)
+{
+	char msg[1024];
+	time_t t = zmount_last_error(msg, sizeof(msg));
+
+	return t ? json_pack("{s:I, s:s}", "time", (json_int_t)t, "message", msg) : json_null();
+}
+
+/* /status's fields of a token dataset: what a loader needs to decode batches without the
+ * dataset's catalog. */
+static void token_fields(struct zmount *z, json_t *root)
+{
+	json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
+	json_object_set_new(root, "npy_descr", json_string(dtype_npy_descr(z->info->dtype)));
+	json_object_set_new(root, "dtype_bytes", json_u64(dtype_size(z->info->dtype)));
+	json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
+	json_object_set_new(root, "window", json_u64(z->info->seq_len));
+	json_object_set_new(root, "sample_tokens", json_u64(sample_tokens(z)));
+	json_object_set_new(root, "overlap", json_u64(z->info->overlap));
+	json_object_set_new(root, "eod_token", z->info->have_eod_token ?
+			    json_u64(z->info->eod_token) : json_null());
+	/* loaders refuse a dataset whose ids a model's embedding cannot hold */
+	json_object_set_new(root, "max_token_id", z->info->have_max_token_id ?
+			    json_u64(z->info->max_token_id) : json_null());
+}
+
 int render_status(struct zmount *z, struct buf *out)
 {
 	const struct server_config *c = server_get_config(z->srv);
@@ -277,46 +346,9 @@ int render_status(struct zmount *z, struct buf *out)
 	layouts = json_array();
 	for (size_t i = 0; i < z->nlayouts; i++)
 		json_array_append_new(layouts, layout_json(&z->layouts[i]));
-	cursors = json_object();
-	for (size_t i = 0; i < z->cfg->ranks.count; i++) {
-		uint64_t r = z->cfg->ranks.ranks[i], step, micro;
-		struct claim_info last;
-		char key[24];
-
-		if (server_rank_state(z->srv, r, &step, &micro, &last))
-			continue;
-		free(last.ids);
-		snprintf(key, sizeof(key), "%" PRIu64, r);
-		json_object_set_new(cursors, key, json_pack("{s:o, s:o}", "step", json_u64(step),
-							    "micro", json_u64(micro)));
-	}
-	pthread_mutex_lock(&z->lock);
-	for (size_t i = 0; i < z->noverlaps; i++) {
-		char key[24];
-
-		snprintf(key, sizeof(key), "%" PRIu64, z->overlaps[i].rank);
-		json_object_set_new(overlaps, key, json_u64(z->overlaps[i].opens));
-	}
-	counters = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-			     "claims", json_u64(st.claims),
-			     "claim_errors", json_u64(st.claim_errors),
-			     "decode_errors", json_u64(st.decode_errors),
-			     "journal_errors", json_u64(st.journal_errors),
-			     "end_of_stream", json_u64(st.end_of_stream),
-			     "prefetch_hits", json_u64(st.prefetch_hits),
-			     "prefetch_misses", json_u64(st.prefetch_misses),
-			     "prefetch_decoded", json_u64(st.prefetch_decoded),
-			     "bytes_read", json_u64(z->bytes_read),
-			     "control_errors", json_u64(z->control_errors),
-			     "overlapping_opens", json_u64(z->overlaps_total));
-	pthread_mutex_unlock(&z->lock);
-	{
-		char msg[1024];
-		time_t t = zmount_last_error(msg, sizeof(msg));
-
-		last_error = t ? json_pack("{s:I, s:s}", "time", (json_int_t)t, "message", msg)
-			       : json_null();
-	}
+	cursors = cursors_json(z);
+	counters = counters_json(z, &st, overlaps);
+	last_error = last_error_json();
 	root = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:s, "
 			 "s:o, s:s, s:o, s:s, s:s, s:f, s:o, s:o, s:o, s:o, s:o}",
 			 "dataset", z->dataset_path,
@@ -354,21 +386,8 @@ int render_status(struct zmount *z, struct buf *out)
 	}
 	if (root)
 		loader_fields(z, root);
-	if (root && z->info->kind == DATASET_TOKENS) {
-		/* what a loader needs to decode batches without the dataset's catalog */
-		json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
-		json_object_set_new(root, "npy_descr", json_string(dtype_npy_descr(z->info->dtype)));
-		json_object_set_new(root, "dtype_bytes", json_u64(dtype_size(z->info->dtype)));
-		json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
-		json_object_set_new(root, "window", json_u64(z->info->seq_len));
-		json_object_set_new(root, "sample_tokens", json_u64(sample_tokens(z)));
-		json_object_set_new(root, "overlap", json_u64(z->info->overlap));
-		json_object_set_new(root, "eod_token", z->info->have_eod_token ?
-				    json_u64(z->info->eod_token) : json_null());
-		/* loaders refuse a dataset whose ids a model's embedding cannot hold */
-		json_object_set_new(root, "max_token_id", z->info->have_max_token_id ?
-				    json_u64(z->info->max_token_id) : json_null());
-	}
+	if (root && z->info->kind == DATASET_TOKENS)
+		token_fields(z, root);
 	return dump_json(root, out);
 }
 
@@ -508,12 +527,65 @@ static int render_progress_metrics(struct zmount *z, const struct job_progress *
 	return rc;
 }
 
+/* The mixture's metrics: each source's samples below consumed and its epoch there. 0 or
+ * buf_printf()'s -errno. */
+static int source_metrics(const struct served *sv, uint64_t consumed, struct buf *out)
+{
+	uint64_t used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
+	int rc;
+
+	source_progress(sv, consumed, used, epoch);
+	rc = buf_printf(out, "# HELP zephon_source_consumed_samples Samples of the source "
+			"below consumed_samples.\n"
+			"# TYPE zephon_source_consumed_samples gauge\n");
+	for (size_t s = 0; s < sv->k && !rc; s++)
+		rc = buf_printf(out, "zephon_source_consumed_samples{source=\"%s\"} %" PRIu64
+				"\n", served_source_name(sv, s), used[s]);
+	if (!rc)
+		rc = buf_printf(out, "# HELP zephon_source_epoch The source's epoch at "
+				"consumed_samples.\n# TYPE zephon_source_epoch gauge\n");
+	for (size_t s = 0; s < sv->k && !rc; s++)
+		rc = buf_printf(out, "zephon_source_epoch{source=\"%s\"} %" PRIu64 "\n",
+				served_source_name(sv, s), epoch[s]);
+	return rc;
+}
+
+/* The claim latency histogram and the journal's commit summary of st. 0 or
+ * buf_printf()'s -errno. */
+static int latency_metrics(const struct server_stats *st, struct buf *out)
+{
+	uint64_t cumulative = 0;
+	int rc;
+
+	rc = buf_printf(out, "# HELP zephon_claim_latency_seconds Time to claim in open() of next.\n"
+			"# TYPE zephon_claim_latency_seconds histogram\n");
+	for (unsigned k = 0; k < SERVER_LATENCY_BUCKETS && !rc; k++) {
+		cumulative += st->claim_latency[k];
+		if (k < SERVER_LATENCY_BUCKETS - 1)
+			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+					server_latency_bounds_us[k] * 1e-6, cumulative);
+		else
+			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
+					cumulative);
+	}
+	if (!rc)
+		rc = buf_printf(out, "zephon_claim_latency_seconds_sum %.9f\n"
+				"zephon_claim_latency_seconds_count %" PRIu64 "\n"
+				"# HELP zephon_journal_commit_seconds Time spent committing claims.\n"
+				"# TYPE zephon_journal_commit_seconds summary\n"
+				"zephon_journal_commit_seconds_sum %.9f\n"
+				"zephon_journal_commit_seconds_count %" PRIu64 "\n",
+				st->claim_latency_sum_s, cumulative, st->journal_commit_sum_s,
+				st->journal_commits);
+	return rc;
+}
+
 int render_metrics(struct zmount *z, struct buf *out)
 {
 	struct server_stats st;
 	struct job_progress jp;
 	struct next_overlap *ov = NULL;
-	uint64_t cumulative = 0, bytes_read, overlaps_total;
+	uint64_t bytes_read, overlaps_total;
 	size_t nov;
 	int rc = 0;
 
@@ -555,24 +627,8 @@ int render_metrics(struct zmount *z, struct buf *out)
 		rc = buf_printf(out, "zephon_rank_overlapping_opens_total{rank=\"%" PRIu64 "\"} %"
 				PRIu64 "\n", ov[i].rank, ov[i].opens);
 	free(ov);
-	if (!rc && z->served->is_mixture) {
-		const struct served *sv = z->served;
-		uint64_t used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
-
-		source_progress(sv, jp.consumed, used, epoch);
-		rc = buf_printf(out, "# HELP zephon_source_consumed_samples Samples of the source "
-				"below consumed_samples.\n"
-				"# TYPE zephon_source_consumed_samples gauge\n");
-		for (size_t s = 0; s < sv->k && !rc; s++)
-			rc = buf_printf(out, "zephon_source_consumed_samples{source=\"%s\"} %" PRIu64
-					"\n", served_source_name(sv, s), used[s]);
-		if (!rc)
-			rc = buf_printf(out, "# HELP zephon_source_epoch The source's epoch at "
-					"consumed_samples.\n# TYPE zephon_source_epoch gauge\n");
-		for (size_t s = 0; s < sv->k && !rc; s++)
-			rc = buf_printf(out, "zephon_source_epoch{source=\"%s\"} %" PRIu64 "\n",
-					served_source_name(sv, s), epoch[s]);
-	}
+	if (!rc && z->served->is_mixture)
+		rc = source_metrics(z->served, jp.consumed, out);
 	if (!rc)
 		rc = render_progress_metrics(z, &jp, out);
 	if (!rc)
@@ -582,25 +638,6 @@ int render_metrics(struct zmount *z, struct buf *out)
 				"# TYPE zephon_journal_wait_seconds gauge\n"
 				"zephon_journal_wait_seconds %.6f\n", server_journal_wait(z->srv));
 	if (!rc)
-		rc = buf_printf(out, "# HELP zephon_claim_latency_seconds Time to claim in open() of next.\n"
-				"# TYPE zephon_claim_latency_seconds histogram\n");
-	for (unsigned k = 0; k < SERVER_LATENCY_BUCKETS && !rc; k++) {
-		cumulative += st.claim_latency[k];
-		if (k < SERVER_LATENCY_BUCKETS - 1)
-			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
-					server_latency_bounds_us[k] * 1e-6, cumulative);
-		else
-			rc = buf_printf(out, "zephon_claim_latency_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n",
-					cumulative);
-	}
-	if (!rc)
-		rc = buf_printf(out, "zephon_claim_latency_seconds_sum %.9f\n"
-				"zephon_claim_latency_seconds_count %" PRIu64 "\n"
-				"# HELP zephon_journal_commit_seconds Time spent committing claims.\n"
-				"# TYPE zephon_journal_commit_seconds summary\n"
-				"zephon_journal_commit_seconds_sum %.9f\n"
-				"zephon_journal_commit_seconds_count %" PRIu64 "\n",
-				st.claim_latency_sum_s, cumulative, st.journal_commit_sum_s,
-				st.journal_commits);
+		rc = latency_metrics(&st, out);
 	return rc;
 }

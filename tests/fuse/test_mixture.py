@@ -117,6 +117,24 @@ def test_next_state_status_and_metrics(sources, tmp_path):
     assert (tmp_path / 'mix.journal.sqlite').exists()
 
 
+def test_state_epoch_is_the_mixtures(sources, tmp_path):
+    """/rank/<r>/state's epoch of a mixture's claim is the least epoch of its weighted
+    sources at the claim's gsn (as /status' epoch), not gsn / N of the union."""
+    mix = spec(tmp_path / 'mix.json', [1, 1, 2], sources)
+    with Mount(mix, tmp_path / 'm', 'global_batch=8') as m:
+        got = []
+        for _ in range(13):                    # the last claim starts at gsn 96
+            got += records(read_all(m.path('rank', 0, 'next')))
+            last = json.loads(read_all(m.path('rank', 0, 'state')))['last']
+            before = got[:last['gsn']]
+            want = min(sum(1 for r in before if r['src'] == s) // n for s, n in SIZES.items())
+            assert last['epoch'] == want, last
+        st = json.loads(read_all(m.path('status')))
+    # a: 24 of its 50 samples before gsn 96, so epoch 0; b and c are in epochs 3 and 2
+    assert (last['gsn'], last['epoch']) == (96, 0) and 96 // sum(SIZES.values()) == 1
+    assert st['epoch'] == 0
+
+
 def test_curriculum_keeps_the_past_and_resumes_elastically(sources, tmp_path):
     mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
     j = tmp_path / 'j.sqlite'

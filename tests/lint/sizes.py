@@ -18,13 +18,9 @@ from pathlib import Path
 DIRS = ("core", "fs")
 MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 80
-# Outside branch split's scope when the check came (issue 25): left to their owners.
+# Known exceptions (a debt each): none left. The check fails on any new one.
 KNOWN: set = set()
-KNOWN_FUNCTIONS = {
-    "fs/cmd_mount.c:cmd_mount",
-    "fs/cmd_pack.c:pack_option", "fs/cmd_pack.c:cmd_pack", "fs/cmd_top.c:cmd_top",
-    "fs/opts.c:mount_config_from", "fs/render.c:render_status", "fs/render.c:render_metrics",
-}
+KNOWN_FUNCTIONS: set = set()
 # The line of a definition's opening brace: a line that is "{" alone, after a line that
 # ends the parameter list.
 NAME = re.compile(r"^(?!static\s+const\b)[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)\s*\(", re.M)
