@@ -39,6 +39,8 @@ int render_readme(struct zmount *z, struct buf *out)
 		"/rank/<r>/step/<t>  the whole share of rank r at step t; claims nothing\n"
 		"/rank/<r>/at/<G>    rank r's share of the B samples from gsn G; claims nothing\n"
 		"/rank/<r>/from/<G>  at/<G>, at/<G+B>, ... back to back (npy, bin); claims nothing\n"
+		"/rank/<r>/ids/<G>   the sample ids of from/<G>'s shares, uint64 (uncompressed\n"
+		"                    token shards: /status shards); claims nothing\n"
 		"/rank/<r>/validation/<t>  rank r's share of validation step t (validation=F)\n"
 		"/samples/<id>       one sample in the batch encoding; claims nothing\n"
 		"/status             JSON: layout history, consumed_samples, cursors, counters,\n"

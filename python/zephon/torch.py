@@ -43,6 +43,7 @@ datasets read ``/rank/<r>/step/<t>`` files yourself. Such a mount is refused wit
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import warnings
 from typing import Any, Iterator
@@ -493,15 +494,17 @@ class _IdsRun(_Run):
         self._headed = True
 
     def share(self, k: int) -> np.ndarray:
-        """The ids of share k, ``[share]`` uint64. Raises FileNotFoundError past the end
-        of the stream."""
+        """The ids of share k, ``[share]`` int64 (ids are below 2^62). Raises
+        FileNotFoundError past the end of the stream."""
         if not self.first <= k < self.first + self.count:
-            self.buf = self._read(k)
-            self.first, self.count = k, len(self.buf) // self.size
+            buf = self._read(k)
+            self.first, self.count = k, len(buf) // self.size
             if not self.count:
                 raise FileNotFoundError(f"{self.path}: the stream ends before its step {k}")
-        return np.frombuffer(self.buf, dtype="<u8", count=self.loader.share,
-                             offset=(k - self.first) * self.size)
+            # once per block: int64 (an index numpy takes without a cast), a row per share
+            self.ids = np.frombuffer(buf, dtype="<u8", count=self.count * self.loader.share
+                                     ).astype(np.int64).reshape(self.count, self.loader.share)
+        return self.ids[k - self.first]
 
 
 class _Shards:
@@ -510,21 +513,25 @@ class _Shards:
     file) for a shard that cannot be opened or is shorter than its samples."""
 
     def __init__(self, shards: list[dict[str, Any]], window: int, dtype: np.dtype[Any]) -> None:
-        self.first = np.array([int(s["first"]) for s in shards], dtype=np.uint64)
+        self.first = np.array([int(s["first"]) for s in shards], dtype=np.int64)
         self.maps: list[np.ndarray] = []
         for s in shards:
             path, n = s["path"], int(s["samples"])
             need = n * window * dtype.itemsize
-            size = os.stat(path).st_size
-            if size < need:
-                raise OSError(f"{path}: {size} bytes, shorter than its {n} samples of "
-                              f"{window} tokens ({need} bytes)")
-            self.maps.append(np.memmap(path, dtype=dtype, mode="r", shape=(n, window))
-                             if n else np.empty((0, window), dtype))
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < need:
+                    raise OSError(f"{path}: {size} bytes, shorter than its {n} samples of "
+                                  f"{window} tokens ({need} bytes)")
+                # a plain array over the mapping, not np.memmap: its __getitem__ is Python
+                # code that every gather would pay
+                arr = (np.frombuffer(mmap.mmap(f.fileno(), need, access=mmap.ACCESS_READ),
+                                     dtype=dtype) if n else np.empty(0, dtype))
+            self.maps.append(arr.reshape(n, window))
         self.one = len(self.maps) == 1 and int(self.first[0]) == 0
 
     def gather(self, ids: np.ndarray) -> np.ndarray:
-        """The windows of sample ``ids`` (uint64), ``[len(ids), window]``, a copy."""
+        """The windows of sample ``ids`` (int64), ``[len(ids), window]``, a copy."""
         if self.one:
             return self.maps[0][ids]
         which = np.searchsorted(self.first, ids, side="right") - 1
