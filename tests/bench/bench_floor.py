@@ -31,13 +31,16 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
 
 import numpy as np
 import torch
 
-import zephon
-from zephon.torch import ZephonLoader
+# the package of this tree, not whichever one the venv had installed last
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import zephon  # noqa: E402
+from zephon.torch import ZephonLoader  # noqa: E402
 
 WINDOW, MICRO, SEED = 2049, 8, 1234
 
