@@ -341,12 +341,18 @@ int server_ids_served(const struct server *s)
 
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size)
 {
-	uint64_t share, run;
+	uint64_t share, run, per, steps;
 	int rc = server_run_size(s, rank, gsn, &share, &run);
 
 	if (rc)
 		return rc;
-	*size = share ? run / share * layout_share(&s->cfg.layout) * 8 : 0;
+	if (layout_share(&s->cfg.layout) > UINT64_MAX / 8)
+		return -EOVERFLOW;
+	per = layout_share(&s->cfg.layout) * 8;
+	steps = share ? run / share : 0;
+	if (per && steps > (UINT64_C(1) << 62) / per)
+		steps = (UINT64_C(1) << 62) / per; /* an endless stream, cut as from/ is */
+	*size = steps * per;
 	return 0;
 }
 

@@ -657,6 +657,7 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	z->served = st;
 	z->ds = st->ds;
 	z->info = dataset_info(st->ds);
+	z->ids_served = -1;
 	z->cfg = cfg;
 	z->dataset_path = dataset;
 	z->ready = mount_ready;

@@ -66,6 +66,7 @@ def test_ids_file_is_the_order_of_at(tokens, mounts):
         assert np.array_equal(tokens_of[ids[4 * k:4 * k + 4]], at), k
     with pytest.raises(FileNotFoundError):                # no step past the stream
         open(base / 'ids' / str(shard['samples'] // 8 * 8), 'rb')
+    assert not (pathlib.Path(m.path) / 'rank' / '2' / 'ids' / '0').exists()   # no rank 2
 
 
 def test_reads_of_ids_are_progress(tokens, mounts):
@@ -119,4 +120,9 @@ def test_unmappable_shard_falls_back_or_refuses(tokens, mounts, tmp_path, monkey
     with pytest.warns(RuntimeWarning, match='cannot be mapped'):
         assert not ZephonLoader(m.path, dp_rank=0, dp_world_size=1).direct
     with pytest.raises(OSError):
+        ZephonLoader(m.path, dp_rank=0, dp_world_size=1, direct=True)
+    short = tmp_path / 'short.raw'                        # a shard cut under the mount
+    short.write_bytes(b'\0' * 100)
+    st['shards'] = [dict(st['shards'][0], path=str(short))]
+    with pytest.raises(OSError, match='shorter than its'):
         ZephonLoader(m.path, dp_rank=0, dp_world_size=1, direct=True)
