@@ -554,6 +554,7 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 		zmount_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
 		return 1;
 	}
+	z->ids_served = server_ids_served(z->srv); /* two index entries of every shard: once */
 	/* Threads are started as the queue needs them. Without offload threads the
 	 * handlers answer every request themselves. */
 	if ((rc = jobq_new(&offload_cfg, &z->journal_queue)) ||
@@ -657,7 +658,6 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	z->served = st;
 	z->ds = st->ds;
 	z->info = dataset_info(st->ds);
-	z->ids_served = -1;
 	z->cfg = cfg;
 	z->dataset_path = dataset;
 	z->ready = mount_ready;

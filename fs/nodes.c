@@ -57,21 +57,10 @@ static int has_from(struct zmount *z, uint64_t ino)
 	return server_shares_fixed(z->srv); /* only npy and bin shares have one size */
 }
 
-int zmount_ids_served(struct zmount *z)
-{
-	int v = __atomic_load_n(&z->ids_served, __ATOMIC_ACQUIRE);
-
-	if (v < 0) { /* two threads asking at once both compute the same answer */
-		v = server_ids_served(z->srv);
-		__atomic_store_n(&z->ids_served, v, __ATOMIC_RELEASE);
-	}
-	return v;
-}
-
 static int has_ids(struct zmount *z, uint64_t ino)
 {
 	(void)ino;
-	return zmount_ids_served(z); /* uncompressed token shards, samples back to back */
+	return z->ids_served; /* uncompressed token shards, samples back to back */
 }
 
 static int sample_exists(struct zmount *z, uint64_t ino)

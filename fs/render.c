@@ -246,7 +246,7 @@ static json_t *flat_shards(struct zmount *z)
 	size_t n = dataset_info(z->ds)->shards;
 	json_t *list;
 
-	if (!z->cfg->ranks.count || !zmount_ids_served(z))
+	if (!z->cfg->ranks.count || !z->ids_served)
 		return json_null();
 	list = json_array();
 	for (size_t i = 0; list && i < n; i++) {

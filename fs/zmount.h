@@ -33,7 +33,7 @@ struct zmount {
 	const struct dataset_info *info;
 	struct journal *journal;
 	struct server *srv;
-	int ids_served;                /* zmount_ids_served(): -1 until first asked */
+	int ids_served;                /* server_ids_served(), asked once at the mount */
 	/* Offload threads (core/jobq.h) of requests that may wait for the journal, and of
 	 * requests that decode; either may be NULL (its requests are then served inline). */
 	struct jobq *journal_queue, *build_queue;
@@ -92,9 +92,5 @@ int render_status(struct zmount *z, struct buf *out);
 int render_metrics(struct zmount *z, struct buf *out);
 /* -ENOENT when the rank is not served. */
 int render_state(struct zmount *z, uint64_t rank, struct buf *out);
-
-/* server_ids_served() of the mount (ids/ and /status shards), asked once: it reads two
- * index entries of every shard. */
-int zmount_ids_served(struct zmount *z);
 
 #endif
