@@ -684,6 +684,40 @@ int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
 	return 0;
 }
 
+int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, const char **file,
+		       uint64_t *first, uint64_t *count)
+{
+	const struct ds_shard *sh;
+	const struct ds_source *src;
+	uint64_t size = ds->info.seq_len * ds->info.itemsize;
+	uint64_t ends[2];
+
+	if (i >= ds->nshards)
+		return -ERANGE;
+	sh = &ds->shards[i];
+	if (ds->info.kind != DATASET_TOKENS || sh->compressed || !size)
+		return -ENOTSUP;
+	/* the first and the last entry where back to back puts them: a pack writes every
+	 * raw token sample so, and a shard that breaks the rule is refused, not guessed */
+	ends[0] = 0;
+	ends[1] = sh->count ? sh->count - 1 : 0;
+	for (int k = 0; k < 2 && sh->count; k++) {
+		struct shard_index_entry e;
+		int rc = dataset_entry_read(sh, sh->first_sample + ends[k], &e);
+
+		if (rc)
+			return rc;
+		if (e.offset != ends[k] * size || e.stored_len != size || e.raw_len != size)
+			return -ENOTSUP;
+	}
+	src = &ds->src[sh->source];
+	*dir = src->dir;
+	*file = src->cat.shards[i - src->first_shard].file;
+	*first = sh->first_sample;
+	*count = sh->count;
+	return 0;
+}
+
 const char *dataset_shard_name(const struct dataset *ds, uint64_t id)
 {
 	if (id >= ds->info.samples)

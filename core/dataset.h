@@ -141,6 +141,17 @@ int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
  * in a union of two or more. NULL when id >= N. Owned by ds. */
 const char *dataset_shard_name(const struct dataset *ds, uint64_t id);
 
+/* Where uncompressed token samples lie, for a reader that maps the shard files itself
+ * (the mount's /status "shards"): shard i (0 <= i < dataset_info().shards, in id order)
+ * holds ids [*first, *first + *count), sample first + k at byte offset k * seq_len *
+ * itemsize of the file named *file in the directory *dir (both owned by ds; dir as
+ * the source was opened).
+ * 0, or -ENOTSUP (not tokens, compress=zstd, or the shard's first or last index entry is
+ * not there with that length: its samples are not back to back), -ERANGE (i too large),
+ * -EIO (the index could not be read). O(1): the entries between are not checked. */
+int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, const char **file,
+		       uint64_t *first, uint64_t *count);
+
 const char *dataset_kind_name(enum dataset_kind k);
 const char *dataset_content_name(enum dataset_content c);
 

@@ -285,6 +285,20 @@ int share_run_read(struct share_run *r, uint64_t off, size_t size, size_t max_io
  * frees the others and rd's arrays, and lets its lock go. */
 void share_run_read_end(struct share_run *r, struct share_read *rd, int ok);
 
+/* ids/<G> of a rank: the sample ids of the shares of from/<G>, share by share (each
+ * share_samples little-endian uint64, in the order the share holds its samples), for a
+ * reader that gathers the samples from the shard files itself. */
+/* 1 when the mount's dataset has the samples of every shard back to back, uncompressed
+ * (dataset_flat_shard() of each shard): ids/ exists; 0 otherwise. Fixed at mount. */
+int server_ids_served(const struct server *s);
+/* Bytes of ids/<gsn> of rank: 8 * share_samples per step of from/<gsn>; an endless
+ * stream is cut where the size would pass 2^62. Errors as server_run_size, -EOVERFLOW
+ * (8 * share_samples past 2^64). */
+int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size);
+/* The ids of rank's share of the step that starts at gsn (at/<gsn>) into ids[0,
+ * share_samples). 0, -ENOENT (rank not served), -EOVERFLOW (past ORDER_MAX_GSN). */
+int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *ids);
+
 /* Validation steps: V / B (0 without a split). */
 uint64_t server_validation_steps(const struct server *s);
 

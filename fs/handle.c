@@ -78,7 +78,7 @@ void zmount_free_open_files(struct zmount *z)
 uint64_t file_len(const struct open_file *f)
 {
 	if (f->run)
-		return f->run->size;
+		return f->ids ? f->ids_size : f->run->size;
 	return f->batch ? batch_len(f->batch) : f->text.len;
 }
 

@@ -32,6 +32,8 @@ enum node {
 	NODE_VAL,           /* /rank/<r>/validation/<t> */
 	NODE_FROMDIR,       /* /rank/<r>/from */
 	NODE_FROM,          /* /rank/<r>/from/<G> */
+	NODE_IDSDIR,        /* /rank/<r>/ids */
+	NODE_IDS,           /* /rank/<r>/ids/<G> */
 	NODE_COUNT
 };
 

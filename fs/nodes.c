@@ -53,6 +53,12 @@ static int has_from(struct zmount *z, uint64_t ino)
 	return server_shares_fixed(z->srv); /* only npy and bin shares have one size */
 }
 
+static int has_ids(struct zmount *z, uint64_t ino)
+{
+	(void)ino;
+	return z->ids_served; /* uncompressed token shards, samples back to back */
+}
+
 static int sample_exists(struct zmount *z, uint64_t ino)
 {
 	return inode_id(ino) < z->info->samples;
@@ -151,6 +157,16 @@ static uint64_t run_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pure
 	return size;
 }
 
+static uint64_t ids_size(struct zmount *z, uint64_t ino, uint32_t pid, int *pure)
+{
+	uint64_t size = 0;
+
+	(void)pid;
+	if (server_ids_size(z->srv, inode_rank(ino), inode_step(ino), &size) == 0)
+		*pure = 1;
+	return size;
+}
+
 static int open_text(struct zmount *z, uint64_t ino, uint32_t pid, struct open_file *f)
 {
 	(void)pid;
@@ -216,6 +232,17 @@ static int open_run(struct zmount *z, uint64_t ino, uint32_t pid, struct open_fi
 {
 	(void)pid;
 	return server_run_open(z->srv, inode_rank(ino), inode_step(ino), &f->run);
+}
+
+/* ids/<G>: the run of from/<G> (rank and gsn, nothing built), read as ids */
+static int open_ids(struct zmount *z, uint64_t ino, uint32_t pid, struct open_file *f)
+{
+	int rc = open_run(z, ino, pid, f);
+
+	if (!rc)
+		rc = server_ids_size(z->srv, inode_rank(ino), inode_step(ino), &f->ids_size);
+	f->ids = 1;
+	return rc;
 }
 
 /* list: /rank lists the served ranks */
@@ -293,6 +320,12 @@ const struct node_kind node_kinds[NODE_COUNT] = {
 	[NODE_FROM] = { NULL, NODE_FROMDIR, INODE_MAX_STEP, RO, .per_rank = 1, .pure = 1,
 			.exists = share_exists, .size = run_size, .open = open_run,
 			.read = read_run },
+	[NODE_IDSDIR] = { "ids", NODE_RANK, .mode = DIR, .per_rank = 1, .fixed = 1,
+			  .exists = has_ids },
+	/* ids/<G> exists where from/<G> does, for uncompressed token shards */
+	[NODE_IDS] = { NULL, NODE_IDSDIR, INODE_MAX_STEP, RO, .per_rank = 1, .pure = 1,
+		       .exists = share_exists, .size = ids_size, .open = open_ids,
+		       .read = read_ids },
 };
 
 const struct node_kind *node_kind_of(uint64_t ino)

@@ -57,6 +57,7 @@ struct jobq *open_queue(const struct zmount *z, uint64_t ino)
 {
 	switch (inode_type(ino)) {
 	case NODE_README: case NODE_CONTROL: case NODE_STATUS: case NODE_METRICS: case NODE_STATE:
+	case NODE_IDS: /* arithmetic over the order */
 		return NULL;
 	case NODE_STEP: case NODE_SAMPLE: case NODE_AT: case NODE_VAL: case NODE_FROM:
 		return z->build_queue;

@@ -76,7 +76,7 @@ static void zmount_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, in
 	fuse_reply_err(req, EROFS);
 }
 
-/* Replies: buf (entries from off), ENOTDIR, ENOMEM. step/, at/, from/ and samples/ list
+/* Replies: buf (entries from off), ENOTDIR, ENOMEM. step/, at/, from/, ids/ and samples/ list
  * nothing: they are unbounded, and ls -R / find / du must stay instant. */
 static void zmount_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)

@@ -41,7 +41,9 @@ struct open_file {
 	uint32_t tid;
 	int holding;
 	struct open_file *hold_prev, *hold_next;
-	struct share_run *run;  /* from/<G> (core/share.c) */
+	struct share_run *run;  /* from/<G> (core/share.c), ids/<G> */
+	int ids;                /* ids/<G>: the run's sample ids, ids_size bytes */
+	uint64_t ids_size;
 };
 
 /* handle.c. A new handle (one reference), tracked for the unmount; NULL: out of memory. */
@@ -126,7 +128,7 @@ int parse_decimal(const char *name, uint64_t max, uint64_t *out);
 
 /* read.c. Reply to a read of [off, off + size) of handle f: of its batch or text, or of
  * its run of from/ shares. */
-node_read_fn read_content, read_run;
+node_read_fn read_content, read_run, read_ids;
 
 /* offload.c. Requests that may block go to an offload thread. */
 enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_FLUSH };

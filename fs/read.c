@@ -7,11 +7,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 #include <syslog.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "guard.h"
+#include "le.h"
 #include "ops_int.h"
 
 /* A read of n bytes at off of the handle's batch is about to be replied: when it
@@ -102,6 +105,53 @@ void read_run(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	z->bytes_read += rd.bytes;
 	pthread_mutex_unlock(&z->lock);
 	share_run_read_end(run, &rd, !rc);
+}
+
+/* A read of ids/<G>: the sample ids of the shares of from/<G> that [off, off + size)
+ * spans, from the order (nothing decoded, nothing checked against the index: the reader
+ * gathers the samples itself). Counted as progress as a read of from/ is: a share whose
+ * last id is read is read. Replies: buf (short or empty at the end), ENOMEM, or
+ * server_share_ids' errors. */
+void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size, off_t off)
+{
+	struct share_run *run = f->run;
+	uint64_t per = run->share_samples * 8, pos = off < 0 ? f->ids_size : (uint64_t)off;
+	uint64_t end = f->ids_size - pos < size ? f->ids_size : pos + size;
+	uint64_t *ids = NULL;
+	uint8_t *out = NULL;
+	int rc = 0;
+
+	if (pos >= end || !per) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	ids = malloc(per);
+	out = malloc(end - pos);
+	if (!ids || !out)
+		rc = -ENOMEM;
+	for (uint64_t p = pos; !rc && p < end;) {
+		uint64_t k = p / per, within = p % per;
+		uint64_t take = per - within < end - p ? per - within : end - p;
+
+		rc = server_share_ids(z->srv, run->rank,
+				      run->gsn + k * server_get_config(z->srv)->layout.global_batch,
+				      ids);
+		for (uint64_t i = 0; !rc && i < run->share_samples; i++)
+			le64_put(&ids[i], ids[i]);
+		if (!rc)
+			memcpy(out + (p - pos), (const uint8_t *)ids + within, take);
+		p += take;
+	}
+	if (rc) {
+		fuse_reply_err(req, claim_errno(rc));
+	} else {
+		/* noted before the reply, so that a /status read after it shows it */
+		progress_note_run(z->progress, run->rank, run->gsn, per, run->share_samples, pos,
+				  end - pos, clock_mono_s());
+		fuse_reply_buf(req, (const char *)out, end - pos);
+	}
+	free(ids);
+	free(out);
 }
 
 /* Replies: buf or iov (the bytes at [off, off + size) of the handle's content; short or

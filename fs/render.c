@@ -40,6 +40,8 @@ int render_readme(struct zmount *z, struct buf *out)
 		"/rank/<r>/step/<t>  the whole share of rank r at step t; claims nothing\n"
 		"/rank/<r>/at/<G>    rank r's share of the B samples from gsn G; claims nothing\n"
 		"/rank/<r>/from/<G>  at/<G>, at/<G+B>, ... back to back (npy, bin); claims nothing\n"
+		"/rank/<r>/ids/<G>   the sample ids of from/<G>'s shares, uint64 (uncompressed\n"
+		"                    token shards: /status shards); claims nothing\n"
 		"/rank/<r>/validation/<t>  rank r's share of validation step t (validation=F)\n"
 		"/samples/<id>       one sample in the batch encoding; claims nothing\n"
 		"/status             JSON: layout history, consumed_samples, cursors, counters,\n"
@@ -227,6 +229,42 @@ static uint64_t status_epoch(struct zmount *z, uint64_t consumed, const uint64_t
 	return e == UINT64_MAX ? 0 : e;
 }
 
+/* The shard files where a loader that reads ids/<G> gathers the samples itself
+ * (server_ids_served: uncompressed token shards, samples back to back): per shard, in id
+ * order, its absolute "path", its "first" sample id and its "samples"; sample id lies at
+ * byte (id - first) * sample_bytes of its file. null where ids/ is not served. */
+static json_t *flat_shards(struct zmount *z)
+{
+	size_t n = dataset_info(z->ds)->shards;
+	json_t *list;
+
+	if (!z->cfg->ranks.count || !z->ids_served)
+		return json_null();
+	list = json_array();
+	for (size_t i = 0; list && i < n; i++) {
+		const char *dir, *file;
+		uint64_t first, count;
+		char *path, *abs;
+		json_t *o;
+
+		if (dataset_flat_shard(z->ds, i, &dir, &file, &first, &count) ||
+		    asprintf(&path, "%s/%s", dir, file) < 0) {
+			json_decref(list);
+			return json_null();
+		}
+		abs = realpath(path, NULL); /* the daemon's directory is not the reader's */
+		o = json_pack("{s:s, s:o, s:o}", "path", abs ? abs : path, "first", json_u64(first),
+			      "samples", json_u64(count));
+		free(abs);
+		free(path);
+		if (!o || json_array_append_new(list, o)) {
+			json_decref(list);
+			return json_null();
+		}
+	}
+	return list ? list : json_null();
+}
+
 /* The layout as a loader of the pure files needs it, each value from the core function
  * that owns its rule, so that loaders compute none of it: the served ranks as a list,
  * one rank's share of a step in samples (layout_share) and micro-batches
@@ -248,7 +286,7 @@ static void loader_fields(struct zmount *z, json_t *root)
 	json_object_set_new(root, "micro_batches", json_u64(layout_micros(l)));
 	json_object_set_new(root, "share_bytes", z->cfg->ranks.count &&
 			    server_shares_fixed(z->srv) && !server_share_len(z->srv, &at, &len) ?
-			    json_u64(len) : json_null());
+			    json_u64(len) : json_null());	json_object_set_new(root, "shards", flat_shards(z));
 }
 
 /* /status's cursors: for each served rank, {"step", "micro"} of its next claim. */

@@ -33,6 +33,7 @@ struct zmount {
 	const struct dataset_info *info;
 	struct journal *journal;
 	struct server *srv;
+	int ids_served;                /* server_ids_served(), asked once at the mount */
 	/* Offload threads (core/jobq.h) of requests that may wait for the journal, and of
 	 * requests that decode; either may be NULL (its requests are then served inline). */
 	struct jobq *journal_queue, *build_queue;

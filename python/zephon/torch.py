@@ -27,6 +27,15 @@ carries the mixture's fingerprint. A finite stream (``epochs=E``) ends where the
 (no ``at/`` file past it): for a mixture, when the first source would begin epoch E.
 :class:`ZephonValidationLoader` reads the mount's validation split (``validation=F``).
 
+Where the mount's shards are uncompressed token files (``zephon pack --compress none``;
+``/status`` lists them under ``shards``), the loader reads ``/rank/<r>/ids/<G>`` instead:
+the sample ids of the same shares, from the mount's order (the order stays the mount's),
+and gathers each micro-batch from the shard files, which it maps itself (one fancy index
+per batch, no copy through FUSE). The batches are the same bytes as ``from/<G>``'s; what
+is given up is the daemon's check of every sample against the XXH3 checksum of its index
+entry (``zephon verify`` still checks a dataset). Progress in ``/status`` counts reads of
+``ids/`` as it counts reads of ``from/``. ``direct=False`` reads ``from/`` always.
+
 Only token datasets are served (``zephon pack --format tokens``); for ``lines`` and ``tar``
 datasets read ``/rank/<r>/step/<t>`` files yourself. Such a mount is refused with a
 ``ValueError``.
@@ -34,6 +43,7 @@ datasets read ``/rank/<r>/step/<t>`` files yourself. Such a mount is refused wit
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import warnings
 from typing import Any, Iterator
@@ -201,6 +211,11 @@ class ZephonLoader(TokenMount):
             it (``max_token_id``, recorded by every token pack) is refused.
         write_marks: let this process write position marks to the mount's ``control``
             (default True; only the lowest DP rank of the mount does).
+        direct: gather the samples from the shard files by their ids (``ids/<G>``)
+            rather than read ``from/<G>``: ``None`` (the default) where the mount serves
+            ids (uncompressed token shards that this process can map), ``True`` requires
+            it (``ValueError`` where the mount does not serve ids, ``OSError`` where a
+            shard cannot be mapped), ``False`` never. The attribute ``direct`` says which.
 
     Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
     (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
@@ -222,11 +237,28 @@ class ZephonLoader(TokenMount):
     def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
                  micro_batch: int | None = None, tokens_per_batch: int | None = None,
                  global_batch: int | None = None, vocab_size: int | None = None,
-                 write_marks: bool = True) -> None:
+                 write_marks: bool = True, direct: bool | None = None) -> None:
         super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
                          micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
                          global_batch=global_batch, vocab_size=vocab_size)
         st = self.status
+        self._shards: _Shards | None = None
+        if direct is not False:
+            if st.get("shards") is None:
+                if direct:
+                    raise ValueError(f"the mount at {self.mount} serves no sample ids (its "
+                                     "shards are compressed, not tokens, or its zephon is "
+                                     "older); pack with --compress none, or use direct=False")
+            else:
+                try:
+                    self._shards = _Shards(st["shards"], self.window, self.dtype)
+                except OSError as e:
+                    if direct:
+                        raise
+                    warnings.warn(f"reading {self.mount}'s from/ files: the shards cannot be "
+                                  f"mapped here ({e})", RuntimeWarning, stacklevel=2)
+        self.direct: bool = self._shards is not None
+        """True when batches are gathered from the shard files by ``ids/<G>``."""
         # a finite stream's end is the mount's to say (a mixture ends when its first
         # source would begin epoch E, a split shortens each epoch): no at/ file past it
         self._finite = int(st.get("epochs", 0)) > 0
@@ -258,6 +290,8 @@ class ZephonLoader(TokenMount):
                 raise StopIteration from None
             raise
         rows = share[self._offset:self._offset + self.micro_batch]
+        if self._shards is not None:       # ids: gather the windows from the shards
+            rows = self._shards.gather(rows)
         out = torch.from_numpy(rows.astype(np.int64))
         self._offset += self.micro_batch
         if self._offset == self.share:
@@ -275,15 +309,22 @@ class ZephonLoader(TokenMount):
         back (``/rank/<r>/from/<G>``)."""
         return os.path.join(self.mount, "rank", str(self.dp_rank), "from", str(gsn))
 
+    def ids_path(self, gsn: int) -> str:
+        """The pure file with the sample ids of ``from/<gsn>``'s shares, little-endian
+        uint64, ``share`` per step (``/rank/<r>/ids/<G>``)."""
+        return os.path.join(self.mount, "rank", str(self.dp_rank), "ids", str(gsn))
+
     def _read_share(self, gsn: int) -> np.ndarray:
-        """This rank's share of the step at ``gsn``, ``[share, window]``: from the
+        """This rank's share of the step at ``gsn``, ``[share, window]`` (with
+        ``direct``: its sample ids, ``[share]``, from ``ids/`` as below): from the
         ``from/<G>`` file when gsn is a step of it, read ``readahead`` steps at a time (one
         open, read and release for all of them instead of a lookup, open, read and release
         per step); from ``from/<gsn>`` otherwise (after load_state_dict). Raises
         FileNotFoundError past the end of a finite stream."""
         run = self._run
         if run is None or gsn < run.base or (gsn - run.base) % self.global_batch:
-            run = self._run = _Run(self.run_path(gsn), gsn, self)
+            run = self._run = (_IdsRun(self.ids_path(gsn), gsn, self) if self.direct else
+                               _Run(self.run_path(gsn), gsn, self))
         return run.share((gsn - run.base) // self.global_batch)
 
     # ---- state ----
@@ -435,6 +476,72 @@ class _Run:
         arr = np.frombuffer(self.buf, dtype=ld.dtype, count=ld.share * ld.window,
                             offset=off + h)
         return arr.reshape(ld.share, ld.window)
+
+
+class _IdsRun(_Run):
+    """Reads of ``ids/<base>``, as :class:`_Run` reads ``from/<base>`` (the same blocks
+    of shares, 1 then 4 times more each block): share k's ids are at offset k * 8 *
+    ``share``. Its shares are small, so a block holds up to 256 of them (64 KiB at most),
+    and the mount counts as read the shares a block reaches, as it does for ``from/``."""
+
+    MAX_BYTES = 64 << 10
+    MAX_SHARES = 256
+
+    def __init__(self, path: str, base: int, loader: TokenMount) -> None:
+        super().__init__(path, base, loader)
+        self.size = 8 * loader.share
+        self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
+        self._headed = True
+
+    def share(self, k: int) -> np.ndarray:
+        """The ids of share k, ``[share]`` int64 (ids are below 2^62). Raises
+        FileNotFoundError past the end of the stream."""
+        if not self.first <= k < self.first + self.count:
+            buf = self._read(k)
+            self.first, self.count = k, len(buf) // self.size
+            if not self.count:
+                raise FileNotFoundError(f"{self.path}: the stream ends before its step {k}")
+            # once per block: int64 (an index numpy takes without a cast), a row per share
+            self.ids = np.frombuffer(buf, dtype="<u8", count=self.count * self.loader.share
+                                     ).astype(np.int64).reshape(self.count, self.loader.share)
+        return self.ids[k - self.first]
+
+
+class _Shards:
+    """The shard files of ``/status`` ``shards`` mapped read-only, each as ``[samples,
+    window]`` tokens, and the gather of windows by sample id. Raises OSError (naming the
+    file) for a shard that cannot be opened or is shorter than its samples."""
+
+    def __init__(self, shards: list[dict[str, Any]], window: int, dtype: np.dtype[Any]) -> None:
+        self.first = np.array([int(s["first"]) for s in shards], dtype=np.int64)
+        self.maps: list[np.ndarray] = []
+        for s in shards:
+            path, n = s["path"], int(s["samples"])
+            need = n * window * dtype.itemsize
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < need:
+                    raise OSError(f"{path}: {size} bytes, shorter than its {n} samples of "
+                                  f"{window} tokens ({need} bytes)")
+                # a plain array over the mapping, not np.memmap: its __getitem__ is Python
+                # code that every gather would pay
+                arr = (np.frombuffer(mmap.mmap(f.fileno(), need, access=mmap.ACCESS_READ),
+                                     dtype=dtype) if n else np.empty(0, dtype))
+            self.maps.append(arr.reshape(n, window))
+        self.one = len(self.maps) == 1 and int(self.first[0]) == 0
+
+    def gather(self, ids: np.ndarray) -> np.ndarray:
+        """The windows of sample ``ids`` (int64), ``[len(ids), window]``, a copy."""
+        if self.one:
+            return self.maps[0][ids]
+        which = np.searchsorted(self.first, ids, side="right") - 1
+        local = ids - self.first[which]
+        if (which == which[0]).all():
+            return self.maps[int(which[0])][local]
+        out = np.empty((len(ids), self.maps[0].shape[1]), self.maps[0].dtype)
+        for i, (w, j) in enumerate(zip(which, local)):
+            out[i] = self.maps[int(w)][int(j)]
+        return out
 
 
 class ZephonValidationLoader(TokenMount):
