@@ -718,6 +718,19 @@ int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, con
 	return 0;
 }
 
+int dataset_shard_file_id(const struct dataset *ds, size_t i, uint64_t *dev, uint64_t *ino)
+{
+	struct stat st;
+
+	if (i >= ds->nshards)
+		return -ERANGE;
+	if (fstat(ds->shards[i].fd, &st))
+		return -errno;
+	*dev = (uint64_t)st.st_dev;
+	*ino = (uint64_t)st.st_ino;
+	return 0;
+}
+
 const char *dataset_shard_name(const struct dataset *ds, uint64_t id)
 {
 	if (id >= ds->info.samples)

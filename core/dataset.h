@@ -152,6 +152,11 @@ const char *dataset_shard_name(const struct dataset *ds, uint64_t id);
 int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, const char **file,
 		       uint64_t *first, uint64_t *count);
 
+/* The identity (st_dev, st_ino) of the payload file of shard i as this dataset holds it
+ * open, so that a reader that maps the file by its path can tell that it maps the same
+ * file (not one packed again in place since). 0, -ERANGE (i too large), or fstat's -errno. */
+int dataset_shard_file_id(const struct dataset *ds, size_t i, uint64_t *dev, uint64_t *ino);
+
 const char *dataset_kind_name(enum dataset_kind k);
 const char *dataset_content_name(enum dataset_content c);
 

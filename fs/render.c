@@ -243,18 +243,22 @@ static json_t *flat_shards(struct zmount *z)
 	list = json_array();
 	for (size_t i = 0; list && i < n; i++) {
 		const char *dir, *file;
-		uint64_t first, count;
+		uint64_t first, count, dev, ino;
 		char *path, *abs;
 		json_t *o;
 
 		if (dataset_flat_shard(z->ds, i, &dir, &file, &first, &count) ||
+		    dataset_shard_file_id(z->ds, i, &dev, &ino) ||
 		    asprintf(&path, "%s/%s", dir, file) < 0) {
 			json_decref(list);
 			return json_null();
 		}
 		abs = realpath(path, NULL); /* the daemon's directory is not the reader's */
-		o = json_pack("{s:s, s:o, s:o}", "path", abs ? abs : path, "first", json_u64(first),
-			      "samples", json_u64(count));
+		/* dev and ino: the file the daemon has open, which a reader compares with the
+		 * path's before it maps it (a pack --force in place replaces the path) */
+		o = json_pack("{s:s, s:o, s:o, s:o, s:o}", "path", abs ? abs : path,
+			      "first", json_u64(first), "samples", json_u64(count),
+			      "dev", json_u64(dev), "ino", json_u64(ino));
 		free(abs);
 		free(path);
 		if (!o || json_array_append_new(list, o)) {
@@ -286,7 +290,8 @@ static void loader_fields(struct zmount *z, json_t *root)
 	json_object_set_new(root, "micro_batches", json_u64(layout_micros(l)));
 	json_object_set_new(root, "share_bytes", z->cfg->ranks.count &&
 			    server_shares_fixed(z->srv) && !server_share_len(z->srv, &at, &len) ?
-			    json_u64(len) : json_null());	json_object_set_new(root, "shards", flat_shards(z));
+			    json_u64(len) : json_null());
+	json_object_set_new(root, "shards", flat_shards(z));
 }
 
 /* /status's cursors: for each served rank, {"step", "micro"} of its next claim. */

@@ -510,7 +510,8 @@ class _IdsRun(_Run):
 class _Shards:
     """The shard files of ``/status`` ``shards`` mapped read-only, each as ``[samples,
     window]`` tokens, and the gather of windows by sample id. Raises OSError (naming the
-    file) for a shard that cannot be opened or is shorter than its samples."""
+    file) for a shard that cannot be opened, is shorter than its samples, or is not the
+    file the mount holds open (``dev``/``ino`` differ: replaced since the mount)."""
 
     def __init__(self, shards: list[dict[str, Any]], window: int, dtype: np.dtype[Any]) -> None:
         self.first = np.array([int(s["first"]) for s in shards], dtype=np.int64)
@@ -519,7 +520,11 @@ class _Shards:
             path, n = s["path"], int(s["samples"])
             need = n * window * dtype.itemsize
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                if "ino" in s and (st.st_dev, st.st_ino) != (int(s["dev"]), int(s["ino"])):
+                    raise OSError(f"{path} is not the file the mount serves (packed again in "
+                                  "place since it was mounted?); remount to read it")
+                size = st.st_size
                 if size < need:
                     raise OSError(f"{path}: {size} bytes, shorter than its {n} samples of "
                                   f"{window} tokens ({need} bytes)")

@@ -123,6 +123,30 @@ def test_unmappable_shard_falls_back_or_refuses(tokens, mounts, tmp_path, monkey
         ZephonLoader(m.path, dp_rank=0, dp_world_size=1, direct=True)
     short = tmp_path / 'short.raw'                        # a shard cut under the mount
     short.write_bytes(b'\0' * 100)
-    st['shards'] = [dict(st['shards'][0], path=str(short))]
+    ident = os.stat(short)                              # the same file, only shorter
+    st['shards'] = [dict(st['shards'][0], path=str(short), dev=ident.st_dev, ino=ident.st_ino)]
     with pytest.raises(OSError, match='shorter than its'):
+        ZephonLoader(m.path, dp_rank=0, dp_world_size=1, direct=True)
+
+
+def test_a_shard_packed_again_in_place_is_not_mapped(tmp_path, mounts):
+    """The mount keeps serving the files it opened; a shard file replaced at its path since
+    (a pack --force in place, a copy renamed over it) is another file (/status dev, ino):
+    direct=None warns and reads from/, the mount's bytes; direct=True refuses."""
+    src = tmp_path / 'tok.npy'
+    np.save(src, np.random.default_rng(3).integers(1, 5000, 40 * WINDOW, dtype=np.uint16))
+    zrun('pack', '--format', 'tokens', '--seq-len', SEQ, '--overlap', 1, '--compress', 'none',
+         src, '-o', tmp_path / 'ds')
+    m = mounts(tmp_path / 'ds', world_size=1, global_batch=4)
+    shard = pathlib.Path(m.status()['shards'][0]['path'])
+    want = take(ZephonLoader(m.path, dp_rank=0, dp_world_size=1, direct=True), 3)
+    other = shard.with_name(shard.name + '.new')
+    other.write_bytes(bytes(len(shard.read_bytes())))    # zeros where the tokens were
+    os.replace(other, shard)
+    with pytest.warns(RuntimeWarning, match='not the file the mount serves'):
+        loader = ZephonLoader(m.path, dp_rank=0, dp_world_size=1)
+    assert not loader.direct
+    got = take(loader, 3)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    with pytest.raises(OSError, match='not the file the mount serves'):
         ZephonLoader(m.path, dp_rank=0, dp_world_size=1, direct=True)
