@@ -343,8 +343,10 @@ static int read_message(struct packer *p, struct tdreader *r, uint8_t tag, uint6
 		}
 		return rc;
 	}
-	if ((rc = td_text(p, r, &text)))
+	if ((rc = td_text(p, r, &text))) {
+		free(text); /* td_text may have allocated it before the stream broke */
 		return rc;
+	}
 	if (tag == 'X') {
 		rc = pack_fail(p, -EINVAL, "%s", text);
 	} else {
