@@ -658,14 +658,18 @@ def test_refuses_live_mount_and_clears_stale(records, tmp_path):
     p = run('mount', ds, m.mp, '-o', 'world_size=1,global_batch=2', check=False)
     assert p.returncode == 1 and 'already mounted' in p.stderr
     m.kill9()
-    assert mounted(m.mp)  # stale: "Transport endpoint is not connected"
-    m2 = Mount(ds, m.mp, 'world_size=1,global_batch=2').start()
     try:
-        assert 'cleared a stale mount' in m2.stderr_path.read_text()
-        assert len(read_all(m2.path('rank', 0, 'next'))) > 0
+        assert mounted(m.mp)  # stale: "Transport endpoint is not connected"
+        m2 = Mount(ds, m.mp, 'world_size=1,global_batch=2').start()
+        try:
+            assert 'cleared a stale mount' in m2.stderr_path.read_text()
+            assert len(read_all(m2.path('rank', 0, 'next'))) > 0
+        finally:
+            m2.stop()
     finally:
-        m2.stop()
-    m.stop(check=False)
+        m.stop(check=False)
+        if mounted(m.mp):   # the stale mount, when the second mount did not clear it
+            unmount(m.mp)
 
 
 def test_allow_other_implies_default_permissions(records, mount):
