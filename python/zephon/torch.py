@@ -544,7 +544,7 @@ class _Shards:
         if (which == which[0]).all():
             return self.maps[int(which[0])][local]
         out = np.empty((len(ids), self.maps[0].shape[1]), self.maps[0].dtype)
-        for i, (w, j) in enumerate(zip(which, local)):
+        for i, (w, j) in enumerate(zip(which, local, strict=True)):
             out[i] = self.maps[int(w)][int(j)]
         return out
 
