@@ -718,6 +718,17 @@ int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, con
 	return 0;
 }
 
+int dataset_flat(const struct dataset *ds)
+{
+	const char *dir, *file;
+	uint64_t first, count;
+
+	for (size_t i = 0; i < ds->nshards; i++)
+		if (dataset_flat_shard(ds, i, &dir, &file, &first, &count))
+			return 0;
+	return ds->nshards > 0;
+}
+
 int dataset_shard_file_id(const struct dataset *ds, size_t i, uint64_t *dev, uint64_t *ino)
 {
 	struct stat st;

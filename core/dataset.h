@@ -151,6 +151,9 @@ const char *dataset_shard_name(const struct dataset *ds, uint64_t id);
  * -EIO (the index could not be read). O(1): the entries between are not checked. */
 int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, const char **file,
 		       uint64_t *first, uint64_t *count);
+/* 1 when every shard of ds is flat (dataset_flat_shard() succeeds for each: reads two
+ * index entries per shard), 0 otherwise or without shards. */
+int dataset_flat(const struct dataset *ds);
 
 /* The identity (st_dev, st_ino) of the payload file of shard i as this dataset holds it
  * open, so that a reader that maps the file by its path can tell that it maps the same
@@ -187,13 +190,19 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
  * (mincore(2) of two index entries and two payloads) are not in memory, ask the kernel to
  * read the index pages of all of them, then their payloads (MADV_WILLNEED,
  * POSIX_FADV_WILLNEED), so that the disk reads overlap. A payload is read with a window
- * of 128 KiB around it when the dataset fits in half the memory, alone otherwise (see
- * warm_window() in dataset_warm.c). Without it each
+ * of 128 KiB around it when the dataset fits in half the memory (the machine's, or its
+ * cgroup's limit when lower), alone otherwise (see warm_window() in dataset_warm.c). Without it each
  * sample of a dataset that is not in the page cache waits for two reads of its own, one
  * after the other, and a batch for all of them in turn. Once a probe
  * finds the pages in memory, the reader's next 7 batches are not probed. Hints only: no
  * error; ids out of range are left to the read. */
 void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count);
+/* sample_reader_warm() without the window: the pages of the samples ids[0..count) alone
+ * (read-ahead of samples known to come, serve.h server_readahead: a window would read 32
+ * times the bytes asked for). flat: every shard of the dataset is flat
+ * (dataset_flat_shard(): uncompressed token samples back to back), so the payloads are
+ * found from the ids and no index page is read or asked for. Same probe and skip. */
+void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count, int flat);
 /* Zero-copy access to count samples of an uncompressed dataset: views[i] is set to the
  * raw_len bytes of sample ids[i] inside its shard's read-only mapping (valid until
  * dataset_close()), after their checksum was verified; a fault while hashing (a shard

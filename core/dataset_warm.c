@@ -3,6 +3,8 @@
 #include "dataset_int.h"
 
 #include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,20 +13,67 @@
  * dataset fits in memory: the kernel's default for a fault in a file mapping (128 KiB). */
 #define WARM_WINDOW (128u << 10)
 
+/* The memory limit of this process's cgroup in bytes (a container's, a job's slice), or
+ * UINT64_MAX without one: cgroup v1's memory.limit_in_bytes, else v2's memory.max, of the
+ * group /proc/self/cgroup names. The page cache a process's reads fill is charged to it,
+ * so a dataset that fits in the machine's memory may not fit in this. */
+static uint64_t cgroup_memory_limit(void)
+{
+	static const char *const where[][2] = {
+		{ "/sys/fs/cgroup/memory", "memory.limit_in_bytes" }, /* v1 */
+		{ "/sys/fs/cgroup", "memory.max" },                   /* v2 */
+		{ "/sys/fs/cgroup/unified", "memory.max" },           /* v2 beside v1 */
+	};
+	char line[4096], path[4200 + 64];
+	uint64_t best = UINT64_MAX;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+
+	if (!f)
+		return best;
+	while (fgets(line, sizeof(line), f)) {
+		/* "7:memory:/job.slice" (v1) or "0::/job.slice" (v2) */
+		char *ctl = strchr(line, ':'), *grp = ctl ? strchr(ctl + 1, ':') : NULL;
+		int v1;
+
+		if (!grp)
+			continue;
+		*grp++ = '\0';
+		grp[strcspn(grp, "\n")] = '\0';
+		v1 = strcmp(ctl + 1, "memory") == 0;
+		if (!v1 && ctl[1])
+			continue;
+		for (int k = v1 ? 0 : 1; k < (v1 ? 1 : 3); k++) {
+			FILE *m;
+			unsigned long long v;
+
+			snprintf(path, sizeof(path), "%s%s/%s", where[k][0], strcmp(grp, "/") ? grp : "",
+				 where[k][1]);
+			if (!(m = fopen(path, "re")))
+				continue;
+			if (fscanf(m, "%llu", &v) == 1 && v < best) /* "max" reads as no number */
+				best = v;
+			fclose(m);
+		}
+	}
+	fclose(f);
+	return best;
+}
+
 /* What sample_reader_warm() reads around each payload of a batch that is not in memory.
- * A dataset that fits in half the machine's memory gets WARM_WINDOW: each of its bytes
- * is read within the epoch and stays cached until then, so larger reads fill the cache
- * sooner (with only the payloads' pages every batch is random reads for a whole epoch;
- * figures in tests/bench/RESULTS.md). A larger one gets only the payloads' pages:
- * around them the window would read 32 times the bytes of 4 KiB samples, evicted before
- * they are used. */
+ * A dataset that fits in half the memory its pages may use (the machine's, or its
+ * cgroup's limit when lower) gets WARM_WINDOW: each of its bytes is read within the epoch
+ * and stays cached until then, so larger reads fill the cache sooner (with only the
+ * payloads' pages every batch is random reads for a whole epoch; figures in
+ * tests/bench/RESULTS.md). A larger one gets only the payloads' pages: around them the
+ * window would read 32 times the bytes of 4 KiB samples, evicted before they are used. */
 static uint64_t warm_window(const struct dataset *ds)
 {
 	uint64_t bytes = 0, mem = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t limit = cgroup_memory_limit();
 
 	for (size_t k = 0; k < ds->nshards; k++)
 		bytes += ds->shards[k].bytes;
-	return bytes <= mem / 2 ? WARM_WINDOW : 0;
+	return bytes <= (limit < mem ? limit : mem) / 2 ? WARM_WINDOW : 0;
 }
 
 /* Samples whose pages mincore() checks per batch before sample_reader_warm() decides:
@@ -73,33 +122,102 @@ static int batch_cold(const struct dataset *ds, const uint64_t *ids, size_t coun
 	return 0;
 }
 
-void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count)
+/* The payload bytes of sample id of a flat shard s (dataset_flat_shard(): samples of
+ * `size` bytes back to back from offset 0). */
+static uint64_t flat_offset(const struct ds_shard *s, uint64_t id, uint64_t size)
 {
-	const struct dataset *ds;
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), last = 0;
-	uint64_t w;
+	return (id - s->first_sample) * size;
+}
 
+/* batch_cold() for flat shards: the payload pages alone (no index page is read). */
+static int flat_cold(const struct dataset *ds, const uint64_t *ids, size_t count)
+{
+	uint64_t size = ds->info.seq_len * ds->info.itemsize;
+
+	for (size_t k = 0; k < WARM_PROBES && k < count; k++) {
+		uint64_t id = ids[k * count / WARM_PROBES], off;
+		const struct ds_shard *s;
+
+		if (id >= ds->info.samples)
+			continue;
+		s = dataset_find_shard(ds, id);
+		off = flat_offset(s, id, size);
+		if (!s->data || (off < s->bytes && !page_resident(s->data + off)))
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether the count samples ids are to be hinted now: not while r lets batches pass
+ * unprobed (WARM_SKIP), nor when the probe (flat_cold or batch_cold) finds them in
+ * memory. Sets r's window at its first cold batch. */
+static int warm_due(struct sample_reader *r, const uint64_t *ids, size_t count, int flat)
+{
 	if (!count)
-		return;
+		return 0;
 	if (r->warm_skip) {
 		r->warm_skip--;
-		return;
+		return 0;
 	}
-	ds = r->ds;
-	if (!batch_cold(ds, ids, count)) {
+	if (!(flat ? flat_cold(r->ds, ids, count) : batch_cold(r->ds, ids, count))) {
 		if (++r->warm_hot >= 2)
 			r->warm_skip = WARM_SKIP;
-		return;
+		return 0;
 	}
 	r->warm_hot = 0;
 	if (!r->warm_known) {
 		/* once per reader, here rather than in dataset_open(): the dataset stands below
 		 * its warming (no call back up), and a reader that never meets a cold batch
 		 * never sums the shards */
-		r->warm_window = warm_window(ds);
+		r->warm_window = warm_window(r->ds);
 		r->warm_known = 1;
 	}
-	w = r->warm_window ? r->warm_window : page;
+	return 1;
+}
+
+/* Ask for the pages [from, to) of shard s, widened to whole windows of w bytes, unless
+ * they are the window asked for last (*last, *last_shard: samples in order share one). */
+static void hint_payload(const struct dataset *ds, const struct ds_shard *s, uint64_t from,
+			 uint64_t to, uint64_t w, uint64_t *last, size_t *last_shard)
+{
+	from &= ~(w - 1);
+	to = (to + w - 1) & ~(w - 1);
+	if (from != *last || (size_t)(s - ds->shards) != *last_shard)
+		posix_fadvise(s->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
+	*last = from;
+	*last_shard = (size_t)(s - ds->shards);
+}
+
+/* The payloads of flat shards, found from the id; w: the window of each. */
+static void warm_flat(struct sample_reader *r, const uint64_t *ids, size_t count, uint64_t w)
+{
+	const struct dataset *ds = r->ds;
+	uint64_t size = ds->info.seq_len * ds->info.itemsize, last = UINT64_MAX;
+	size_t last_shard = SIZE_MAX;
+
+	for (size_t i = 0; i < count; i++) {
+		const struct ds_shard *s;
+		uint64_t off;
+
+		if (ids[i] >= ds->info.samples)
+			continue;
+		s = dataset_find_shard(ds, ids[i]);
+		off = flat_offset(s, ids[i], size);
+		if (off < s->bytes)
+			hint_payload(ds, s, off, off + size < s->bytes ? off + size : s->bytes, w,
+				     &last, &last_shard);
+	}
+}
+
+/* Index entries, then payloads; w: the window of each payload. */
+static void warm_indexed(struct sample_reader *r, const uint64_t *ids, size_t count,
+			 uint64_t w)
+{
+	const struct dataset *ds = r->ds;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), last = 0;
+	uint64_t last_from = UINT64_MAX;
+	size_t last_shard = SIZE_MAX;
+
 	/* every index page first, all of them in flight at once ... */
 	for (size_t i = 0; i < count; i++) {
 		uintptr_t at, end;
@@ -115,11 +233,9 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 	}
 	/* ... then the payloads, whose place the entries give (the first of these reads
 	 * waits for its index page; by then the others have arrived or are on their way) */
-	last = UINTPTR_MAX;
-	for (size_t i = 0, last_shard = SIZE_MAX; i < count; i++) {
+	for (size_t i = 0; i < count; i++) {
 		const struct ds_shard *s;
 		struct shard_index_entry e;
-		uint64_t from, to;
 
 		if (ids[i] >= ds->info.samples)
 			continue;
@@ -127,13 +243,25 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 		/* an entry is checked, and a failed read reported, when its sample is read */
 		if (dataset_entry_read(s, ids[i], &e) || e.offset >= s->bytes)
 			continue;
-		from = e.offset & ~(w - 1);
-		to = e.stored_len < s->bytes - e.offset ? e.offset + e.stored_len : s->bytes;
-		to = (to + w - 1) & ~(w - 1);
-		if (from != last || (size_t)(s - ds->shards) != last_shard) /* samples in order
-									     * share windows */
-			posix_fadvise(s->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
-		last = from;
-		last_shard = (size_t)(s - ds->shards);
+		hint_payload(ds, s, e.offset,
+			     e.stored_len < s->bytes - e.offset ? e.offset + e.stored_len : s->bytes,
+			     w, &last_from, &last_shard);
 	}
+}
+
+void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count)
+{
+	if (warm_due(r, ids, count, 0))
+		warm_indexed(r, ids, count,
+			     r->warm_window ? r->warm_window : (uint64_t)sysconf(_SC_PAGESIZE));
+}
+
+void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count, int flat)
+{
+	if (!warm_due(r, ids, count, flat))
+		return;
+	if (flat)
+		warm_flat(r, ids, count, (uint64_t)sysconf(_SC_PAGESIZE));
+	else
+		warm_indexed(r, ids, count, (uint64_t)sysconf(_SC_PAGESIZE));
 }

@@ -2,7 +2,7 @@
  * parse.h: the one strict parser of decimal numbers that options, control commands and
  * journals share: digits only (no sign, space or suffix), 64 bits; the whole string
  * (parse_u64(); parse_u64_canonical() with no leading 0) or the number that starts it
- * (parse_u64_prefix(): "0-3", "1/100", "64K").
+ * (parse_u64_prefix(): "0-3", "1/100", "64K"), and sizes with a binary unit (parse_size()).
  * Pure, thread-safe.
  */
 #ifndef ZEPHON_PARSE_H
@@ -55,6 +55,32 @@ static inline int parse_u64_canonical(const char *s, uint64_t *out)
 	if (s && s[0] == '0' && s[1])
 		return -EINVAL;
 	return parse_u64(s, out);
+}
+
+/* A size in bytes: digits, then an optional binary unit K, M, G or T (2^10 .. 2^40, either
+ * case, "K", "Ki", "KiB" or "KB" alike): "64M" is 67,108,864. 0 and *out, or -EINVAL
+ * (no digits, another suffix, or above 2^64 - 1 bytes); *out unchanged on failure. */
+static inline int parse_size(const char *s, uint64_t *out)
+{
+	const char *end = s;
+	uint64_t v;
+	unsigned shift = 0;
+
+	if (parse_u64_prefix(&end, &v))
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+	if (*end || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
 }
 
 /* The name of a whitespace byte c for messages; NULL when c is not whitespace. */

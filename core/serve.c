@@ -98,7 +98,7 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 	}
 	if (j) /* the mount reports deliveries (server_delivered) */
 		journal_track_delivery(j);
-	if ((rc = srv_prefetch_start(s)))
+	if ((rc = srv_ahead_start(s)) || (rc = srv_prefetch_start(s)))
 		goto err_free;
 	*out = s;
 	return 0;
@@ -112,6 +112,7 @@ void server_free(struct server *s)
 {
 	if (!s)
 		return;
+	srv_ahead_stop(s);
 	srv_prefetch_stop(s);
 	pthread_mutex_destroy(&s->jobs_lock);
 	for (size_t i = 0; i < s->nranks; i++) {
@@ -358,6 +359,7 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 		}
 	}
 	record_claim(rs, b);
+	srv_ahead_step(s, rs, b->step);
 	if (s->cfg.prefetch) {
 		/* A reader that paces itself (a training step between claims) gets its batch
 		 * read before the refill's decode competes with it for the CPU: the refill

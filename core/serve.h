@@ -60,6 +60,9 @@ struct server_config {
 	enum encode_format format;
 	unsigned prefetch;          /* decoded micro-batches kept ready per rank (0..MAX) */
 	unsigned workers;           /* decode threads (1..MAX) */
+	uint64_t readahead;         /* bytes of each served rank's coming samples whose pages
+	                             * are asked of the kernel ahead of the rank (readahead.c,
+	                             * server_readahead); 0: none */
 	server_log_fn log;           /* may be NULL */
 	void *log_ctx;
 };
@@ -298,6 +301,15 @@ int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *siz
 /* The ids of rank's share of the step that starts at gsn (at/<gsn>) into ids[0,
  * share_samples). 0, -ENOENT (rank not served), -EOVERFLOW (past ORDER_MAX_GSN). */
 int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *ids);
+
+/* Rank reads the `steps` steps from gsn (a step's first gsn: a claim's step, the steps of
+ * an ids/ or from/ read): ask the kernel, on the server's read-ahead thread, for the pages
+ * of the samples of those steps and of the steps after them up to cfg.readahead bytes of
+ * the rank's share (each sample once while the rank moves forward; from gsn again after
+ * it moved back). Returns at once; hints only (sample_reader_hint: nothing
+ * is done for a dataset in the page cache, no error). Nothing for an unserved rank, for
+ * cfg.readahead 0, or past the end of the stream. Any thread. */
+void server_readahead(struct server *s, uint64_t rank, uint64_t gsn, uint64_t steps);
 
 /* Validation steps: V / B (0 without a split). */
 uint64_t server_validation_steps(const struct server *s);

@@ -1,9 +1,10 @@
 /*
  * serve_int.h: the server's state, shared by the files that make it up (serve.h is
  * their contract with the rest): serve_log.c (the rate-limited log), prefetch.c (reader
- * and buffer pools, decode jobs, each rank's prefetch ring), share.c (the pure reads:
- * step/, at/, validation/, samples/) and serve.c (cursor, claim, delivery, rewind).
- * Nothing outside core/serve*.c, prefetch.c and share.c includes it.
+ * and buffer pools, decode jobs, each rank's prefetch ring), readahead.c (page-cache
+ * hints along each rank's order), share.c (the pure reads: step/, at/, validation/,
+ * samples/) and serve.c (cursor, claim, delivery, rewind).
+ * Nothing outside core/serve*.c, prefetch.c, readahead.c and share.c includes it.
  */
 #ifndef ZEPHON_SERVE_INT_H
 #define ZEPHON_SERVE_INT_H
@@ -34,6 +35,24 @@ struct slot {
 	uint64_t bad_id;
 };
 
+struct rank_state;
+
+/* readahead.c: one rank's read-ahead (server_readahead). Under lock: the hints asked
+ * for are the gsns [done, to); done moves up as the job hints them, and back to the
+ * rank's position when the rank moved back or jumped past it. */
+struct rank_ahead {
+	pthread_mutex_t lock;
+	uint64_t at;             /* the rank's latest position (a step's first gsn) */
+	uint64_t done;           /* every step from at below done is hinted */
+	uint64_t to;             /* hint the steps below this gsn */
+	int queued;              /* job is queued or running */
+	struct ahead_job {
+		struct jobq_job job;  /* first: the job is the ahead_job */
+		struct server *s;
+		struct rank_state *rs;
+	} job;
+};
+
 struct rank_state {
 	uint64_t rank;
 	pthread_mutex_t lock;
@@ -59,6 +78,7 @@ struct rank_state {
 	                          * it) */
 	int primed;              /* the ring was filled once (fill_ring): PRIME_AT_START_MAX */
 	int refill_pending;      /* a claim left its refill to that close, see server_release */
+	struct rank_ahead ahead; /* readahead.c */
 };
 
 /* A prefetch decode, queued on the server's decoders. */
@@ -106,6 +126,12 @@ struct server {
 	struct decode_job *free_jobs;   /* linked through job.next */
 
 	struct reader_pool readers;
+	/* readahead.c: one thread that hints every rank's coming pages (NULL: cfg.readahead
+	 * is 0); ahead_steps: cfg.readahead in steps of a rank's share; ahead_flat: the
+	 * shards are flat (server_ids_served), -1 until the thread first looks */
+	struct jobq *ahead;
+	uint64_t ahead_steps;
+	int ahead_flat;
 	struct server_stats stats;
 
 	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */
@@ -173,5 +199,15 @@ int srv_take_cursor_batch(struct server *s, struct rank_state *rs, struct batch 
 			  int *hit);
 /* Put b back into the cursor's slot (a claim not journaled, a peek). rs->lock held. */
 void srv_return_cursor_batch(struct server *s, struct rank_state *rs, struct batch *b);
+
+/* readahead.c. Set up every served rank's read-ahead and, with cfg.readahead, its
+ * thread (started at the first hint): 0 or -ENOMEM. Stop it (hints queued are dropped,
+ * one running is waited for); safe after a failed or no start. */
+int srv_ahead_start(struct server *s);
+void srv_ahead_stop(struct server *s);
+/* server_readahead() for a served rank; _step: for the rank's claim of step `step` of
+ * the mount's layout. */
+void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps);
+void srv_ahead_step(struct server *s, struct rank_state *rs, uint64_t step);
 
 #endif

@@ -327,16 +327,7 @@ void share_run_read_end(struct share_run *r, struct share_read *rd, int ok)
 
 int server_ids_served(const struct server *s)
 {
-	size_t n = dataset_info(s->ds)->shards;
-	const char *dir, *file;
-	uint64_t first, count;
-
-	if (!server_shares_fixed(s) || !n)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (dataset_flat_shard(s->ds, i, &dir, &file, &first, &count))
-			return 0;
-	return 1;
+	return server_shares_fixed(s) && dataset_flat(s->ds);
 }
 
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size)
@@ -356,17 +347,3 @@ int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *siz
 	return 0;
 }
 
-int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *ids)
-{
-	struct layout l;
-	uint64_t g;
-	int rc;
-
-	if (!srv_find_rank(s, rank))
-		return -ENOENT;
-	/* as batch_encode takes a whole share: its micro-batches are consecutive gsns */
-	rc = layout_at(&s->cfg.layout, gsn, &l);
-	if (!rc)
-		rc = layout_micro_gsn(&l, rank, 0, 0, &g);
-	return rc ? rc : order_fill(&s->cfg.order, g, layout_share(&l), ids);
-}

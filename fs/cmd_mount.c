@@ -527,7 +527,7 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 		.ranks = &z->cfg->ranks,
 		.epochs = z->cfg->epochs,
 		.format = z->cfg->format,
-		.prefetch = z->cfg->prefetch,
+		.prefetch = z->cfg->prefetch, .readahead = z->cfg->readahead,
 		.workers = z->cfg->workers,
 		.log = server_log,
 	};

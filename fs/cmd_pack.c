@@ -175,29 +175,6 @@ static void usage(FILE *f)
 		PACK_LEVEL_DEFAULT, PACK_DICT_SIZE_DEFAULT);
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	const char *end = s;
-	uint64_t v;
-	unsigned shift = 0;
-
-	if (parse_u64_prefix(&end, &v))
-		return -EINVAL;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: break;
-	}
-	if (*end == 'i' || *end == 'B')
-		end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
-	if (*end || v > (UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
        OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP,
        OPT_EOD_TOKEN, OPT_TOKENIZER, OPT_TEXT_FIELD, OPT_COLUMN, OPT_SPLIT,

@@ -29,6 +29,7 @@ static const struct fuse_opt option_table[] = {
 	OPT("journal=%s", journal),
 	OPT("resume=%s", resume),
 	OPT("prefetch=%s", prefetch),
+	OPT("readahead=%s", readahead),
 	OPT("sync=%s", sync),
 	OPT("workers=%s", workers),
 	OPT("max_threads=%s", max_threads),
@@ -70,6 +71,8 @@ const char mount_options_help[] =
 	"                        source for /rank/<r>/validation/ (default: none)\n"
 	"  resume=auto|fresh|samples:G[@S]|step:S  where the stream starts (default auto)\n"
 	"  prefetch=K            decoded micro-batches kept ready per rank (default 2)\n"
+	"  readahead=BYTES       of each rank's coming samples, asked of the kernel ahead\n"
+	"                        of the rank (page cache; 64M, 1G; 0: none; default 64M)\n"
 	"  sync=normal|full      journal durability of each claim (default normal)\n"
 	"  workers=N             decode threads (default: number of CPUs, at most 8)\n"
 	"  max_threads=N         FUSE requests served at once, 1-256 (default: CPUs, at least 2)\n"
@@ -172,8 +175,8 @@ void mount_options_release(struct mount_options *o)
 {
 	char **strs[] = { &o->world_size, &o->global_batch, &o->micro_batch, &o->ranks,
 			  &o->seed, &o->shuffle, &o->epochs, &o->format, &o->journal, &o->resume,
-			  &o->prefetch, &o->sync, &o->workers, &o->max_threads, &o->weights,
-			  &o->validation, &o->watch_fd, &o->dataset, &o->mountpoint,
+			  &o->prefetch, &o->readahead, &o->sync, &o->workers, &o->max_threads,
+			  &o->weights, &o->validation, &o->watch_fd, &o->dataset, &o->mountpoint,
 			  &o->bad_option };
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
@@ -223,7 +226,7 @@ static int layout_from(const struct mount_options *o, struct layout *l, char *wh
 	return layout_check(l, why, why_len);
 }
 
-/* prefetch, workers and max_threads of o into c, with defaults from the CPUs online. 0,
+/* prefetch, readahead, workers and max_threads of o into c, with defaults from the CPUs online. 0,
  * or -EINVAL with one line in why. */
 static int threads_from(const struct mount_options *o, struct mount_config *c, char *why,
 			size_t why_len)
@@ -237,6 +240,9 @@ static int threads_from(const struct mount_options *o, struct mount_config *c, c
 	if (v > SERVER_MAX_PREFETCH)
 		return WHY("prefetch=%" PRIu64 " is above the limit of %u", v, SERVER_MAX_PREFETCH);
 	c->prefetch = (unsigned)v;
+	c->readahead = MOUNT_READAHEAD_DEFAULT;
+	if (o->readahead && parse_size(o->readahead, &c->readahead))
+		return WHY("readahead=%s is not a size in bytes (e.g. 64M, 1G, 0)", o->readahead);
 	if ((rc = number("workers", o->workers, cpus < 1 ? 1 : cpus > 8 ? 8 : (uint64_t)cpus,
 			 &v, why, why_len)))
 		return rc;

@@ -6,6 +6,11 @@
 #ifndef ZEPHON_OPTS_H
 #define ZEPHON_OPTS_H
 
+/* readahead= when not given: 64 MiB of each served rank's coming samples in the page
+ * cache, about a second ahead of a reader at 50 MB/s of random reads (tests/bench/
+ * RESULTS.md, "Cold, slow storage"), a tenth of a second at 500 MB/s. */
+#define MOUNT_READAHEAD_DEFAULT (UINT64_C(64) << 20)
+
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <fuse_opt.h>
@@ -19,6 +24,7 @@
 struct mount_options {
 	char *world_size, *global_batch, *micro_batch, *ranks, *seed, *shuffle, *epochs;
 	char *format, *journal, *resume, *prefetch, *sync, *workers, *max_threads;
+	char *readahead;              /* readahead=BYTES */
 	char *weights, *validation;   /* a mixture's weights; the held-out fraction */
 	char *watch_fd;               /* watch_fd=N: stop when that pipe's writers are gone */
 	int foreground, debug, singlethread, show_help, show_version;
@@ -42,6 +48,7 @@ struct mount_config {
 	char *journal;                /* malloc'd path */
 	struct journal_resume resume;
 	unsigned prefetch, workers;
+	uint64_t readahead;           /* bytes of each rank's coming samples hinted (0: none) */
 	unsigned max_threads;         /* FUSE requests served at once (fuse_loop_cfg_set_max_threads, 1-256) */
 	enum journal_sync sync;
 	const char *weights;          /* weights= as given (NULL: the spec's); borrowed from

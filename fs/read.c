@@ -73,7 +73,15 @@ void read_run(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 {
 	struct share_run *run = f->run;
 	struct share_read rd;
-	int rc = off < 0 ? 0 : share_run_read(run, (uint64_t)off, size, FROM_IOV_MAX, &rd);
+	int rc;
+
+	/* the pages of these steps and of the steps after them: the ones after are on
+	 * their way while these are built */
+	if (off >= 0 && (uint64_t)off < run->size)
+		server_readahead(z->srv, run->rank, run->gsn + (uint64_t)off / run->share *
+				 server_get_config(z->srv)->layout.global_batch,
+				 (size + run->share - 1) / run->share + 1);
+	rc = off < 0 ? 0 : share_run_read(run, (uint64_t)off, size, FROM_IOV_MAX, &rd);
 
 	if (off < 0 || (!rc && !rd.bytes)) {
 		if (off >= 0)
@@ -125,6 +133,11 @@ void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
+	/* the pages of these steps' samples and of the steps after them: on their way
+	 * while the reader gathers */
+	server_readahead(z->srv, run->rank,
+			 run->gsn + pos / per * server_get_config(z->srv)->layout.global_batch,
+			 (end - pos + per - 1) / per);
 	ids = malloc(per);
 	out = malloc(end - pos);
 	if (!ids || !out)

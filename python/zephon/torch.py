@@ -530,8 +530,14 @@ class _Shards:
                                   f"{window} tokens ({need} bytes)")
                 # a plain array over the mapping, not np.memmap: its __getitem__ is Python
                 # code that every gather would pay
-                arr = (np.frombuffer(mmap.mmap(f.fileno(), need, access=mmap.ACCESS_READ),
-                                     dtype=dtype) if n else np.empty(0, dtype))
+                arr = np.empty(0, dtype)
+                if n:
+                    m = mmap.mmap(f.fileno(), need, access=mmap.ACCESS_READ)
+                    # samples are read in the mount's order, whose pages the mount asks of
+                    # the kernel ahead (readahead=): a page not there yet is read alone,
+                    # not with the 128 KiB or more around it that a fault reads by default
+                    m.madvise(mmap.MADV_RANDOM)
+                    arr = np.frombuffer(m, dtype=dtype)
             self.maps.append(arr.reshape(n, window))
         self.one = len(self.maps) == 1 and int(self.first[0]) == 0
 

@@ -555,6 +555,8 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('resume=yesterday', 'resume=yesterday: expected auto, fresh, samples:G, samples:G@S or step:S'),
     ('sync=sometimes', 'sync=sometimes: expected normal or full'),
     ('prefetch=1000', 'prefetch=1000 is above the limit of 64'),
+    ('readahead=lots', 'readahead=lots is not a size in bytes (e.g. 64M, 1G, 0)'),
+    ('readahead=5Q', 'readahead=5Q is not a size in bytes'),
     ('max_threads=0', 'max_threads=0 must be between 1 and 256'),
     ('max_threads=many', 'max_threads=many is not a non-negative whole number'),
     ('world_size=4 ', 'world_size=4  is not a non-negative whole number: it ends with a '

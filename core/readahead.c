@@ -1,0 +1,193 @@
+/*
+ * readahead.c: the ids of a rank's coming shares (server_share_ids, also ids/), and
+ * page-cache read-ahead along each rank's order. The server knows which
+ * samples every served rank reads next, which no reader of a shard file can guess: when a
+ * rank moves (a claim of next, a read of ids/ or from/), the pages of the samples of its
+ * next steps, up to cfg.readahead bytes of its share, are asked of the kernel
+ * (sample_reader_hint: their own pages, and for flat shards no index page), so
+ * that on a cold dataset the disk reads are in flight, many at once and only of the bytes
+ * the order needs, before the rank needs them. The hints run on one thread of their own:
+ * a hint may wait for an index page, and neither a claim nor a decoder must.
+ *
+ * What it costs: the hinted pages in the page cache, up to cfg.readahead bytes per rank
+ * ahead of it (reclaimable; no memory of the daemon's own), and, for a dataset in the
+ * page cache, the order's ids of every step once more and two mincore() probes per
+ * hint of up to AHEAD_IDS samples. Locking: each rank's ahead.lock guards its fields
+ * (serve_int.h), taken alone.
+ */
+#include "serve_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/* Samples hinted per sample_reader_warm call: large enough that a warm dataset costs a
+ * probe per several steps, small enough that the first hints of a cold one go out at
+ * once (32 KiB of ids). */
+#define AHEAD_IDS 4096
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+	return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* The ids of rank's shares of the steps from gsn g below end into ids (room for at least
+ * one share): as many whole steps as fit in AHEAD_IDS (one at least). *count: the ids;
+ * returns the gsn after the last step taken (end when past the stream). */
+static uint64_t ahead_ids(struct server *s, struct rank_state *rs, uint64_t g, uint64_t end,
+			  uint64_t *ids, size_t *count)
+{
+	uint64_t b = s->cfg.layout.global_batch, share = layout_share(&s->cfg.layout);
+
+	*count = 0;
+	while (g < end && (*count == 0 || *count + share <= AHEAD_IDS)) {
+		if (g > s->limit || s->limit - g < b ||
+		    server_share_ids(s, rs->rank, g, ids + *count))
+			return end; /* past the end of the stream: nothing more to hint */
+		*count += share;
+		g += b;
+	}
+	return g;
+}
+
+int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *ids)
+{
+	struct layout l;
+	uint64_t g;
+	int rc;
+
+	if (!srv_find_rank(s, rank))
+		return -ENOENT;
+	/* as batch_encode takes a whole share: its micro-batches are consecutive gsns */
+	rc = layout_at(&s->cfg.layout, gsn, &l);
+	if (!rc)
+		rc = layout_micro_gsn(&l, rank, 0, 0, &g);
+	return rc ? rc : order_fill(&s->cfg.order, g, layout_share(&l), ids);
+}
+
+static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
+{
+	struct ahead_job *j = (struct ahead_job *)job;
+	struct server *s = j->s;
+	struct rank_ahead *a = &j->rs->ahead;
+	uint64_t share = layout_share(&s->cfg.layout);
+	struct sample_reader *r = NULL;
+	uint64_t *ids = NULL;
+
+	(void)ctx;
+	if (!cancelled) {
+		r = srv_reader_get(s);
+		ids = malloc((share > AHEAD_IDS ? share : AHEAD_IDS) * sizeof(*ids));
+	}
+	if (r && ids && s->ahead_flat < 0)
+		s->ahead_flat = dataset_flat(s->ds); /* this thread's alone */
+	for (;;) {
+		uint64_t from, end, next;
+		size_t count;
+
+		pthread_mutex_lock(&a->lock);
+		if (!r || !ids || a->done >= a->to || __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
+			a->queued = 0;
+			pthread_mutex_unlock(&a->lock);
+			break;
+		}
+		from = a->done;
+		end = a->to;
+		pthread_mutex_unlock(&a->lock);
+		next = ahead_ids(s, j->rs, from, end, ids, &count);
+		sample_reader_hint(r, ids, count, s->ahead_flat == 1);
+		pthread_mutex_lock(&a->lock);
+		if (a->done == from) /* else the rank moved meanwhile: start from where it is */
+			a->done = next;
+		pthread_mutex_unlock(&a->lock);
+	}
+	free(ids);
+	srv_reader_put(s, r);
+}
+
+void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps)
+{
+	struct rank_ahead *a = &rs->ahead;
+	uint64_t b = s->cfg.layout.global_batch, to, half;
+	int submit = 0;
+
+	if (!s->ahead)
+		return;
+	to = add_sat(gsn, mul_sat(add_sat(steps, s->ahead_steps), b));
+	half = add_sat(gsn, mul_sat(add_sat(steps, s->ahead_steps / 2), b));
+	pthread_mutex_lock(&a->lock);
+	if (gsn < a->at || gsn > a->done) {
+		a->done = gsn; /* moved back (a rewind, another loader) or past the hints */
+		a->to = to;
+	} else if (to > a->to) {
+		a->to = to;
+	}
+	a->at = gsn;
+	/* hints go out in runs of half the window or more, not a step at a time */
+	if (!a->queued && a->done < a->to && a->done <= half) {
+		a->queued = 1;
+		submit = 1;
+	}
+	pthread_mutex_unlock(&a->lock);
+	if (submit && jobq_submit(s->ahead, &a->job.job)) {
+		pthread_mutex_lock(&a->lock);
+		a->queued = 0;
+		pthread_mutex_unlock(&a->lock);
+	}
+}
+
+void srv_ahead_step(struct server *s, struct rank_state *rs, uint64_t step)
+{
+	uint64_t g;
+
+	if (s->ahead && !layout_step_gsn(&s->cfg.layout, step, &g))
+		srv_ahead(s, rs, g, 1);
+}
+
+void server_readahead(struct server *s, uint64_t rank, uint64_t gsn, uint64_t steps)
+{
+	struct rank_state *rs = srv_find_rank(s, rank);
+
+	if (rs)
+		srv_ahead(s, rs, gsn, steps);
+}
+
+int srv_ahead_start(struct server *s)
+{
+	struct jobq_config qc = {
+		.max_threads = 1, .name = "zephon-ahead", .block_signals = 1,
+	};
+	const struct dataset_info *info = s->info;
+	uint64_t share_bytes;
+	int rc;
+
+	for (size_t i = 0; i < s->nranks; i++) {
+		struct rank_ahead *a = &s->rs[i].ahead;
+
+		pthread_mutex_init(&a->lock, NULL);
+		a->job.job.run = ahead_run;
+		a->job.s = s;
+		a->job.rs = &s->rs[i];
+	}
+	s->ahead_flat = -1;
+	if (!s->cfg.readahead || !info->samples)
+		return 0;
+	/* a rank's share of a step in bytes on disk, from the mean stored sample */
+	share_bytes = mul_sat(layout_share(&s->cfg.layout),
+			      info->stored_bytes / info->samples ? info->stored_bytes / info->samples : 1);
+	s->ahead_steps = s->cfg.readahead / share_bytes + (s->cfg.readahead % share_bytes != 0);
+	rc = jobq_new(&qc, &s->ahead); /* its thread starts at the first hint */
+	return rc;
+}
+
+void srv_ahead_stop(struct server *s)
+{
+	jobq_free(s->ahead); /* a queued job runs cancelled: queued is cleared */
+	s->ahead = NULL;
+	for (size_t i = 0; i < s->nranks && s->ahead_flat; i++) /* 0: never started */
+		pthread_mutex_destroy(&s->rs[i].ahead.lock);
+}
