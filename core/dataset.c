@@ -178,6 +178,12 @@ static int open_payload(const struct ds_source *src, int dirfd, const struct cat
 		void *d = mmap(NULL, (size_t)cs->bytes, PROT_READ, MAP_SHARED, s->fd, 0);
 
 		s->data = d == MAP_FAILED ? NULL : d;
+		/* a fault reads its own page, not the read-around (read_ahead_kb, up to
+		 * megabytes) of a sequential reader: the pages a batch or the mount's
+		 * read-ahead needs are asked for explicitly (dataset_warm.c), and the
+		 * rest of a read-around is rarely read before it is evicted */
+		if (s->data)
+			madvise(d, (size_t)cs->bytes, MADV_RANDOM);
 	}
 	return 0;
 }

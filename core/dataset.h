@@ -199,10 +199,16 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
 void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count);
 /* sample_reader_warm() without the window: the pages of the samples ids[0..count) alone
  * (read-ahead of samples known to come, serve.h server_readahead: a window would read 32
- * times the bytes asked for). flat: every shard of the dataset is flat
- * (dataset_flat_shard(): uncompressed token samples back to back), so the payloads are
- * found from the ids and no index page is read or asked for. Same probe and skip. */
-void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count, int flat);
+ * times the bytes asked for). flags: HINT_FLAT when every shard of the dataset is flat
+ * (dataset_flat_shard(): uncompressed token samples back to back), so that the payloads
+ * are found from the ids without waiting for an index page; HINT_INDEX with it when the
+ * reader checks each sample against its index entry (a batch's build), so that the
+ * entries' pages are asked for too. Without HINT_FLAT: entries, then the payloads they
+ * give. Same probe and skip. */
+#define HINT_FLAT 1u
+#define HINT_INDEX 2u
+void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count,
+			unsigned flags);
 /* Zero-copy access to count samples of an uncompressed dataset: views[i] is set to the
  * raw_len bytes of sample ids[i] inside its shard's read-only mapping (valid until
  * dataset_close()), after their checksum was verified; a fault while hashing (a shard

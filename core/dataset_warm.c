@@ -209,16 +209,12 @@ static void warm_flat(struct sample_reader *r, const uint64_t *ids, size_t count
 	}
 }
 
-/* Index entries, then payloads; w: the window of each payload. */
-static void warm_indexed(struct sample_reader *r, const uint64_t *ids, size_t count,
-			 uint64_t w)
+/* The pages of the index entries of ids, all of them in flight at once. */
+static void warm_entries(struct sample_reader *r, const uint64_t *ids, size_t count)
 {
 	const struct dataset *ds = r->ds;
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), last = 0;
-	uint64_t last_from = UINT64_MAX;
-	size_t last_shard = SIZE_MAX;
 
-	/* every index page first, all of them in flight at once ... */
 	for (size_t i = 0; i < count; i++) {
 		uintptr_t at, end;
 
@@ -231,6 +227,17 @@ static void warm_indexed(struct sample_reader *r, const uint64_t *ids, size_t co
 			madvise((void *)at, end - at, MADV_WILLNEED);
 		last = at;
 	}
+}
+
+/* Index entries (warm_entries), then payloads; w: the window of each payload. */
+static void warm_indexed(struct sample_reader *r, const uint64_t *ids, size_t count,
+			 uint64_t w)
+{
+	const struct dataset *ds = r->ds;
+	uint64_t last_from = UINT64_MAX;
+	size_t last_shard = SIZE_MAX;
+
+	warm_entries(r, ids, count);
 	/* ... then the payloads, whose place the entries give (the first of these reads
 	 * waits for its index page; by then the others have arrived or are on their way) */
 	for (size_t i = 0; i < count; i++) {
@@ -256,12 +263,18 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 			     r->warm_window ? r->warm_window : (uint64_t)sysconf(_SC_PAGESIZE));
 }
 
-void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count, int flat)
+void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count,
+			unsigned flags)
 {
-	if (!warm_due(r, ids, count, flat))
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	if (!warm_due(r, ids, count, flags == HINT_FLAT))
 		return;
-	if (flat)
-		warm_flat(r, ids, count, (uint64_t)sysconf(_SC_PAGESIZE));
-	else
-		warm_indexed(r, ids, count, (uint64_t)sysconf(_SC_PAGESIZE));
+	if (!(flags & HINT_FLAT)) {
+		warm_indexed(r, ids, count, page);
+		return;
+	}
+	if (flags & HINT_INDEX)
+		warm_entries(r, ids, count);
+	warm_flat(r, ids, count, page);
 }

@@ -4,7 +4,8 @@
  * samples every served rank reads next, which no reader of a shard file can guess: when a
  * rank moves (a claim of next, a read of ids/ or from/), the pages of the samples of its
  * next steps, up to cfg.readahead bytes of its share, are asked of the kernel
- * (sample_reader_hint: their own pages, and for flat shards no index page), so
+ * (sample_reader_hint: their own pages, and for flat shards the index pages only
+ * where the reader checks samples against them), so
  * that on a cold dataset the disk reads are in flight, many at once and only of the bytes
  * the order needs, before the rank needs them. The hints run on one thread of their own:
  * a hint may wait for an index page, and neither a claim nor a decoder must.
@@ -99,7 +100,8 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 		end = a->to;
 		pthread_mutex_unlock(&a->lock);
 		next = ahead_ids(s, j->rs, from, end, ids, &count);
-		sample_reader_hint(r, ids, count, s->ahead_flat == 1);
+		sample_reader_hint(r, ids, count, (s->ahead_flat == 1 ? HINT_FLAT : 0) |
+				   (__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0));
 		pthread_mutex_lock(&a->lock);
 		if (a->done == from) /* else the rank moved meanwhile: start from where it is */
 			a->done = next;
@@ -109,7 +111,8 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	srv_reader_put(s, r);
 }
 
-void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps)
+void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps,
+	       int checked)
 {
 	struct rank_ahead *a = &rs->ahead;
 	uint64_t b = s->cfg.layout.global_batch, to, half;
@@ -127,6 +130,7 @@ void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t s
 		a->to = to;
 	}
 	a->at = gsn;
+	__atomic_store_n(&a->checked, checked, __ATOMIC_RELAXED);
 	/* hints go out in runs of half the window or more, not a step at a time */
 	if (!a->queued && a->done < a->to && a->done <= half) {
 		a->queued = 1;
@@ -145,15 +149,16 @@ void srv_ahead_step(struct server *s, struct rank_state *rs, uint64_t step)
 	uint64_t g;
 
 	if (s->ahead && !layout_step_gsn(&s->cfg.layout, step, &g))
-		srv_ahead(s, rs, g, 1);
+		srv_ahead(s, rs, g, 1, 1);
 }
 
-void server_readahead(struct server *s, uint64_t rank, uint64_t gsn, uint64_t steps)
+void server_readahead(struct server *s, uint64_t rank, uint64_t gsn, uint64_t steps,
+		      int checked)
 {
 	struct rank_state *rs = srv_find_rank(s, rank);
 
 	if (rs)
-		srv_ahead(s, rs, gsn, steps);
+		srv_ahead(s, rs, gsn, steps, checked);
 }
 
 int srv_ahead_start(struct server *s)

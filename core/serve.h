@@ -307,9 +307,12 @@ int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *id
  * of the samples of those steps and of the steps after them up to cfg.readahead bytes of
  * the rank's share (each sample once while the rank moves forward; from gsn again after
  * it moved back). Returns at once; hints only (sample_reader_hint: nothing
- * is done for a dataset in the page cache, no error). Nothing for an unserved rank, for
+ * is done for a dataset in the page cache, no error). checked: the reader checks each
+ * sample against its index entry (from/: 1; ids/, whose reader gathers the samples
+ * itself: 0), so the entries' pages are asked for too. Nothing for an unserved rank, for
  * cfg.readahead 0, or past the end of the stream. Any thread. */
-void server_readahead(struct server *s, uint64_t rank, uint64_t gsn, uint64_t steps);
+void server_readahead(struct server *s, uint64_t rank, uint64_t gsn, uint64_t steps,
+		      int checked);
 
 /* Validation steps: V / B (0 without a split). */
 uint64_t server_validation_steps(const struct server *s);

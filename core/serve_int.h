@@ -46,6 +46,9 @@ struct rank_ahead {
 	uint64_t done;           /* every step from at below done is hinted */
 	uint64_t to;             /* hint the steps below this gsn */
 	int queued;              /* job is queued or running */
+	int checked;             /* the rank's latest reader checks each sample against its
+	                          * index entry (next, from/; not ids/): hint the entries too
+	                          * (atomic: the job reads it without the lock) */
 	struct ahead_job {
 		struct jobq_job job;  /* first: the job is the ahead_job */
 		struct server *s;
@@ -207,7 +210,8 @@ int srv_ahead_start(struct server *s);
 void srv_ahead_stop(struct server *s);
 /* server_readahead() for a served rank; _step: for the rank's claim of step `step` of
  * the mount's layout. */
-void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps);
+void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps,
+	       int checked);
 void srv_ahead_step(struct server *s, struct rank_state *rs, uint64_t step);
 
 #endif

@@ -80,7 +80,7 @@ void read_run(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	if (off >= 0 && (uint64_t)off < run->size)
 		server_readahead(z->srv, run->rank, run->gsn + (uint64_t)off / run->share *
 				 server_get_config(z->srv)->layout.global_batch,
-				 (size + run->share - 1) / run->share + 1);
+				 (size + run->share - 1) / run->share + 1, 1);
 	rc = off < 0 ? 0 : share_run_read(run, (uint64_t)off, size, FROM_IOV_MAX, &rd);
 
 	if (off < 0 || (!rc && !rd.bytes)) {
@@ -137,7 +137,7 @@ void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	 * while the reader gathers */
 	server_readahead(z->srv, run->rank,
 			 run->gsn + pos / per * server_get_config(z->srv)->layout.global_batch,
-			 (end - pos + per - 1) / per);
+			 (end - pos + per - 1) / per, 0);
 	ids = malloc(per);
 	out = malloc(end - pos);
 	if (!ids || !out)

@@ -181,17 +181,17 @@ static void test_hints_the_ranks_coming_pages(void)
 		       "nothing to observe, skipped\n");
 	} else {
 		/* a read of step 0: steps 0 .. 4 of rank 0 (1 + 4 ahead) */
-		server_readahead(s, 0, 0, 1);
+		server_readahead(s, 0, 0, 1, 0);
 		CHECK(arrived(s, &sh, 0, 0, 5 * 8));
 		CHECK(none_resident(s, &sh, 1, 0, 5 * 8));  /* the other rank's: not asked */
 		CHECK(none_resident(s, &sh, 0, 5 * 8, 12 * 8)); /* beyond the window */
 		/* a read of step 2 with less than half the window left: steps 5 and 6 */
-		server_readahead(s, 0, 2 * 8, 1);
+		server_readahead(s, 0, 2 * 8, 1, 0);
 		CHECK(arrived(s, &sh, 0, 5 * 8, 7 * 8));
 		CHECK(none_resident(s, &sh, 0, 7 * 8, 12 * 8));
 		/* an unserved rank and a read past the end: nothing, no error */
-		server_readahead(s, 9, 0, 1);
-		server_readahead(s, 0, UINT64_C(1) << 62, 1);
+		server_readahead(s, 9, 0, 1, 0);
+		server_readahead(s, 0, UINT64_C(1) << 62, 1, 0);
 	}
 	server_free(s);
 	for (size_t i = 0; i < sh.n; i++)

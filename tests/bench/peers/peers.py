@@ -340,7 +340,7 @@ def run_ranks(work, system, kind, mb, world, seconds, workers):
                                           text=True, env=env, start_new_session=True))
         for p in procs:                        # every rank warmed up: the window starts
             line = readline(p, deadline)
-            if line.strip() != "ready":
+            if line.split(" ", 1)[0].strip() != "ready":
                 raise RuntimeError(f"{system} rank did not start: {line!r}")
         d0 = proc_cpu(mount._proc.pid) if mount else 0.0
         t0 = time.perf_counter()

@@ -1,7 +1,8 @@
 """One data-parallel rank of a throughput run (started by peers.py, one process per rank).
 
 usage: rank.py SYSTEM KIND WORK TARGET RANK WORLD MB SECONDS WORKERS
-Builds the loader, takes 3 batches, prints "ready", waits for "go" on stdin, takes batches
+Builds the loader, takes 3 batches, prints "ready" and a JSON object (build_s: the loader's
+construction, first_s: its first batch, after), waits for "go" on stdin, takes batches
 for SECONDS, prints one JSON line: items (tokens or samples), bytes (int64 tensors or record
 bytes), seconds, cpu_s (this process and its loader workers over the window).
 """
@@ -51,14 +52,19 @@ def measure(batch, kind):
 def main():
     system, kind, work, target, rank, world, mb, seconds, workers = sys.argv[1:10]
     rank, world, mb, workers, seconds = int(rank), int(world), int(mb), int(workers), float(seconds)
+    t = time.perf_counter()
     it = make(system, kind, work, target, rank, world, mb, workers)
+    build = time.perf_counter() - t
+    first = None
     for _ in range(3):
+        t = time.perf_counter()
         b = next(it)
+        first = time.perf_counter() - t if first is None else first
         if kind == "tokens":
             assert tuple(b.shape) == (mb, systems.WINDOW) and str(b.dtype) == "torch.int64", (b.shape, b.dtype)
         else:
             assert len(b) == mb and isinstance(b[0], (bytes, str)), (len(b), type(b[0]))
-    print("ready", flush=True)
+    print("ready", json.dumps({"build_s": build, "first_s": first}), flush=True)
     sys.stdin.readline()
     c0 = tree_cpu(os.getpid())
     t0 = time.perf_counter()
