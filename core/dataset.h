@@ -209,6 +209,11 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
 #define HINT_INDEX 2u
 void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count,
 			unsigned flags);
+/* 1 when the first page of sample id's payload is in memory (and, unless flags is
+ * HINT_FLAT alone, its index entry's page): what sample_reader_hint probes. mincore(2)
+ * only: nothing is read. An id out of range, or of a shard read with pread, counts as in
+ * memory. */
+int sample_reader_cached(struct sample_reader *r, uint64_t id, unsigned flags);
 /* Zero-copy access to count samples of an uncompressed dataset: views[i] is set to the
  * raw_len bytes of sample ids[i] inside its shard's read-only mapping (valid until
  * dataset_close()), after their checksum was verified; a fault while hashing (a shard

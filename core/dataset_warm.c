@@ -278,3 +278,10 @@ void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t cou
 		warm_entries(r, ids, count);
 	warm_flat(r, ids, count, page);
 }
+
+int sample_reader_cached(struct sample_reader *r, uint64_t id, unsigned flags)
+{
+	if (id >= r->ds->info.samples || !dataset_find_shard(r->ds, id)->data)
+		return 1; /* nothing mapped to look at: read with pread */
+	return flags == HINT_FLAT ? !flat_cold(r->ds, &id, 1) : !batch_cold(r->ds, &id, 1);
+}

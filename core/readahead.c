@@ -20,11 +20,20 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-/* Samples hinted per sample_reader_warm call: large enough that a warm dataset costs a
- * probe per several steps, small enough that the first hints of a cold one go out at
- * once (32 KiB of ids). */
+/* What one sample_reader_hint call asks for: AHEAD_CHUNK bytes of samples (a whole share
+ * at least, AHEAD_IDS samples at most), and the next chunk goes out once the one before
+ * it has arrived (ahead_wait). So about two chunks are queued at the disk at a time:
+ * enough to keep it busy (4 MiB in flight covers 4 ms of latency at 1 GB/s), little
+ * enough that a read nobody hinted (the trainer's own code and files, another mount's)
+ * waits behind at most that much (80 ms at 50 MB/s), where a whole readahead= window
+ * queued at once would make it wait seconds (tests/bench/RESULTS.md, "Cold, slow
+ * storage"). A warm dataset costs two mincore() probes per chunk. */
+#define AHEAD_CHUNK (UINT64_C(2) << 20)
 #define AHEAD_IDS 4096
+/* The longest ahead_wait: a disk slower than 2 MiB in this long is not kept waiting on. */
+#define AHEAD_WAIT_S 2.0
 
 static uint64_t add_sat(uint64_t a, uint64_t b)
 {
@@ -37,7 +46,7 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
 }
 
 /* The ids of rank's shares of the steps from gsn g below end into ids (room for at least
- * one share): as many whole steps as fit in AHEAD_IDS (one at least). *count: the ids;
+ * one share): as many whole steps as fit in s->ahead_chunk ids (one at least). *count: the ids;
  * returns the gsn after the last step taken (end when past the stream). */
 static uint64_t ahead_ids(struct server *s, struct rank_state *rs, uint64_t g, uint64_t end,
 			  uint64_t *ids, size_t *count)
@@ -45,7 +54,7 @@ static uint64_t ahead_ids(struct server *s, struct rank_state *rs, uint64_t g, u
 	uint64_t b = s->cfg.layout.global_batch, share = layout_share(&s->cfg.layout);
 
 	*count = 0;
-	while (g < end && (*count == 0 || *count + share <= AHEAD_IDS)) {
+	while (g < end && (*count == 0 || *count + share <= s->ahead_chunk)) {
 		if (g > s->limit || s->limit - g < b ||
 		    server_share_ids(s, rs->rank, g, ids + *count))
 			return end; /* past the end of the stream: nothing more to hint */
@@ -70,6 +79,17 @@ int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *id
 	return rc ? rc : order_fill(&s->cfg.order, g, layout_share(&l), ids);
 }
 
+/* Wait until sample id's pages are in memory (AHEAD_WAIT_S at most, or the server
+ * stops): the chunk that ends with it has arrived. */
+static void ahead_wait(struct server *s, struct sample_reader *r, uint64_t id, unsigned flags)
+{
+	double until = clock_mono_s() + AHEAD_WAIT_S;
+
+	while (!sample_reader_cached(r, id, flags) && clock_mono_s() < until &&
+	       !__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE))
+		usleep(500);
+}
+
 static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 {
 	struct ahead_job *j = (struct ahead_job *)job;
@@ -77,7 +97,7 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	struct rank_ahead *a = &j->rs->ahead;
 	uint64_t share = layout_share(&s->cfg.layout);
 	struct sample_reader *r = NULL;
-	uint64_t *ids = NULL;
+	uint64_t *ids = NULL, before = UINT64_MAX; /* the last id of the chunk before */
 
 	(void)ctx;
 	if (!cancelled) {
@@ -89,6 +109,7 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	for (;;) {
 		uint64_t from, end, next;
 		size_t count;
+		unsigned flags;
 
 		pthread_mutex_lock(&a->lock);
 		if (!r || !ids || a->done >= a->to || __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
@@ -99,9 +120,13 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 		from = a->done;
 		end = a->to;
 		pthread_mutex_unlock(&a->lock);
+		flags = (s->ahead_flat == 1 ? HINT_FLAT : 0) |
+			(__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0);
 		next = ahead_ids(s, j->rs, from, end, ids, &count);
-		sample_reader_hint(r, ids, count, (s->ahead_flat == 1 ? HINT_FLAT : 0) |
-				   (__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0));
+		sample_reader_hint(r, ids, count, flags);
+		if (before != UINT64_MAX)
+			ahead_wait(s, r, before, flags);
+		before = count ? ids[count - 1] : UINT64_MAX;
 		pthread_mutex_lock(&a->lock);
 		if (a->done == from) /* else the rank moved meanwhile: start from where it is */
 			a->done = next;
@@ -185,6 +210,8 @@ int srv_ahead_start(struct server *s)
 	share_bytes = mul_sat(layout_share(&s->cfg.layout),
 			      info->stored_bytes / info->samples ? info->stored_bytes / info->samples : 1);
 	s->ahead_steps = s->cfg.readahead / share_bytes + (s->cfg.readahead % share_bytes != 0);
+	s->ahead_chunk = AHEAD_CHUNK / (share_bytes / layout_share(&s->cfg.layout));
+	s->ahead_chunk = s->ahead_chunk > AHEAD_IDS ? AHEAD_IDS : s->ahead_chunk;
 	rc = jobq_new(&qc, &s->ahead); /* its thread starts at the first hint */
 	return rc;
 }

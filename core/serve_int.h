@@ -134,6 +134,7 @@ struct server {
 	 * shards are flat (server_ids_served), -1 until the thread first looks */
 	struct jobq *ahead;
 	uint64_t ahead_steps;
+	uint64_t ahead_chunk;    /* samples per hint (readahead.c, AHEAD_CHUNK) */
 	int ahead_flat;
 	struct server_stats stats;
 

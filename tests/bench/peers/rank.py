@@ -52,6 +52,14 @@ def measure(batch, kind):
 def main():
     system, kind, work, target, rank, world, mb, seconds, workers = sys.argv[1:10]
     rank, world, mb, workers, seconds = int(rank), int(world), int(mb), int(workers), float(seconds)
+    # numpy's and torch's own code on the paths every loader takes, once: on a cold page
+    # cache (cold.py) their pages come from the disk too, and the first batch times the
+    # loader, not them
+    import numpy as np
+    import torch
+    a = np.arange(64, dtype=np.uint16).reshape(8, 8)
+    torch.stack([torch.from_numpy(a[np.array([3, 1])].astype(np.int64))] * 2)
+    np.searchsorted(np.arange(4), np.array([1, 2]), side="right")
     t = time.perf_counter()
     it = make(system, kind, work, target, rank, world, mb, workers)
     build = time.perf_counter() - t
