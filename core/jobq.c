@@ -135,6 +135,10 @@ unsigned jobq_threads(struct jobq *q)
 int jobq_submit(struct jobq *q, struct jobq_job *job)
 {
 	pthread_mutex_lock(&q->lock);
+	if (q->stop) { /* a job queueing its sequel while jobq_free() runs */
+		pthread_mutex_unlock(&q->lock);
+		return -ESHUTDOWN;
+	}
 	/* A thread woken for an earlier job still counts as idle until it takes it: compare
 	 * the queue with the idle threads, not with zero. */
 	if (q->queued + 1 > q->idle && q->nthreads < q->cfg.max_threads)

@@ -13,7 +13,8 @@
  * jobs get as ctx.
  *
  * Thread-safety: jobq_submit() from any thread, also from a job; jobq_new(), jobq_start()
- * and jobq_free() from one thread, jobq_free() after every submitter has stopped.
+ * and jobq_free() from one thread, jobq_free() after every submitter but the queue's own
+ * jobs has stopped.
  */
 #ifndef ZEPHON_JOBQ_H
 #define ZEPHON_JOBQ_H
@@ -54,7 +55,8 @@ unsigned jobq_threads(struct jobq *q);
 
 /* Queue job (its run set) behind the jobs queued, starting a thread when none is idle
  * and fewer than max_threads run. 0, or -EAGAIN: no thread runs and none could be
- * started; the job was not queued and the caller still owns it. */
+ * started, or -ESHUTDOWN: jobq_free() has begun (a running job that queues its sequel);
+ * either way the job was not queued and the caller still owns it. */
 int jobq_submit(struct jobq *q, struct jobq_job *job);
 
 /* Stop: jobs still queued get run(job, NULL, 1) on the caller's thread; jobs running are

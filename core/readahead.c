@@ -90,50 +90,53 @@ static void ahead_wait(struct server *s, struct sample_reader *r, uint64_t id, u
 		usleep(500);
 }
 
+/* One chunk of a rank's hints per run, then the job queues itself again while the rank
+ * has more: the thread goes round the ranks a chunk each. Before its chunk's hints, a run
+ * waits for the chunk before it (any rank's) to arrive. */
 static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 {
 	struct ahead_job *j = (struct ahead_job *)job;
 	struct server *s = j->s;
 	struct rank_ahead *a = &j->rs->ahead;
-	uint64_t share = layout_share(&s->cfg.layout);
 	struct sample_reader *r = NULL;
-	uint64_t *ids = NULL, before = UINT64_MAX; /* the last id of the chunk before */
+	uint64_t from, end, next;
+	size_t count;
+	unsigned flags;
+	int more;
 
 	(void)ctx;
-	if (!cancelled) {
-		r = srv_reader_get(s);
-		ids = malloc((share > AHEAD_IDS ? share : AHEAD_IDS) * sizeof(*ids));
-	}
-	if (r && ids && s->ahead_flat < 0)
-		s->ahead_flat = dataset_flat(s->ds); /* this thread's alone */
-	for (;;) {
-		uint64_t from, end, next;
-		size_t count;
-		unsigned flags;
-
-		pthread_mutex_lock(&a->lock);
-		if (!r || !ids || a->done >= a->to || __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE)) {
-			a->queued = 0;
-			pthread_mutex_unlock(&a->lock);
-			break;
-		}
-		from = a->done;
-		end = a->to;
+	pthread_mutex_lock(&a->lock);
+	from = a->done;
+	end = a->to;
+	if (cancelled || from >= end || __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE) ||
+	    !(r = srv_reader_get(s))) {
+		a->queued = 0;
 		pthread_mutex_unlock(&a->lock);
-		flags = (s->ahead_flat == 1 ? HINT_FLAT : 0) |
-			(__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0);
-		next = ahead_ids(s, j->rs, from, end, ids, &count);
-		sample_reader_hint(r, ids, count, flags);
-		if (before != UINT64_MAX)
-			ahead_wait(s, r, before, flags);
-		before = count ? ids[count - 1] : UINT64_MAX;
-		pthread_mutex_lock(&a->lock);
-		if (a->done == from) /* else the rank moved meanwhile: start from where it is */
-			a->done = next;
-		pthread_mutex_unlock(&a->lock);
+		return;
 	}
-	free(ids);
+	pthread_mutex_unlock(&a->lock);
+	if (s->ahead_flat < 0)
+		s->ahead_flat = dataset_flat(s->ds); /* the thread's alone, as ahead_ids */
+	flags = (s->ahead_flat == 1 ? HINT_FLAT : 0) |
+		(__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0);
+	next = ahead_ids(s, j->rs, from, end, s->ahead_ids, &count);
+	if (s->ahead_last != UINT64_MAX)
+		ahead_wait(s, r, s->ahead_last, s->ahead_last_flags);
+	sample_reader_hint(r, s->ahead_ids, count, flags);
+	s->ahead_last = count ? s->ahead_ids[count - 1] : UINT64_MAX;
+	s->ahead_last_flags = flags;
 	srv_reader_put(s, r);
+	pthread_mutex_lock(&a->lock);
+	if (a->done == from) /* else the rank moved meanwhile: go on from where it is */
+		a->done = next;
+	more = a->done < a->to;
+	a->queued = more;
+	pthread_mutex_unlock(&a->lock);
+	if (more && jobq_submit(s->ahead, &a->job.job)) {
+		pthread_mutex_lock(&a->lock);
+		a->queued = 0;
+		pthread_mutex_unlock(&a->lock);
+	}
 }
 
 void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps,
@@ -212,6 +215,11 @@ int srv_ahead_start(struct server *s)
 	s->ahead_steps = s->cfg.readahead / share_bytes + (s->cfg.readahead % share_bytes != 0);
 	s->ahead_chunk = AHEAD_CHUNK / (share_bytes / layout_share(&s->cfg.layout));
 	s->ahead_chunk = s->ahead_chunk > AHEAD_IDS ? AHEAD_IDS : s->ahead_chunk;
+	s->ahead_last = UINT64_MAX;
+	s->ahead_ids = malloc((layout_share(&s->cfg.layout) > AHEAD_IDS ?
+			       layout_share(&s->cfg.layout) : AHEAD_IDS) * sizeof(uint64_t));
+	if (!s->ahead_ids)
+		return -ENOMEM;
 	rc = jobq_new(&qc, &s->ahead); /* its thread starts at the first hint */
 	return rc;
 }
@@ -220,6 +228,8 @@ void srv_ahead_stop(struct server *s)
 {
 	jobq_free(s->ahead); /* a queued job runs cancelled: queued is cleared */
 	s->ahead = NULL;
+	free(s->ahead_ids);
+	s->ahead_ids = NULL;
 	for (size_t i = 0; i < s->nranks && s->ahead_flat; i++) /* 0: never started */
 		pthread_mutex_destroy(&s->rs[i].ahead.lock);
 }

@@ -135,6 +135,10 @@ struct server {
 	struct jobq *ahead;
 	uint64_t ahead_steps;
 	uint64_t ahead_chunk;    /* samples per hint (readahead.c, AHEAD_CHUNK) */
+	uint64_t *ahead_ids;     /* the thread's: a chunk's ids */
+	uint64_t ahead_last;     /* the thread's: the last id of its latest chunk (UINT64_MAX:
+	                          * none), and that chunk's sample_reader_hint flags */
+	unsigned ahead_last_flags;
 	int ahead_flat;
 	struct server_stats stats;
 

@@ -1,7 +1,7 @@
 /*
  * core/jobq and core/pool: every job submitted runs exactly once, in order on one thread;
- * jobq_free() cancels what is still queued (on the freeing thread) and waits for what
- * runs; each thread's context reaches its jobs and is finished; a pool calls fn once per
+ * jobq_free() cancels what is still queued (on the freeing thread), waits for what
+ * runs and refuses what a running job queues meanwhile; each thread's context reaches its jobs and is finished; a pool calls fn once per
  * member.
  */
 #include <errno.h>
@@ -85,10 +85,13 @@ static void test_order_and_context(void)
 	CHECK_EQ_U64(atomic_load(&finis), 1);
 }
 
-/* The blocker holds the only thread until released. */
+/* The blocker holds the only thread until released, then queues a sequel (bl_queue,
+ * jobq_submit's answer in bl_sequel_rc): refused once jobq_free() has begun. */
 static pthread_mutex_t bl_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t bl_cv = PTHREAD_COND_INITIALIZER;
-static int bl_started, bl_release;
+static int bl_started, bl_release, bl_sequel_rc = 1;
+static struct jobq *bl_queue;
+static struct tjob bl_sequel;
 
 static void blocker_run(struct jobq_job *job, void *ctx, int cancelled)
 {
@@ -101,6 +104,8 @@ static void blocker_run(struct jobq_job *job, void *ctx, int cancelled)
 	while (!bl_release)
 		pthread_cond_wait(&bl_cv, &bl_mu);
 	pthread_mutex_unlock(&bl_mu);
+	bl_sequel = (struct tjob){ .job.run = tjob_run, .id = 99 };
+	bl_sequel_rc = jobq_submit(bl_queue, &bl_sequel.job);
 }
 
 static void *free_main(void *arg)
@@ -120,6 +125,7 @@ static void test_free_cancels_queued(void)
 
 	atomic_store(&norder, 0);
 	REQUIRE(jobq_new(&cfg, &q) == 0);
+	bl_queue = q;
 	REQUIRE(jobq_start(q, 1) == 0);
 	CHECK(jobq_start(q, 2) == -EINVAL);
 	REQUIRE(jobq_submit(q, &blocker) == 0);
@@ -148,6 +154,9 @@ static void test_free_cancels_queued(void)
 		CHECK(jobs[i].ctx == NULL);
 	}
 	CHECK_EQ_U64(atomic_load(&norder), 0);
+	/* the blocker's sequel, queued while the queue was being freed: refused, not run */
+	CHECK(bl_sequel_rc == -ESHUTDOWN);
+	CHECK_EQ_U64(bl_sequel.ran + bl_sequel.cancelled, 0);
 }
 
 static atomic_int pool_hits[8];
