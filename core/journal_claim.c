@@ -33,19 +33,9 @@ static int pos_same(struct rank_pos a, struct rank_pos b)
 /* Index of rank in the served set, or -1 (caller holds j->mu). */
 static ssize_t rank_index(const struct journal *j, uint64_t rank)
 {
-	size_t lo = 0, hi = j->nranks;
+	const struct rankset set = { .ranks = j->ranks, .count = j->nranks };
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (j->ranks[mid] == rank)
-			return (ssize_t)mid;
-		if (j->ranks[mid] < rank)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return -1;
+	return rankset_index(&set, rank);
 }
 
 /* Claims between two checks that the journal is still the file at its path. */

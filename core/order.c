@@ -323,7 +323,7 @@ int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
 
 #undef WHY
 
-int rankset_has(const struct rankset *s, uint64_t rank)
+ssize_t rankset_index(const struct rankset *s, uint64_t rank)
 {
 	size_t lo = 0, hi = s->count;
 
@@ -331,13 +331,18 @@ int rankset_has(const struct rankset *s, uint64_t rank)
 		size_t mid = lo + (hi - lo) / 2;
 
 		if (s->ranks[mid] == rank)
-			return 1;
+			return (ssize_t)mid;
 		if (s->ranks[mid] < rank)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return 0;
+	return -1;
+}
+
+int rankset_has(const struct rankset *s, uint64_t rank)
+{
+	return rankset_index(s, rank) >= 0;
 }
 
 void rankset_format(const struct rankset *s, char *out, size_t len)

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "order_one.h"
 
@@ -131,6 +132,10 @@ int rankset_parse(const char *text, uint64_t world_size, struct rankset *out,
 		  char *why_buf, size_t why_len);
 /* Does the set contain rank r? O(log count). */
 int rankset_has(const struct rankset *s, uint64_t rank);
+/* The index of rank in s->ranks, or -1 when the set does not contain it. O(log count).
+ * The one search of a rank for every table kept in the set's order (the server's rank
+ * states, the journal's cursors, the progress of each rank). */
+ssize_t rankset_index(const struct rankset *s, uint64_t rank);
 /* Write the compact form ("0-3,8") into out (always NUL-terminated, truncated). */
 void rankset_format(const struct rankset *s, char *out, size_t len);
 void rankset_release(struct rankset *s);

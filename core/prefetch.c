@@ -197,19 +197,9 @@ static void decoder_fini(void *arg, void *reader)
 
 struct rank_state *srv_find_rank(struct server *s, uint64_t rank)
 {
-	size_t lo = 0, hi = s->nranks;
+	ssize_t i = rankset_index(&s->ranks, rank); /* rs[i] is ranks.ranks[i]'s */
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (s->rs[mid].rank == rank)
-			return &s->rs[mid];
-		if (s->rs[mid].rank < rank)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
+	return i < 0 ? NULL : &s->rs[i];
 }
 
 /* Enqueue a decode for every claim index of rank's ring (decode_into_slot skips the slots that

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "progress.h"
@@ -16,7 +17,6 @@ struct progress_slot {
 
 struct rank_progress {
 	pthread_mutex_t mu;
-	uint64_t rank;
 	struct progress_rank_info info;
 	double first_read_s;
 	struct progress_slot slots[PROGRESS_SLOTS];
@@ -25,7 +25,8 @@ struct rank_progress {
 struct progress {
 	uint64_t global_batch;
 	size_t n;
-	struct rank_progress *r;   /* sorted by rank */
+	struct rankset ranks;      /* the ranks (a copy), n of them */
+	struct rank_progress *r;   /* r[i]: ranks.ranks[i]'s */
 };
 
 int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
@@ -33,15 +34,19 @@ int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
 {
 	struct progress *p = calloc(1, sizeof(*p));
 
-	if (!p || !(p->r = calloc(nranks ? nranks : 1, sizeof(*p->r)))) {
+	if (!p || !(p->r = calloc(nranks ? nranks : 1, sizeof(*p->r))) ||
+	    !(p->ranks.ranks = malloc((nranks ? nranks : 1) * sizeof(*ranks)))) {
+		if (p)
+			free(p->r);
 		free(p);
 		return -ENOMEM;
 	}
+	memcpy(p->ranks.ranks, ranks, nranks * sizeof(*ranks));
+	p->ranks.count = nranks;
 	p->global_batch = global_batch;
 	p->n = nranks;
 	for (size_t i = 0; i < nranks; i++) {
 		pthread_mutex_init(&p->r[i].mu, NULL);
-		p->r[i].rank = ranks[i];
 		for (size_t k = 0; k < PROGRESS_SLOTS; k++)
 			p->r[i].slots[k].sec = -1;
 	}
@@ -55,25 +60,16 @@ void progress_free(struct progress *p)
 		return;
 	for (size_t i = 0; i < p->n; i++)
 		pthread_mutex_destroy(&p->r[i].mu);
+	free(p->ranks.ranks);
 	free(p->r);
 	free(p);
 }
 
 static struct rank_progress *find(struct progress *p, uint64_t rank)
 {
-	size_t lo = 0, hi = p->n;
+	ssize_t i = rankset_index(&p->ranks, rank);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (p->r[mid].rank == rank)
-			return &p->r[mid];
-		if (p->r[mid].rank < rank)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
+	return i < 0 ? NULL : &p->r[i];
 }
 
 void progress_note_run(struct progress *p, uint64_t rank, uint64_t g0, uint64_t share_bytes,
@@ -175,7 +171,7 @@ int progress_total(struct progress *p, uint64_t start, double now, uint64_t *con
 	for (size_t i = 0; i < p->n; i++) {
 		struct progress_rank_info in;
 
-		progress_rank(p, p->r[i].rank, now, &in);
+		progress_rank(p, p->ranks.ranks[i], now, &in);
 		rate += in.samples_per_s;
 		if (in.last_read_s > last)
 			last = in.last_read_s;

@@ -380,6 +380,15 @@ static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 	const char *py = getenv("ZEPHON_PYTHON");
 	const char **argv = calloc(ninputs + 32, sizeof(*argv));
 	char self[4096], eod[32];
+	/* the options passed on as they were given, each "--name value" where set */
+	const char *const passed[][2] = {
+		{ "--text-field", fe->text_field },
+		{ "--column", fe->column },
+		{ "--split", fe->split },
+		{ "--format", fe->format },
+		{ "--dtype", o->have_dtype ? dtype_name(o->dtype) : NULL },
+		{ "--eod-token", o->have_eod_token ? eod : NULL },
+	};
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	int p[2];
 	size_t k = 0;
@@ -398,30 +407,12 @@ static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 	argv[k++] = fe->tokenizer;
 	argv[k++] = "--zephon";
 	argv[k++] = self;
-	if (fe->text_field) {
-		argv[k++] = "--text-field";
-		argv[k++] = fe->text_field;
-	}
-	if (fe->column) {
-		argv[k++] = "--column";
-		argv[k++] = fe->column;
-	}
-	if (fe->split) {
-		argv[k++] = "--split";
-		argv[k++] = fe->split;
-	}
-	if (fe->format) {
-		argv[k++] = "--format";
-		argv[k++] = fe->format;
-	}
-	if (o->have_dtype) {
-		argv[k++] = "--dtype";
-		argv[k++] = dtype_name(o->dtype);
-	}
-	if (o->have_eod_token) {
-		snprintf(eod, sizeof(eod), "%" PRIu64, o->eod_token);
-		argv[k++] = "--eod-token";
-		argv[k++] = eod;
+	snprintf(eod, sizeof(eod), "%" PRIu64, o->eod_token);
+	for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++) {
+		if (passed[i][1]) {
+			argv[k++] = passed[i][0];
+			argv[k++] = passed[i][1];
+		}
 	}
 	if (o->skip_bad)
 		argv[k++] = "--skip-bad";

@@ -13,7 +13,7 @@
 
 #include "clock.h"
 
-static int use_syslog;
+static int use_syslog; /* set once by the FUSE init thread, read by every thread: atomic */
 static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
 static time_t last_error_time;
@@ -21,12 +21,12 @@ static time_t last_error_time;
 void zmount_log_to_syslog(void)
 {
 	openlog("zephon", LOG_PID, LOG_DAEMON);
-	use_syslog = 1;
+	__atomic_store_n(&use_syslog, 1, __ATOMIC_RELEASE); /* after openlog */
 }
 
 static void write_line(int prio, const char *line)
 {
-	if (use_syslog)
+	if (__atomic_load_n(&use_syslog, __ATOMIC_ACQUIRE))
 		syslog(prio, "%s", line);
 	else
 		fprintf(stderr, "zephon: %s%s\n", prio <= LOG_ERR ? "error: " :

@@ -214,21 +214,6 @@ static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 			 "ranks", ranks);
 }
 
-/* The epoch /status shows: a plain dataset's; a mixture's least advanced source with
- * a weight now (epoch: source_progress()'s). */
-static uint64_t status_epoch(struct zmount *z, uint64_t consumed, const uint64_t *epoch)
-{
-	const struct served *st = z->served;
-	uint64_t e = UINT64_MAX;
-
-	if (!st->is_mixture)
-		return consumed / st->order.n;
-	for (size_t s = 0; s < st->k; s++)
-		if (st->weights[s] && epoch[s] < e)
-			e = epoch[s];
-	return e == UINT64_MAX ? 0 : e;
-}
-
 /* The shard files where a loader that reads ids/<G> gathers the samples itself
  * (server_ids_served: uncompressed token shards, samples back to back): per shard, in id
  * order, its absolute "path", its "first" sample id and its "samples"; sample id lies at
@@ -405,7 +390,9 @@ int render_status(struct zmount *z, struct buf *out)
 			 "start_step", json_u64(c->layout.start_step),
 			 "start_samples", json_u64(c->layout.start_samples),
 			 "consumed_samples", json_u64(consumed),
-			 "epoch", json_u64(status_epoch(z, consumed, epoch)),
+			 /* the epoch of a batch at consumed (a mixture's: mixture_epoch's, as
+			  * in /rank/<r>/state) */
+			 "epoch", json_u64(order_epoch(&c->order, consumed)),
 			 "resume", z->resume_applied,
 			 "seed", json_u64(c->order.seed),
 			 "shuffle", order_shuffle_name(c->order.shuffle),

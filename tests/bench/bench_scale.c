@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../unit/xorshift.h"
 #include "journal.h"
 #include "mix.h"
 #include "order.h"
@@ -63,10 +64,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15u;
 
 static uint64_t rnd(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
+	return xorshift64(&rng_state);
 }
 
 #define GSNS (1u << 18)   /* gsns per cost measurement */

@@ -135,6 +135,28 @@ def test_state_epoch_is_the_mixtures(sources, tmp_path):
     assert st['epoch'] == 0
 
 
+def test_status_epoch_is_the_states(sources, tmp_path):
+    """/status' epoch is the epoch /rank/<r>/state gives a claim at its consumed_samples:
+    one rule (the mixture's, the least epoch of the sources with a weight there), also
+    after a weight change that leaves a source out (a: 0, which stays in epoch 0)."""
+    mix = spec(tmp_path / 'mix.json', [1, 1, 2], sources)
+    j = tmp_path / 'j.sqlite'
+    seen = []
+    for opts, n in (('global_batch=8,journal=%s' % j, 3),
+                    ('global_batch=8,journal=%s,weights=a:0+b:1+c:1' % j, 9)):
+        with Mount(mix, tmp_path / 'm', opts) as m:
+            for _ in range(n):
+                with open(m.path('rank', 0, 'next'), 'rb') as f:   # claimed, not yet read
+                    st = json.loads(read_all(m.path('status')))
+                    last = json.loads(read_all(m.path('rank', 0, 'state')))['last']
+                    assert st['consumed_samples'] == last['gsn'], (st, last)
+                    assert st['epoch'] == last['epoch'], (st['consumed_samples'], last)
+                    seen.append(st['epoch'])
+                    f.read()
+    # c (20 samples, half of each step from gsn 24) sets the pace: epochs 0, 1 and 2
+    assert seen[0] == 0 and seen[-1] == 2 and sorted(seen) == seen, seen
+
+
 def test_curriculum_keeps_the_past_and_resumes_elastically(sources, tmp_path):
     mix = spec(tmp_path / 'mix.json', [0.5, 0.3, 0.2], sources)
     j = tmp_path / 'j.sqlite'

@@ -37,46 +37,6 @@ static int count_fds(void)
 	return n;
 }
 
-struct pack_args {
-	int compress, no_dict;
-	uint64_t shard_bytes;
-	int tokens;
-	enum token_dtype dtype;
-	uint64_t seq_len, overlap;
-	int have_eod;
-	uint64_t eod;
-};
-
-static void pack(const char *out, const char *input, const struct pack_args *a)
-{
-	const char *inputs[1] = { input };
-	struct pack_opts o;
-	struct pack_result res;
-	char err[1024] = "";
-	int rc;
-
-	pack_opts_init(&o);
-	o.inputs = inputs;
-	o.ninputs = 1;
-	o.out = out;
-	o.compress = a->compress;
-	o.no_dict = a->no_dict;
-	if (a->shard_bytes)
-		o.shard_bytes = a->shard_bytes;
-	if (a->tokens) {
-		o.have_dtype = 1;
-		o.dtype = a->dtype;
-		o.seq_len = a->seq_len;
-		o.overlap = a->overlap;
-		o.have_eod_token = a->have_eod;
-		o.eod_token = a->eod;
-	}
-	rc = pack_run(&o, &res, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "pack %s: %d %s\n", input, rc, err);
-	REQUIRE(rc == 0);
-}
-
 /* Line k of source s: distinct across sources, of varying length. */
 static int make_line(unsigned s, unsigned k, char *buf, size_t cap)
 {
@@ -88,9 +48,13 @@ static int make_line(unsigned s, unsigned k, char *buf, size_t cap)
 static void pack_lines(const char *name, unsigned s, unsigned n, int compress, int no_dict)
 {
 	struct buf all = BUF_INIT;
-	struct pack_args a = { .compress = compress, .no_dict = no_dict, .shard_bytes = 8 << 10 };
+	struct pack_opts o;
 	char line[256], in[64];
 
+	pack_opts_init(&o);
+	o.compress = compress;
+	o.no_dict = no_dict;
+	o.shard_bytes = 8 << 10;
 	for (unsigned k = 0; k < n; k++) {
 		int len = make_line(s, k, line, sizeof(line));
 
@@ -99,7 +63,7 @@ static void pack_lines(const char *name, unsigned s, unsigned n, int compress, i
 	}
 	snprintf(in, sizeof(in), "%s.jsonl", name);
 	write_file(tmp_path(in), all.data, all.len);
-	pack(tmp_path(name), tmp_path(in), &a);
+	pack_one_or_fail(&o, tmp_path(in), tmp_path(name));
 	buf_release(&all);
 }
 
@@ -369,12 +333,18 @@ static void test_single(void)
 static void pack_tok(const char *name, enum token_dtype dt, uint64_t seq_len, uint64_t overlap,
 		     int have_eod, uint64_t eod)
 {
-	struct pack_args a = { .compress = 1, .tokens = 1, .dtype = dt, .seq_len = seq_len,
-			       .overlap = overlap, .have_eod = have_eod, .eod = eod };
+	struct pack_opts o;
 	unsigned size = dtype_size(dt);
 	uint8_t data[64 * 4];
 	char in[64];
 
+	pack_opts_init(&o);
+	o.have_dtype = 1;
+	o.dtype = dt;
+	o.seq_len = seq_len;
+	o.overlap = overlap;
+	o.have_eod_token = have_eod;
+	o.eod_token = eod;
 	for (unsigned i = 0; i < 64; i++) {
 		uint32_t v = i % 50;
 
@@ -382,7 +352,7 @@ static void pack_tok(const char *name, enum token_dtype dt, uint64_t seq_len, ui
 	}
 	snprintf(in, sizeof(in), "%s.bin", name);
 	write_file(tmp_path(in), data, 64 * size);
-	pack(tmp_path(name), tmp_path(in), &a);
+	pack_one_or_fail(&o, tmp_path(in), tmp_path(name));
 }
 
 static void expect_refused(const char *x, const char *y, const char *what)
@@ -413,16 +383,18 @@ static void expect_refused(const char *x, const char *y, const char *what)
 
 static void test_incompatible(void)
 {
-	struct pack_args a = { .compress = 0 };
+	struct pack_opts o;
 	char err[512] = "";
 	struct dataset *ds = NULL;
 
+	pack_opts_init(&o);
+	o.compress = 0;
 	write_file(tmp_path("lines.txt"), "one\ntwo\nthree\n", 14);
-	pack(tmp_path("txt"), tmp_path("lines.txt"), &a);
+	pack_one_or_fail(&o, tmp_path("lines.txt"), tmp_path("txt"));
 	REQUIRE(mkdir(tmp_path("tree"), 0755) == 0);
 	write_file(tmp_path("tree/a.txt"), "a", 1);
 	write_file(tmp_path("tree/b.txt"), "b", 1);
-	pack(tmp_path("files"), tmp_path("tree"), &a);
+	pack_one_or_fail(&o, tmp_path("tree"), tmp_path("files"));
 	pack_tok("u16", DTYPE_UINT16, 8, 0, 0, 0);
 	pack_tok("u16b", DTYPE_UINT16, 8, 0, 0, 0);
 	pack_tok("u32", DTYPE_UINT32, 8, 0, 0, 0);

@@ -30,24 +30,14 @@
 static void pack(const char *out, const char *input, int compress, int have_dtype,
 		 enum token_dtype dtype, uint64_t seq_len)
 {
-	const char *inputs[1] = { input };
 	struct pack_opts o;
-	struct pack_result res;
-	char err[1024] = "";
-	int rc;
 
 	pack_opts_init(&o);
-	o.inputs = inputs;
-	o.ninputs = 1;
-	o.out = out;
 	o.compress = compress;
 	o.have_dtype = have_dtype;
 	o.dtype = dtype;
 	o.seq_len = seq_len;
-	rc = pack_run(&o, &res, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "pack %s: %d %s\n", input, rc, err);
-	REQUIRE(rc == 0);
+	pack_one_or_fail(&o, input, out);
 }
 
 static struct dataset *open_ds(const char *dir)

@@ -6,6 +6,7 @@
  * by a live mount. The resume rules of journal.h over one and several journals.
  */
 #include "test_journal_util.h"
+#include "xorshift.h"
 
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -222,10 +223,8 @@ static void test_foreign_and_corrupt(void)
 	unsigned char *good;
 	uint64_t x = 0x9e3779b97f4a7c15;
 
-	for (size_t i = 0; i < sizeof(junk); i++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		junk[i] = (unsigned char)x;
-	}
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (unsigned char)xorshift64(&x);
 	REQUIRE(spit(p, junk, sizeof(junk)) == 0);
 	expect_refused(p, -EBADMSG, "not a Zephon journal");
 	REQUIRE(spit(p, "hello\n", 6) == 0);

@@ -13,15 +13,13 @@
 #include "check.h"
 #include "mix.h"
 #include "order.h"
+#include "xorshift.h"
 
 static uint64_t rng = 88172645463325252u;
 
 static uint64_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return xorshift64(&rng);
 }
 
 /* Every prefix n <= 2D + 7 of the sequence keeps the bound, and the three views agree. */

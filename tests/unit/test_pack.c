@@ -29,17 +29,12 @@ static int do_pack(const char *in, const char *out, uint64_t shard_bytes, int co
 		   int no_dict, char *err)
 {
 	struct pack_opts o;
-	struct pack_result res;
-	const char *inputs[1] = { in };
 
 	pack_opts_init(&o);
-	o.inputs = inputs;
-	o.ninputs = 1;
-	o.out = out;
 	o.shard_bytes = shard_bytes;
 	o.compress = compress;
 	o.no_dict = no_dict;
-	return pack_run(&o, &res, err, 512);
+	return pack_one(&o, in, out, err, 512);
 }
 
 /* Sample k of the test input: lines of varying length and content. */

@@ -27,16 +27,9 @@
 
 static void pack_to(const char *out, const char *input, int tokens)
 {
-	const char *inputs[1] = { input };
 	struct pack_opts o;
-	struct pack_result res;
-	char err[1024] = "";
-	int rc;
 
 	pack_opts_init(&o);
-	o.inputs = inputs;
-	o.ninputs = 1;
-	o.out = out;
 	o.shard_bytes = 8 << 10;
 	if (tokens) {
 		o.have_dtype = 1;
@@ -44,10 +37,7 @@ static void pack_to(const char *out, const char *input, int tokens)
 		o.seq_len = 8;
 		o.compress = 0;
 	}
-	rc = pack_run(&o, &res, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "pack %s: %d %s\n", input, rc, err);
-	REQUIRE(rc == 0);
+	pack_one_or_fail(&o, input, out);
 }
 
 /* 600 lines of varying length, and 4,800 uint16 tokens (600 samples of 8) */
