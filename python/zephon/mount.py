@@ -13,22 +13,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Iterable,
-    Literal,
-    Mapping,
-    Sequence,
-    TypedDict,
-    Union,
-)
+from typing import Any, Iterable, Literal, Mapping, Sequence, Union
 
 from ._exe import PathLike, ZephonError, find_executable
-
-if TYPE_CHECKING:   # typing's own from Python 3.11; annotations are never evaluated here
-    from typing_extensions import Unpack
 
 
 def format_options(options: Mapping[str, Any]) -> str:
@@ -106,6 +93,15 @@ def format_validation(validation: float | fractions.Fraction | str) -> str:
     if isinstance(validation, fractions.Fraction):
         return f"{validation.numerator}/{validation.denominator}"
     return _number("validation", validation)
+
+
+def _mixture_options(options: dict[str, Any], weights: Weights | None,
+                     validation: float | fractions.Fraction | str | None) -> dict[str, Any]:
+    if weights is not None:
+        options["weights"] = format_weights(weights)
+    if validation is not None:
+        options["validation"] = format_validation(validation)
+    return options
 
 
 def format_ranks(ranks: Iterable[int] | str) -> str:
@@ -322,69 +318,32 @@ Sync = Literal["normal", "full"]
 Validation = Union[float, fractions.Fraction, str]
 
 
-class MountOptions(TypedDict, total=False):
-    """The mount options of ``zephon mount -o``, the keywords of :func:`mount`,
-    :class:`Mount`, :func:`mount_options` and (but ``world_size`` and ``ranks``)
-    :func:`node_mount`; :class:`Mount` documents each. A keyword left out, ``None`` or
-    ``False`` leaves the option out: the mount's default. The one list of them: the order
-    here is the order of the ``-o`` text."""
-    world_size: int | None
-    global_batch: int | None
-    micro_batch: int | None
-    ranks: Iterable[int] | str | None
-    seed: int | None
-    shuffle: Shuffle | None
-    epochs: int | None
-    format: Format | None
-    journal: PathLike | None
-    resume: str | None
-    prefetch: int | None
-    sync: Sync | None
-    workers: int | None
-    max_threads: int | None
-    allow_other: bool
-    default_permissions: bool
-    fuse_options: Sequence[str]
-    weights: Weights | None
-    validation: Validation | None
-
-
-# How a keyword's value is written in the -o text (the others as they are, by
-# format_options); a relative journal is made absolute: the daemon reads it from this cwd,
-# and /status names it absolutely, so that another process can compare it.
-_WRITE: dict[str, Callable[[Any], Any]] = {
-    "ranks": format_ranks,
-    "journal": lambda j: os.path.abspath(os.fspath(j)),
-    "weights": format_weights,
-    "validation": format_validation,
-}
-
-
-def _check_options(fn: str, options: Mapping[str, Any],
-                   others: Sequence[str] = ()) -> None:
-    """Raise TypeError, as Python does for a keyword a function does not name, for a key
-    of options that is not a mount option (or is one of others, set another way)."""
-    for k in options:
-        if k not in MountOptions.__annotations__ or k in others:
-            raise TypeError(f"{fn}() got an unexpected keyword argument {k!r}")
-
-
-def mount_options(**options: Unpack[MountOptions]) -> str:
-    """The ``-o`` string of ``zephon mount`` for these options (:class:`MountOptions`).
-    ``{"world_size": 4, "allow_other": True}`` gives ``"world_size=4,allow_other"``; a
-    relative ``journal`` is made absolute, ``fuse_options`` are passed as they are.
-    Raises ``ValueError`` for a value the option syntax cannot carry (a comma or white
-    space), ``TypeError`` for a keyword that is not a mount option."""
-    _check_options("mount_options", options)
-    given: Mapping[str, Any] = options
-    opts: dict[str, Any] = {}
-    for k in MountOptions.__annotations__:
-        v = given.get(k)
-        if k == "fuse_options":
-            opts.update((o, True) for o in v or ())
-        elif v is not None:
-            opts[k] = _WRITE[k](v) if k in _WRITE else v
-    return format_options(opts)
+def mount_options(*, world_size: int | None = None, global_batch: int | None = None,
+                  micro_batch: int | None = None, ranks: Iterable[int] | str | None = None,
+                  seed: int | None = None, shuffle: Shuffle | None = None,
+                  epochs: int | None = None, format: Format | None = None,
+                  journal: PathLike | None = None, resume: str | None = None,
+                  weights: Weights | None = None, validation: Validation | None = None,
+                  prefetch: int | None = None, sync: Sync | None = None,
+                  workers: int | None = None, max_threads: int | None = None,
+                  allow_other: bool = False, default_permissions: bool = False,
+                  fuse_options: Sequence[str] = ()) -> str:
+    """The ``-o`` string of ``zephon mount`` for these options (:class:`Mount` documents
+    each; ``None`` and ``False`` leave an option out: the mount's default).
+    ``{"world_size": 4, "allow_other": True}`` gives ``"world_size=4,allow_other"``. A
+    relative ``journal`` is made absolute (the daemon reads it from this cwd; ``/status``
+    names it absolutely, so that another process can compare it). Raises ``ValueError``
+    for a value the option syntax cannot carry (a comma or white space)."""
+    opts: dict[str, Any] = {
+        "world_size": world_size, "global_batch": global_batch, "micro_batch": micro_batch,
+        "ranks": None if ranks is None else format_ranks(ranks), "seed": seed,
+        "shuffle": shuffle, "epochs": epochs, "format": format,
+        "journal": None if journal is None else os.path.abspath(os.fspath(journal)),
+        "resume": resume, "prefetch": prefetch, "sync": sync, "workers": workers,
+        "max_threads": max_threads, "allow_other": allow_other,
+        "default_permissions": default_permissions}
+    opts.update((o, True) for o in fuse_options)
+    return format_options(_mixture_options(opts, weights, validation))
 
 
 class Mount:
@@ -406,8 +365,7 @@ class Mount:
         zephon: the ``zephon`` executable (default: ``$ZEPHON``, then ``PATH``).
         timeout: seconds to wait for the mount to answer.
 
-    The mount options of ``zephon mount -o``, the keys of :class:`MountOptions`
-    (``None``/``False``: the mount's default):
+    The mount options of ``zephon mount -o`` (``None``/``False``: the mount's default):
 
     - ``world_size``: data-parallel ranks in the job, W (default 1).
     - ``global_batch``: samples per optimizer step, a multiple of W (default W).
@@ -443,11 +401,25 @@ class Mount:
 
     def __init__(self, dataset: PathLike, mountpoint: PathLike, *,
                  zephon: PathLike | None = None, timeout: float = 60.0,
-                 **options: Unpack[MountOptions]) -> None:
-        _check_options(type(self).__name__, options)
+                 world_size: int | None = None, global_batch: int | None = None,
+                 micro_batch: int | None = None, ranks: Iterable[int] | str | None = None,
+                 seed: int | None = None, shuffle: Shuffle | None = None,
+                 epochs: int | None = None, format: Format | None = None,
+                 journal: PathLike | None = None, resume: str | None = None,
+                 weights: Weights | None = None, validation: Validation | None = None,
+                 prefetch: int | None = None, sync: Sync | None = None,
+                 workers: int | None = None, max_threads: int | None = None,
+                 allow_other: bool = False, default_permissions: bool = False,
+                 fuse_options: Sequence[str] = ()) -> None:
         self.dataset = os.path.abspath(os.fspath(dataset))
         self.path = os.path.abspath(os.fspath(mountpoint))
-        self.options: str = mount_options(**options)
+        self.options: str = mount_options(
+            world_size=world_size, global_batch=global_batch, micro_batch=micro_batch,
+            ranks=ranks, seed=seed, shuffle=shuffle, epochs=epochs, format=format,
+            journal=journal, resume=resume, weights=weights, validation=validation,
+            prefetch=prefetch, sync=sync, workers=workers, max_threads=max_threads,
+            allow_other=allow_other, default_permissions=default_permissions,
+            fuse_options=fuse_options)
         """The ``-o`` string the mount is made with (without ``watch_fd``)."""
         self.timeout = timeout
         self.reused = False
@@ -581,7 +553,17 @@ class Mount:
 
 
 def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = None,
-          timeout: float = 60.0, **options: Unpack[MountOptions]) -> Mount:
+          timeout: float = 60.0,
+          world_size: int | None = None, global_batch: int | None = None,
+          micro_batch: int | None = None, ranks: Iterable[int] | str | None = None,
+          seed: int | None = None, shuffle: Shuffle | None = None,
+          epochs: int | None = None, format: Format | None = None,
+          journal: PathLike | None = None, resume: str | None = None,
+          weights: Weights | None = None, validation: Validation | None = None,
+          prefetch: int | None = None, sync: Sync | None = None,
+          workers: int | None = None, max_threads: int | None = None,
+          allow_other: bool = False, default_permissions: bool = False,
+          fuse_options: Sequence[str] = ()) -> Mount:
     """Mount ``dataset`` (a packed dataset directory, or a mixture spec file such as
     ``mix.json``) at ``mountpoint`` with mount options given as keywords, for a ``with``
     block::
@@ -606,8 +588,12 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
     another one raises :class:`ZephonError` naming both sides. The mount made here ends
     with this process however it ends (``kill -9`` too; see :class:`Mount`).
     """
-    _check_options("mount", options)
-    return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, **options)
+    return Mount(dataset, mountpoint, zephon=zephon, timeout=timeout, world_size=world_size,
+                 global_batch=global_batch, micro_batch=micro_batch, ranks=ranks, seed=seed,
+                 shuffle=shuffle, epochs=epochs, format=format, journal=journal,
+                 resume=resume, weights=weights, validation=validation, prefetch=prefetch,
+                 sync=sync, workers=workers, max_threads=max_threads, allow_other=allow_other,
+                 default_permissions=default_permissions, fuse_options=fuse_options)
 
 
 class MountWaiter:
@@ -668,7 +654,15 @@ def _join_watch(lock_path: str) -> int | None:
 def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
                dp_ranks: Iterable[int] | str, local_rank: int | None = None,
                timeout: float = 120.0, zephon: PathLike | None = None,
-               **options: Unpack[MountOptions]) -> Mount | MountWaiter:
+               global_batch: int | None = None, micro_batch: int | None = None,
+               seed: int | None = None, shuffle: Shuffle | None = None,
+               epochs: int | None = None, format: Format | None = None,
+               journal: PathLike | None = None, resume: str | None = None,
+               weights: Weights | None = None, validation: Validation | None = None,
+               prefetch: int | None = None, sync: Sync | None = None,
+               workers: int | None = None, max_threads: int | None = None,
+               allow_other: bool = False, default_permissions: bool = False,
+               fuse_options: Sequence[str] = ()) -> Mount | MountWaiter:
     """One mount per node for the data-parallel ranks of that node.
 
     ``dp_degree`` is the data-parallel degree of the job (the mount's ``world_size``; not
@@ -694,13 +688,15 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
     :func:`mount`. The other keywords are the mount options of :class:`Mount` but
     ``world_size`` and ``ranks`` (``dp_degree`` and ``dp_ranks`` set them).
     """
-    _check_options("node_mount", options, others=("world_size", "ranks"))
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     mp = os.path.abspath(os.fspath(mountpoint))
-    options["world_size"] = dp_degree
-    options["ranks"] = dp_ranks
-    m = Mount(dataset, mp, zephon=zephon, timeout=timeout, **options)
+    m = Mount(dataset, mp, zephon=zephon, timeout=timeout, world_size=dp_degree,
+              ranks=dp_ranks, global_batch=global_batch, micro_batch=micro_batch, seed=seed,
+              shuffle=shuffle, epochs=epochs, format=format, journal=journal, resume=resume,
+              weights=weights, validation=validation, prefetch=prefetch, sync=sync,
+              workers=workers, max_threads=max_threads, allow_other=allow_other,
+              default_permissions=default_permissions, fuse_options=fuse_options)
     if local_rank == 0:
         os.makedirs(os.path.dirname(mp), exist_ok=True)
         with open(mp + ".lock", "a+") as lock:

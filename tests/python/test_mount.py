@@ -281,10 +281,9 @@ def test_stream_differences_of_a_mixture(tmp_path):
 
 
 def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
-    """mount, node_mount and Mount take each option of zephon mount -o as a keyword (the
-    keys of MountOptions); the option text is mount_options': a rank list written as
-    ranks= takes it, a relative journal made absolute, FUSE options passed as they are; an
-    unknown keyword is a TypeError."""
+    """mount, node_mount and Mount name each option of zephon mount -o; the option text
+    is mount_options': a rank list written as ranks= takes it, a relative journal made
+    absolute, FUSE options passed as they are; an unknown keyword is a TypeError."""
     from zephon.mount import mount_options
     monkeypatch.chdir(tmp_path)
     assert mount_options(world_size=8, ranks=[5, 0, 1, 2], journal='j.sqlite', seed=3,
@@ -296,8 +295,4 @@ def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
     for fn in (zephon.mount, zephon.Mount):
         with pytest.raises(TypeError, match="unexpected keyword argument 'wordl_size'"):
             fn(tmp_path, tmp_path / 'mnt', wordl_size=2)
-    # node_mount sets these two from dp_degree and dp_ranks
-    for k in ('world_size', 'ranks'):
-        with pytest.raises(TypeError, match=f"unexpected keyword argument '{k}'"):
-            zephon.node_mount(tmp_path, tmp_path / 'mnt', dp_degree=1, dp_ranks=[0], **{k: 1})
     assert not (tmp_path / 'mnt').exists()
