@@ -37,29 +37,20 @@ struct shards {
 static void make_dataset(void)
 {
 	uint16_t *tok = malloc(SAMPLES * SEQ * sizeof(*tok));
-	const char *inputs[1];
 	struct pack_opts o;
-	struct pack_result res;
-	char err[512] = "";
 
 	REQUIRE(tok);
 	for (size_t i = 0; i < SAMPLES * SEQ; i++)
 		tok[i] = (uint16_t)(i * 13 % 50000);
 	write_file(tmp_path("big.bin"), tok, SAMPLES * SEQ * sizeof(*tok));
 	free(tok);
-	inputs[0] = tmp_path("big.bin");
 	pack_opts_init(&o);
-	o.inputs = inputs;
-	o.ninputs = 1;
-	o.out = tmp_path("big");
 	o.shard_bytes = 64 << 10; /* 16 samples a shard: ids map to several files */
 	o.have_dtype = 1;
 	o.dtype = DTYPE_UINT16;
 	o.seq_len = SEQ;
 	o.compress = 0;
-	if (pack_run(&o, &res, err, sizeof(err)))
-		fprintf(stderr, "pack: %s\n", err);
-	REQUIRE(err[0] == '\0');
+	pack_one_or_fail(&o, tmp_path("big.bin"), tmp_path("big"));
 }
 
 static void map_shards(const struct dataset *ds, struct shards *sh)
