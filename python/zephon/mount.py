@@ -324,7 +324,8 @@ def mount_options(*, world_size: int | None = None, global_batch: int | None = N
                   epochs: int | None = None, format: Format | None = None,
                   journal: PathLike | None = None, resume: str | None = None,
                   weights: Weights | None = None, validation: Validation | None = None,
-                  prefetch: int | None = None, sync: Sync | None = None,
+                  prefetch: int | None = None, readahead: int | str | None = None,
+                  sync: Sync | None = None,
                   workers: int | None = None, max_threads: int | None = None,
                   allow_other: bool = False, default_permissions: bool = False,
                   fuse_options: Sequence[str] = ()) -> str:
@@ -339,7 +340,9 @@ def mount_options(*, world_size: int | None = None, global_batch: int | None = N
         "ranks": None if ranks is None else format_ranks(ranks), "seed": seed,
         "shuffle": shuffle, "epochs": epochs, "format": format,
         "journal": None if journal is None else os.path.abspath(os.fspath(journal)),
-        "resume": resume, "prefetch": prefetch, "sync": sync, "workers": workers,
+        "resume": resume, "prefetch": prefetch,
+        "readahead": None if readahead is None else str(readahead), "sync": sync,
+        "workers": workers,
         "max_threads": max_threads, "allow_other": allow_other,
         "default_permissions": default_permissions}
     opts.update((o, True) for o in fuse_options)
@@ -386,6 +389,9 @@ class Mount:
     - ``validation``: the fraction of every source held out for ``validation/``, at most
       1/2 (:func:`format_validation`).
     - ``prefetch``: decoded micro-batches kept ready per rank (default 2).
+    - ``readahead``: bytes of each rank's coming samples whose pages the mount asks of
+      the kernel ahead of the rank, an int or the option's text (``"64M"``, ``"1G"``,
+      ``0``: none; default 64 MiB): for a dataset not in the page cache.
     - ``sync``: journal durability of each claim, ``"normal"`` (default) or ``"full"``.
     - ``workers``: decode threads (default: the CPUs, at most 8).
     - ``max_threads``: FUSE requests served at once, 1-256 (default: the CPUs, at least 2).
@@ -407,7 +413,8 @@ class Mount:
                  epochs: int | None = None, format: Format | None = None,
                  journal: PathLike | None = None, resume: str | None = None,
                  weights: Weights | None = None, validation: Validation | None = None,
-                 prefetch: int | None = None, sync: Sync | None = None,
+                 prefetch: int | None = None, readahead: int | str | None = None,
+                 sync: Sync | None = None,
                  workers: int | None = None, max_threads: int | None = None,
                  allow_other: bool = False, default_permissions: bool = False,
                  fuse_options: Sequence[str] = ()) -> None:
@@ -417,9 +424,9 @@ class Mount:
             world_size=world_size, global_batch=global_batch, micro_batch=micro_batch,
             ranks=ranks, seed=seed, shuffle=shuffle, epochs=epochs, format=format,
             journal=journal, resume=resume, weights=weights, validation=validation,
-            prefetch=prefetch, sync=sync, workers=workers, max_threads=max_threads,
-            allow_other=allow_other, default_permissions=default_permissions,
-            fuse_options=fuse_options)
+            prefetch=prefetch, readahead=readahead, sync=sync, workers=workers,
+            max_threads=max_threads, allow_other=allow_other,
+            default_permissions=default_permissions, fuse_options=fuse_options)
         """The ``-o`` string the mount is made with (without ``watch_fd``)."""
         self.timeout = timeout
         self.reused = False
@@ -560,7 +567,8 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
           epochs: int | None = None, format: Format | None = None,
           journal: PathLike | None = None, resume: str | None = None,
           weights: Weights | None = None, validation: Validation | None = None,
-          prefetch: int | None = None, sync: Sync | None = None,
+          prefetch: int | None = None, readahead: int | str | None = None,
+          sync: Sync | None = None,
           workers: int | None = None, max_threads: int | None = None,
           allow_other: bool = False, default_permissions: bool = False,
           fuse_options: Sequence[str] = ()) -> Mount:
@@ -592,8 +600,9 @@ def mount(dataset: PathLike, mountpoint: PathLike, *, zephon: PathLike | None = 
                  global_batch=global_batch, micro_batch=micro_batch, ranks=ranks, seed=seed,
                  shuffle=shuffle, epochs=epochs, format=format, journal=journal,
                  resume=resume, weights=weights, validation=validation, prefetch=prefetch,
-                 sync=sync, workers=workers, max_threads=max_threads, allow_other=allow_other,
-                 default_permissions=default_permissions, fuse_options=fuse_options)
+                 readahead=readahead, sync=sync, workers=workers, max_threads=max_threads,
+                 allow_other=allow_other, default_permissions=default_permissions,
+                 fuse_options=fuse_options)
 
 
 class MountWaiter:
@@ -659,7 +668,8 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
                epochs: int | None = None, format: Format | None = None,
                journal: PathLike | None = None, resume: str | None = None,
                weights: Weights | None = None, validation: Validation | None = None,
-               prefetch: int | None = None, sync: Sync | None = None,
+               prefetch: int | None = None, readahead: int | str | None = None,
+               sync: Sync | None = None,
                workers: int | None = None, max_threads: int | None = None,
                allow_other: bool = False, default_permissions: bool = False,
                fuse_options: Sequence[str] = ()) -> Mount | MountWaiter:
@@ -694,9 +704,10 @@ def node_mount(dataset: PathLike, mountpoint: PathLike, *, dp_degree: int,
     m = Mount(dataset, mp, zephon=zephon, timeout=timeout, world_size=dp_degree,
               ranks=dp_ranks, global_batch=global_batch, micro_batch=micro_batch, seed=seed,
               shuffle=shuffle, epochs=epochs, format=format, journal=journal, resume=resume,
-              weights=weights, validation=validation, prefetch=prefetch, sync=sync,
-              workers=workers, max_threads=max_threads, allow_other=allow_other,
-              default_permissions=default_permissions, fuse_options=fuse_options)
+              weights=weights, validation=validation, prefetch=prefetch,
+              readahead=readahead, sync=sync, workers=workers, max_threads=max_threads,
+              allow_other=allow_other, default_permissions=default_permissions,
+              fuse_options=fuse_options)
     if local_rank == 0:
         os.makedirs(os.path.dirname(mp), exist_ok=True)
         with open(mp + ".lock", "a+") as lock:

@@ -290,6 +290,9 @@ def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
                          allow_other=True, fuse_options=['noatime', 'fsname=z']) == \
         f'world_size=8,ranks=0-2,5,seed=3,journal={tmp_path}/j.sqlite,allow_other,noatime,fsname=z'
     assert mount_options() == ''
+    # readahead: bytes as an int or the option's own text
+    assert mount_options(readahead=1 << 20, prefetch=1) == 'prefetch=1,readahead=1048576'
+    assert mount_options(readahead='64M') == 'readahead=64M'
     with pytest.raises(ValueError, match='comma or white space'):
         mount_options(resume='step:1 2')
     for fn in (zephon.mount, zephon.Mount):
