@@ -115,6 +115,18 @@ def cg_counters(disk: str) -> dict[str, float]:
             "mem_max_bytes": int(read(os.path.join(cg("memory"), "memory.max_usage_in_bytes")))}
 
 
+def anon_mib(pid: int) -> float | None:
+    """The process's anonymous memory now (RssAnon: not the shard pages it maps, which
+    VmHWM counts and the page cache holds), MiB."""
+    try:
+        for line in read(f"/proc/{pid}/status").splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def drop_caches() -> None:
     os.sync()
     write("/proc/sys/vm/drop_caches", "3")
@@ -227,6 +239,7 @@ def one_round(work: str, disk: str, system: str, workers: int, world: int, mb: i
             "samples_per_s": samples / wall,
             "mem_max_bytes": c1["mem_max_bytes"],
             "daemon_hwm_mib": peers.vm_hwm_mib(mount.pid) if mount and mount.pid else None,
+            "daemon_anon_mib": anon_mib(mount.pid) if mount and mount.pid else None,
             "wall_s": wall,
         })
     except Exception as e:            # a peer that fails is reported, not fatal
@@ -284,6 +297,10 @@ def main() -> None:
                     help="system:workers list")
     ap.add_argument("--readahead", default="64M", help="Zephon's readahead= (default 64M)")
     ap.add_argument("--mb", type=int, default=8, help="micro-batch (default 8)")
+    ap.add_argument("--read-ahead-kb", type=int, default=None,
+                    help="the disk's read_ahead_kb for the run (restored after; default: as "
+                         "it is). A mmap fault reads this much around it, so it decides what "
+                         "the memmap peers read per sample")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("cold.py: run as root (cgroups, drop_caches)")
@@ -295,11 +312,22 @@ def main() -> None:
     cg_setup(disk, size(a.bps), size(a.memory))
     res: dict[str, object] = {"inputs": inputs, "disk": disk, "bps": size(a.bps),
                               "memory": size(a.memory), "seconds": a.seconds,
-                              "readahead": a.readahead, "load_start": os.getloadavg()[0],
-                              "read_ahead_kb": read(f"/sys/dev/block/{disk}/queue/read_ahead_kb")
-                              .strip() if os.path.exists(f"/sys/dev/block/{disk}/queue")
-                              else None}
+                              "readahead": a.readahead, "load_start": os.getloadavg()[0]}
     tok = os.path.join(a.work, "tokens.bin")
+    ra_path = f"/sys/dev/block/{disk}/queue/read_ahead_kb"
+    ra_was = read(ra_path).strip()
+    if a.read_ahead_kb is not None:
+        write(ra_path, str(a.read_ahead_kb))
+    try:
+        run(a, res, disk, tok, out)
+    finally:
+        write(ra_path, ra_was)
+    print(table(res))
+
+
+def run(a: argparse.Namespace, res: dict[str, object], disk: str, tok: str, out: str) -> None:
+    """The limit, then every round, into res (and cold.json after each round)."""
+    res["read_ahead_kb"] = read(f"/sys/dev/block/{disk}/queue/read_ahead_kb").strip()
     cg_move(True)
     try:
         res["limit"] = {"randread_8k": fio(tok, "randread", "8k", 32, 10),
@@ -321,7 +349,6 @@ def main() -> None:
     res["load_end"] = os.getloadavg()[0]
     with open(os.path.join(out, "cold.json"), "w") as f:
         json.dump(res, f, indent=1)
-    print(table(res))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,13 @@ def main():
     a = np.arange(64, dtype=np.uint16).reshape(8, 8)
     torch.stack([torch.from_numpy(a[np.array([3, 1])].astype(np.int64))] * 2)
     np.searchsorted(np.arange(4), np.array([1, 2]), side="right")
+    # and the system's own modules: a trainer imports them at its start, from its own disk
+    for mod in {"zephon": ["zephon.torch"], "torchdata": ["torchdata.stateful_dataloader"],
+                "grain": ["grain.python"], "streaming": ["streaming"],
+                "webdataset": ["webdataset"],
+                "torchtitan": ["torchtitan.components.dataloader"]}.get(
+                    system.split("-")[0], []):
+        __import__(mod)
     t = time.perf_counter()
     it = make(system, kind, work, target, rank, world, mb, workers)
     build = time.perf_counter() - t
