@@ -3,11 +3,13 @@
  * flat token dataset whose pages were evicted: after a rank's read at step t, the pages
  * of exactly its samples of steps t .. t + 1 + ahead are asked of the kernel and arrive,
  * the other rank's and later steps' stay on disk, and a read further on extends the
- * hints. Pages are observed with mincore(2) on a mapping of each shard; eviction is
- * POSIX_FADV_DONTNEED (where the scratch file system ignores it, e.g. tmpfs, the test
- * says so and passes nothing).
+ * hints; the index pages of the hinted samples are asked for where the reader checks
+ * samples against them (next, from/) and not for ids/. Pages are observed with mincore(2)
+ * on a mapping of each shard and index file; eviction is POSIX_FADV_DONTNEED (where the
+ * scratch file system ignores it, e.g. tmpfs, the test says so and passes nothing).
  */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,83 +24,153 @@
 #include "dataset.h"
 #include "pack.h"
 #include "serve.h"
+#include "shard_index.h"
 #include "test_files.h"
 
 #define SAMPLES 256
 #define SEQ 2048 /* uint16: one 4 KiB page per sample */
+#define MAX_SHARDS 64
 
+/* The shard and index files of a dataset, mapped; seq: tokens per sample. */
 struct shards {
 	size_t n;
-	const unsigned char *map[SAMPLES];
-	int fd[SAMPLES];
-	uint64_t first[SAMPLES], count[SAMPLES];
+	uint64_t seq;
+	const unsigned char *map[MAX_SHARDS], *idx[MAX_SHARDS];
+	int fd[MAX_SHARDS], ifd[MAX_SHARDS];
+	uint64_t first[MAX_SHARDS], count[MAX_SHARDS], idx_len[MAX_SHARDS];
 };
 
-static void make_dataset(void)
+/* Dataset `name`: samples windows of seq uint16 tokens, shard_bytes per shard. */
+static void make_dataset(const char *name, uint64_t samples, uint64_t seq, uint64_t shard_bytes)
 {
-	uint16_t *tok = malloc(SAMPLES * SEQ * sizeof(*tok));
+	uint16_t *tok = malloc(samples * seq * sizeof(*tok));
+	char in[64];
 	struct pack_opts o;
 
 	REQUIRE(tok);
-	for (size_t i = 0; i < SAMPLES * SEQ; i++)
+	for (size_t i = 0; i < samples * seq; i++)
 		tok[i] = (uint16_t)(i * 13 % 50000);
-	write_file(tmp_path("big.bin"), tok, SAMPLES * SEQ * sizeof(*tok));
+	snprintf(in, sizeof(in), "%s.bin", name);
+	write_file(tmp_path(in), tok, samples * seq * sizeof(*tok));
 	free(tok);
 	pack_opts_init(&o);
-	o.shard_bytes = 64 << 10; /* 16 samples a shard: ids map to several files */
+	o.shard_bytes = shard_bytes;
 	o.have_dtype = 1;
 	o.dtype = DTYPE_UINT16;
-	o.seq_len = SEQ;
+	o.seq_len = seq;
 	o.compress = 0;
-	pack_one_or_fail(&o, tmp_path("big.bin"), tmp_path("big"));
+	pack_one_or_fail(&o, tmp_path(in), tmp_path(name));
 }
 
-static void map_shards(const struct dataset *ds, struct shards *sh)
+static const unsigned char *map_file(const char *path, int *fd, uint64_t *len)
+{
+	struct stat st;
+	const unsigned char *m;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	REQUIRE(*fd >= 0 && fstat(*fd, &st) == 0 && st.st_size > 0);
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, *fd, 0);
+	REQUIRE(m != MAP_FAILED);
+	*len = (uint64_t)st.st_size;
+	return m;
+}
+
+static void map_shards(const struct dataset *ds, uint64_t seq, struct shards *sh)
 {
 	memset(sh, 0, sizeof(*sh));
 	sh->n = dataset_info(ds)->shards;
+	sh->seq = seq;
+	REQUIRE(sh->n <= MAX_SHARDS);
 	for (size_t i = 0; i < sh->n; i++) {
 		const char *dir, *file;
 		char path[4096];
-		struct stat st;
+		uint64_t len;
 
 		REQUIRE(dataset_flat_shard(ds, i, &dir, &file, &sh->first[i], &sh->count[i]) == 0);
 		snprintf(path, sizeof(path), "%s/%s", dir, file);
-		sh->fd[i] = open(path, O_RDONLY | O_CLOEXEC);
-		REQUIRE(sh->fd[i] >= 0 && fstat(sh->fd[i], &st) == 0 && st.st_size > 0);
-		sh->map[i] = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, sh->fd[i], 0);
-		REQUIRE(sh->map[i] != MAP_FAILED);
+		sh->map[i] = map_file(path, &sh->fd[i], &len);
+		/* the index beside the shard: shard-NNNNN.raw's is shard-NNNNN.idx */
+		REQUIRE(strlen(path) > 4);
+		memcpy(path + strlen(path) - 4, ".idx", 4);
+		sh->idx[i] = map_file(path, &sh->ifd[i], &sh->idx_len[i]);
 	}
 }
 
-/* Drop every shard page from the page cache: 0, or -1 where they stay. */
-static int evict(struct shards *sh)
+static void unmap_shards(struct shards *sh)
 {
 	for (size_t i = 0; i < sh->n; i++) {
-		fdatasync(sh->fd[i]);
-		posix_fadvise(sh->fd[i], 0, 0, POSIX_FADV_DONTNEED);
+		close(sh->fd[i]);
+		close(sh->ifd[i]);
 	}
-	for (size_t i = 0; i < sh->n; i++) {
-		unsigned char v = 0;
-
-		if (mincore((void *)sh->map[i], 1, &v) || (v & 1))
-			return -1;
-	}
-	return 0;
 }
 
-static int resident(const struct shards *sh, uint64_t id)
+static int page_in(const unsigned char *p)
+{
+	unsigned char v = 0;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	REQUIRE(mincore((void *)((uintptr_t)p & ~(page - 1)), 1, &v) == 0);
+	return v & 1;
+}
+
+/* Drop the pages of every file of dataset `name` from the page cache, before it is
+ * opened: once a mapping holds a page of a large folio (a file just written is cached in
+ * them), the whole folio stays. */
+static void evict_files(const char *name)
+{
+	DIR *d = opendir(tmp_path(name));
+	struct dirent *e;
+
+	REQUIRE(d);
+	while ((e = readdir(d))) {
+		char path[4096];
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", tmp_path(name), e->d_name);
+		if (e->d_name[0] == '.' || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		fdatasync(fd); /* dirty pages stay */
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+	closedir(d);
+}
+
+/* Whether the shard and index pages are out of the page cache (evict_files() before the
+ * dataset's open; its header and flat-check pages aside): 0, or -1 where they stay. */
+static int evicted(struct shards *sh)
 {
 	for (size_t i = 0; i < sh->n; i++)
-		if (id >= sh->first[i] && id < sh->first[i] + sh->count[i]) {
-			unsigned char v = 0;
-			const unsigned char *p = sh->map[i] + (id - sh->first[i]) * SEQ * 2;
+		if (page_in(sh->map[i]) ||
+		    (sh->idx_len[i] > (4u << 12) && page_in(sh->idx[i] + sh->idx_len[i] / 2)))
+			return -1; /* (a one-page index is the header page the dataset maps) */
+	return 0;
+}
 
-			REQUIRE(mincore((void *)p, 1, &v) == 0);
-			return v & 1;
-		}
+/* The shard of id. */
+static size_t shard_of(const struct shards *sh, uint64_t id)
+{
+	for (size_t i = 0; i < sh->n; i++)
+		if (id >= sh->first[i] && id < sh->first[i] + sh->count[i])
+			return i;
 	REQUIRE(!"an id of no shard");
 	return 0;
+}
+
+/* Whether sample id's first payload page is in memory. */
+static int resident(const struct shards *sh, uint64_t id)
+{
+	size_t i = shard_of(sh, id);
+
+	return page_in(sh->map[i] + (id - sh->first[i]) * sh->seq * 2);
+}
+
+/* The index entry of sample id, in its index mapping. */
+static const unsigned char *entry_of(const struct shards *sh, uint64_t id)
+{
+	size_t i = shard_of(sh, id);
+
+	return sh->idx[i] + shard_index_size(id - sh->first[i]);
 }
 
 /* Rank's ids of the step at gsn (share 4). */
@@ -155,6 +227,7 @@ static void test_hints_the_ranks_coming_pages(void)
 	struct server *s;
 	struct shards sh;
 
+	evict_files("big");
 	REQUIRE(dataset_open(tmp_path("big"), &ds, err, sizeof(err)) == 0);
 	REQUIRE(rankset_parse("0-1", 2, &ranks, err, sizeof(err)) == 0);
 	memset(&cfg, 0, sizeof(cfg));
@@ -166,8 +239,8 @@ static void test_hints_the_ranks_coming_pages(void)
 	cfg.workers = 1;
 	cfg.readahead = 4 * 4 * SEQ * 2; /* 4 steps of a rank's share */
 	REQUIRE(server_new(ds, &cfg, NULL, &s) == 0);
-	map_shards(ds, &sh);
-	if (evict(&sh)) {
+	map_shards(ds, SEQ, &sh);
+	if (evicted(&sh)) {
 		printf("test_readahead: the scratch file system keeps evicted pages (tmpfs?): "
 		       "nothing to observe, skipped\n");
 	} else {
@@ -185,8 +258,109 @@ static void test_hints_the_ranks_coming_pages(void)
 		server_readahead(s, 0, UINT64_C(1) << 62, 1, 0);
 	}
 	server_free(s);
-	for (size_t i = 0; i < sh.n; i++)
-		close(sh.fd[i]);
+	unmap_shards(&sh);
+	rankset_release(&ranks);
+	dataset_close(ds);
+}
+
+/* Wait (20 s at most) until the index entries of rank's samples of the steps [from, to)
+ * are in memory. 1 when they all arrived. */
+static int entries_arrived(struct server *s, const struct shards *sh, uint64_t rank,
+			   uint64_t from, uint64_t to)
+{
+	double until = clock_mono_s() + 20;
+
+	for (;;) {
+		int all = 1;
+
+		for (uint64_t g = from; g < to && all; g += 8) {
+			uint64_t ids[4];
+
+			share_of(s, rank, g, ids);
+			for (int k = 0; k < 4; k++)
+				all &= page_in(entry_of(sh, ids[k]));
+		}
+		if (all)
+			return 1;
+		if (clock_mono_s() > until)
+			return 0;
+		usleep(1000);
+	}
+}
+
+static uintptr_t page_of(const unsigned char *p)
+{
+	return (uintptr_t)p & ~((uintptr_t)sysconf(_SC_PAGESIZE) - 1);
+}
+
+/* Whether the index page of rank's sample entry e is one that is in memory for another
+ * reason: the first and last of the index (the flat check reads them), or a page of
+ * rank 0's entries of the steps [0, to). */
+static int entry_page_shared(struct server *s, const struct shards *sh, const unsigned char *e,
+			     uint64_t to)
+{
+	int shared = page_of(e) == page_of(sh->idx[0]) ||
+		     page_of(e) == page_of(sh->idx[0] + sh->idx_len[0] - 1);
+
+	for (uint64_t h = 0; h < to && !shared; h += 8) {
+		uint64_t mine[4];
+
+		share_of(s, 0, h, mine);
+		for (int q = 0; q < 4; q++)
+			shared |= page_of(entry_of(sh, mine[q])) == page_of(e);
+	}
+	return shared;
+}
+
+/* A reader that checks samples against their index (checked: next, from/) gets the
+ * index pages of its coming samples asked for with the payloads; one that gathers them
+ * itself (ids/) does not. "wide": 65,536 samples of 8 tokens in one shard, so that the
+ * index spans 384 pages and the samples of a few steps fall on pages of their own. */
+static void test_checked_readers_get_index_pages(void)
+{
+	char err[512] = "";
+	struct dataset *ds;
+	struct rankset ranks;
+	struct server_config cfg;
+	struct server *s;
+	struct shards sh;
+	int clean = 1;
+
+	evict_files("wide");
+	REQUIRE(dataset_open(tmp_path("wide"), &ds, err, sizeof(err)) == 0);
+	REQUIRE(rankset_parse("0-1", 2, &ranks, err, sizeof(err)) == 0);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.layout = (struct layout){ .world_size = 2, .global_batch = 8, .micro_batch = 4 };
+	cfg.ranks = &ranks;
+	REQUIRE(order_init(&cfg.order, 65536, 5, ORDER_SHUFFLE_GLOBAL) == 0);
+	cfg.format = FORMAT_BIN;
+	cfg.workers = 1;
+	cfg.readahead = 4 * 4 * 8 * 2; /* 4 steps */
+	REQUIRE(server_new(ds, &cfg, NULL, &s) == 0);
+	map_shards(ds, 8, &sh);
+	REQUIRE(sh.n == 1);
+	if (evicted(&sh)) {
+		printf("test_readahead: the scratch file system keeps evicted pages (tmpfs?): "
+		       "nothing to observe, skipped\n");
+	} else {
+		server_readahead(s, 0, 0, 1, 1);  /* rank 0 checks: steps 0 .. 4 */
+		CHECK(arrived(s, &sh, 0, 0, 5 * 8));
+		CHECK(entries_arrived(s, &sh, 0, 0, 5 * 8));
+		server_readahead(s, 1, 0, 1, 0);  /* rank 1 gathers itself (ids/) */
+		CHECK(arrived(s, &sh, 1, 0, 5 * 8));
+		for (uint64_t g = 0; g < 5 * 8; g += 8) {
+			uint64_t ids[4];
+
+			share_of(s, 1, g, ids);
+			for (int k = 0; k < 4; k++)
+				if (!entry_page_shared(s, &sh, entry_of(&sh, ids[k]), 5 * 8) &&
+				    page_in(entry_of(&sh, ids[k])))
+					clean = 0;
+		}
+		CHECK(clean);
+	}
+	server_free(s);
+	unmap_shards(&sh);
 	rankset_release(&ranks);
 	dataset_close(ds);
 }
@@ -194,8 +368,10 @@ static void test_hints_the_ranks_coming_pages(void)
 int main(void)
 {
 	scratch_init("readahead");
-	make_dataset();
+	make_dataset("big", SAMPLES, SEQ, 64 << 10); /* 16 samples a shard: several files */
+	make_dataset("wide", 65536, 8, 4 << 20);
 	test_hints_the_ranks_coming_pages();
+	test_checked_readers_get_index_pages();
 	rm_rf(tmp);
 	return check_status();
 }
