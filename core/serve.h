@@ -287,6 +287,14 @@ int share_run_read(struct share_run *r, uint64_t off, size_t size, size_t max_io
 /* After the reply of rd (ok: it was a success): the run keeps the last share built,
  * frees the others and rd's arrays, and lets its lock go. */
 void share_run_read_end(struct share_run *r, struct share_read *rd, int ok);
+/* The ids of share k of the run (ids/<gsn>'s k-th share: the step at gsn + k B) into
+ * ids[0, share_samples). Errors as server_share_ids. */
+int share_run_ids(struct share_run *r, uint64_t k, uint64_t *ids);
+/* A read of [off, off + len) of the run, whose shares take `unit` bytes each (share for
+ * from/, 8 * share_samples for ids/): server_readahead() of the steps it spans and one
+ * more; checked as there (from/: 1, ids/: 0). */
+void share_run_ahead(struct share_run *r, uint64_t off, uint64_t len, uint64_t unit,
+		     int checked);
 
 /* ids/<G> of a rank: the sample ids of the shares of from/<G>, share by share (each
  * share_samples little-endian uint64, in the order the share holds its samples), for a

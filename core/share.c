@@ -347,3 +347,16 @@ int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *siz
 	return 0;
 }
 
+
+int share_run_ids(struct share_run *r, uint64_t k, uint64_t *ids)
+{
+	return server_share_ids(r->s, r->rank, r->gsn + k * r->s->cfg.layout.global_batch, ids);
+}
+
+void share_run_ahead(struct share_run *r, uint64_t off, uint64_t len, uint64_t unit,
+		     int checked)
+{
+	if (unit)
+		server_readahead(r->s, r->rank, r->gsn + off / unit * r->s->cfg.layout.global_batch,
+				 (len + unit - 1) / unit + 1, checked);
+}

@@ -78,9 +78,7 @@ void read_run(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	/* the pages of these steps and of the steps after them: the ones after are on
 	 * their way while these are built */
 	if (off >= 0 && (uint64_t)off < run->size)
-		server_readahead(z->srv, run->rank, run->gsn + (uint64_t)off / run->share *
-				 server_get_config(z->srv)->layout.global_batch,
-				 (size + run->share - 1) / run->share + 1, 1);
+		share_run_ahead(run, (uint64_t)off, size, run->share, 1);
 	rc = off < 0 ? 0 : share_run_read(run, (uint64_t)off, size, FROM_IOV_MAX, &rd);
 
 	if (off < 0 || (!rc && !rd.bytes)) {
@@ -135,9 +133,7 @@ void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	}
 	/* the pages of these steps' samples and of the steps after them: on their way
 	 * while the reader gathers */
-	server_readahead(z->srv, run->rank,
-			 run->gsn + pos / per * server_get_config(z->srv)->layout.global_batch,
-			 (end - pos + per - 1) / per, 0);
+	share_run_ahead(run, pos, end - pos, per, 0);
 	ids = malloc(per);
 	out = malloc(end - pos);
 	if (!ids || !out)
@@ -146,9 +142,7 @@ void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 		uint64_t k = p / per, within = p % per;
 		uint64_t take = per - within < end - p ? per - within : end - p;
 
-		rc = server_share_ids(z->srv, run->rank,
-				      run->gsn + k * server_get_config(z->srv)->layout.global_batch,
-				      ids);
+		rc = share_run_ids(run, k, ids);
 		for (uint64_t i = 0; !rc && i < run->share_samples; i++)
 			le64_put(&ids[i], ids[i]);
 		if (!rc)
