@@ -26,6 +26,28 @@ DATA = pathlib.Path(os.environ.get('ZEPHON_DATA') or
 sanitizers.capture()
 
 
+def built_with(runtime):
+    """Whether the zephon under test links a sanitizer runtime, by its entry symbol
+    (b'__asan_init': tests/run's build-asan; b'__tsan_init': its build-tsan)."""
+    try:
+        with open(ZEPHON, 'rb') as f:
+            return runtime in f.read()
+    except OSError:
+        return False
+
+
+# What a ThreadSanitizer daemon (tests/run's build-tsan) cannot do that the tests ask of
+# it: not races, so these tests skip there, each saying why, and run in the other builds.
+TSAN = built_with(b'__tsan_init')
+tsan_sigbus = pytest.mark.skipif(TSAN, reason=(
+    'ThreadSanitizer cannot recover from a SIGBUS: its wrapper of the handler leaves the '
+    'signal blocked after the siglongjmp, so a read of a truncated mapping kills the '
+    'daemon (the sigbus suite of tests/meson.build)'))
+tsan_thread = pytest.mark.skipif(TSAN, reason=(
+    "ThreadSanitizer's background thread is named zephon too and counts as one more "
+    'request thread'))
+
+
 def run(*args, check=True, input=None, env=None):
     """Run zephon with args; return the CompletedProcess (bytes stdout, text stderr).
     Fails on a sanitizer report in its stderr, whatever its exit status."""
