@@ -11,7 +11,10 @@ test expects anyway. capture() sets, in os.environ (every child inherits it):
     halt_on_error and print_stacktrace. GCC 12's UBSan inside an ASan build ignores
     log_path and always writes to stderr, so every helper that runs
     zephon scans its stderr (scan()), and a UBSan halt exits with a status no zephon
-    command returns, so a test that expects a refusal's 1 or 2 fails on it too.
+    command returns, so a test that expects a refusal's 1 or 2 fails on it too;
+  - TSAN_OPTIONS the same log_path (the ThreadSanitizer build, tests/run's build-tsan):
+    ThreadSanitizer does not halt at a report (its halt_on_error is 0 by default), so the
+    daemon goes on serving and a race fails the test during which it was reported.
 A plain build writes no report files and never exits 86.
 """
 import os
@@ -24,8 +27,10 @@ import pytest
 
 # The first line of each kind of report: ASan's "ERROR: AddressSanitizer: ...", LSan's
 # "ERROR: LeakSanitizer: ...", UBSan's "file:line:col: runtime error: ..." and its
-# "UndefinedBehaviorSanitizer: DEADLYSIGNAL" / "SUMMARY: UndefinedBehaviorSanitizer: ...".
-MARKS = ('AddressSanitizer', 'LeakSanitizer', 'UndefinedBehaviorSanitizer', 'runtime error:')
+# "UndefinedBehaviorSanitizer: DEADLYSIGNAL" / "SUMMARY: UndefinedBehaviorSanitizer: ...",
+# TSan's "WARNING: ThreadSanitizer: data race ..." / "SUMMARY: ThreadSanitizer: ...".
+MARKS = ('AddressSanitizer', 'LeakSanitizer', 'UndefinedBehaviorSanitizer', 'runtime error:',
+         'ThreadSanitizer')
 
 UBSAN_EXIT = 86   # the exit status of a process UBSan halted
 
@@ -43,8 +48,9 @@ def scan(text, what='a process'):
 
 
 def capture():
-    """Send ASan's reports of every process started from now on into a directory of this
-    session, and make UBSan halt with exit status UBSAN_EXIT (idempotent)."""
+    """Send ASan's and TSan's reports of every process started from now on into a
+    directory of this session, and make UBSan halt with exit status UBSAN_EXIT
+    (idempotent)."""
     global _dir
     if _dir is None:
         _dir = pathlib.Path(tempfile.mkdtemp(prefix='zephon-sanitizer-'))
@@ -52,7 +58,8 @@ def capture():
         log = 'log_path=%s' % (_dir / 'report')
         for var, extra in (('ASAN_OPTIONS', log),
                            ('UBSAN_OPTIONS', log + ':halt_on_error=1:print_stacktrace=1'
-                            ':exitcode=%d' % UBSAN_EXIT)):
+                            ':exitcode=%d' % UBSAN_EXIT),
+                           ('TSAN_OPTIONS', log)):
             old = os.environ.get(var, '')
             os.environ[var] = (old + ':' if old else '') + extra
     return _dir

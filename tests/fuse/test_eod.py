@@ -18,8 +18,7 @@ EOD = 50256                   # GPT-2's <|endoftext|>
 
 def run(*args, **kw):
     p = conftest.run(*args, **kw)
-    assert not any(m in p.stderr for m in ('runtime error:', 'AddressSanitizer',
-                                           'LeakSanitizer')), p.stderr
+    assert not any(m in p.stderr for m in conftest.SANITIZER_MARKS), p.stderr
     return p
 
 

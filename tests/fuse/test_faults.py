@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import open_errno, pack, read_all, write_jsonl, write_tokens
+from conftest import open_errno, pack, read_all, tsan_sigbus, write_jsonl, write_tokens
 
 
 @pytest.fixture
@@ -59,6 +59,7 @@ def assert_serving(m):
     return st
 
 
+@tsan_sigbus
 @pytest.mark.parametrize('kind', ['zstd', 'raw'])
 def test_shard_truncated_under_default_prefetch_is_eio(records, tokens, mount, kind):
     """With the default prefetch the samples are read on the decode threads."""
@@ -75,6 +76,7 @@ def test_shard_truncated_under_default_prefetch_is_eio(records, tokens, mount, k
     assert m.proc.poll() is None
 
 
+@tsan_sigbus
 @pytest.mark.parametrize('kind', ['zstd', 'raw'])
 @pytest.mark.parametrize('prefetch', [0, 2])
 def test_index_truncated_under_a_live_mount_is_eio(records, tokens, mount, kind, prefetch):
