@@ -173,16 +173,24 @@ static const unsigned char *entry_of(const struct shards *sh, uint64_t id)
 	return sh->idx[i] + shard_index_size(id - sh->first[i]);
 }
 
+/* Whether sample id's index entry is in memory. */
+static int entry_resident(const struct shards *sh, uint64_t id)
+{
+	return page_in(entry_of(sh, id));
+}
+
 /* Rank's ids of the step at gsn (share 4). */
 static void share_of(struct server *s, uint64_t rank, uint64_t gsn, uint64_t ids[4])
 {
 	REQUIRE(server_share_ids(s, rank, gsn, ids) == 0);
 }
 
-/* Wait (up to 20 s: the hints run on the server's thread) until every sample of rank's
- * steps [from, to) (gsns, B = 8) is in memory. 1 when they all arrived. */
-static int arrived(struct server *s, const struct shards *sh, uint64_t rank, uint64_t from,
-		   uint64_t to)
+/* Wait (up to 20 s: the hints run on the server's thread) until in_memory(sh, id) holds
+ * for every sample id of rank's steps [from, to) (gsns, B = 8): resident() for their
+ * payloads, entry_resident() for their index entries. 1 when they all arrived. */
+static int arrived_by(struct server *s, const struct shards *sh, uint64_t rank,
+		      uint64_t from, uint64_t to,
+		      int (*in_memory)(const struct shards *, uint64_t))
 {
 	double until = clock_mono_s() + 20;
 
@@ -194,7 +202,7 @@ static int arrived(struct server *s, const struct shards *sh, uint64_t rank, uin
 
 			share_of(s, rank, g, ids);
 			for (int k = 0; k < 4; k++)
-				all &= resident(sh, ids[k]);
+				all &= in_memory(sh, ids[k]);
 		}
 		if (all)
 			return 1;
@@ -202,6 +210,12 @@ static int arrived(struct server *s, const struct shards *sh, uint64_t rank, uin
 			return 0;
 		usleep(1000);
 	}
+}
+
+static int arrived(struct server *s, const struct shards *sh, uint64_t rank, uint64_t from,
+		   uint64_t to)
+{
+	return arrived_by(s, sh, rank, from, to, resident);
 }
 
 static int none_resident(struct server *s, const struct shards *sh, uint64_t rank,
@@ -218,74 +232,71 @@ static int none_resident(struct server *s, const struct shards *sh, uint64_t ran
 	return 1;
 }
 
-static void test_hints_the_ranks_coming_pages(void)
-{
-	char err[512] = "";
+/* A server over dataset `name` (samples windows of seq tokens), W=2, B=8, m=4 (a share of
+ * 4), both ranks, no prefetch (no decode reads a page), readahead 4 steps of a share; its
+ * files evicted before the open and mapped after. */
+struct fixture {
 	struct dataset *ds;
 	struct rankset ranks;
 	struct server_config cfg;
 	struct server *s;
 	struct shards sh;
+};
 
-	evict_files("big");
-	REQUIRE(dataset_open(tmp_path("big"), &ds, err, sizeof(err)) == 0);
-	REQUIRE(rankset_parse("0-1", 2, &ranks, err, sizeof(err)) == 0);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.layout = (struct layout){ .world_size = 2, .global_batch = 8, .micro_batch = 4 };
-	cfg.ranks = &ranks;
-	REQUIRE(order_init(&cfg.order, SAMPLES, 5, ORDER_SHUFFLE_GLOBAL) == 0);
-	cfg.format = FORMAT_BIN;
-	cfg.prefetch = 0;  /* no decode reads a page */
-	cfg.workers = 1;
-	cfg.readahead = 4 * 4 * SEQ * 2; /* 4 steps of a rank's share */
-	REQUIRE(server_new(ds, &cfg, NULL, &s) == 0);
-	map_shards(ds, SEQ, &sh);
-	if (evicted(&sh)) {
+/* 0, or -1 (said) where the scratch file system keeps evicted pages: nothing to observe. */
+static int setup(struct fixture *fx, const char *name, uint64_t samples, uint64_t seq)
+{
+	char err[512] = "";
+
+	memset(fx, 0, sizeof(*fx));
+	evict_files(name);
+	REQUIRE(dataset_open(tmp_path(name), &fx->ds, err, sizeof(err)) == 0);
+	REQUIRE(rankset_parse("0-1", 2, &fx->ranks, err, sizeof(err)) == 0);
+	fx->cfg.layout = (struct layout){ .world_size = 2, .global_batch = 8, .micro_batch = 4 };
+	fx->cfg.ranks = &fx->ranks;
+	REQUIRE(order_init(&fx->cfg.order, samples, 5, ORDER_SHUFFLE_GLOBAL) == 0);
+	fx->cfg.format = FORMAT_BIN;
+	fx->cfg.workers = 1;
+	fx->cfg.readahead = 4 * 4 * seq * 2;
+	REQUIRE(server_new(fx->ds, &fx->cfg, NULL, &fx->s) == 0);
+	map_shards(fx->ds, seq, &fx->sh);
+	if (evicted(&fx->sh)) {
 		printf("test_readahead: the scratch file system keeps evicted pages (tmpfs?): "
 		       "nothing to observe, skipped\n");
-	} else {
+		return -1;
+	}
+	return 0;
+}
+
+static void teardown(struct fixture *fx)
+{
+	server_free(fx->s);
+	unmap_shards(&fx->sh);
+	rankset_release(&fx->ranks);
+	dataset_close(fx->ds);
+}
+
+static void test_hints_the_ranks_coming_pages(void)
+{
+	struct fixture fx;
+	struct server *s;
+
+	if (!setup(&fx, "big", SAMPLES, SEQ)) {
+		s = fx.s;
 		/* a read of step 0: steps 0 .. 4 of rank 0 (1 + 4 ahead) */
 		server_readahead(s, 0, 0, 1, 0);
-		CHECK(arrived(s, &sh, 0, 0, 5 * 8));
-		CHECK(none_resident(s, &sh, 1, 0, 5 * 8));  /* the other rank's: not asked */
-		CHECK(none_resident(s, &sh, 0, 5 * 8, 12 * 8)); /* beyond the window */
+		CHECK(arrived(s, &fx.sh, 0, 0, 5 * 8));
+		CHECK(none_resident(s, &fx.sh, 1, 0, 5 * 8));  /* the other rank's: not asked */
+		CHECK(none_resident(s, &fx.sh, 0, 5 * 8, 12 * 8)); /* beyond the window */
 		/* a read of step 2 with less than half the window left: steps 5 and 6 */
 		server_readahead(s, 0, 2 * 8, 1, 0);
-		CHECK(arrived(s, &sh, 0, 5 * 8, 7 * 8));
-		CHECK(none_resident(s, &sh, 0, 7 * 8, 12 * 8));
+		CHECK(arrived(s, &fx.sh, 0, 5 * 8, 7 * 8));
+		CHECK(none_resident(s, &fx.sh, 0, 7 * 8, 12 * 8));
 		/* an unserved rank and a read past the end: nothing, no error */
 		server_readahead(s, 9, 0, 1, 0);
 		server_readahead(s, 0, UINT64_C(1) << 62, 1, 0);
 	}
-	server_free(s);
-	unmap_shards(&sh);
-	rankset_release(&ranks);
-	dataset_close(ds);
-}
-
-/* Wait (20 s at most) until the index entries of rank's samples of the steps [from, to)
- * are in memory. 1 when they all arrived. */
-static int entries_arrived(struct server *s, const struct shards *sh, uint64_t rank,
-			   uint64_t from, uint64_t to)
-{
-	double until = clock_mono_s() + 20;
-
-	for (;;) {
-		int all = 1;
-
-		for (uint64_t g = from; g < to && all; g += 8) {
-			uint64_t ids[4];
-
-			share_of(s, rank, g, ids);
-			for (int k = 0; k < 4; k++)
-				all &= page_in(entry_of(sh, ids[k]));
-		}
-		if (all)
-			return 1;
-		if (clock_mono_s() > until)
-			return 0;
-		usleep(1000);
-	}
+	teardown(&fx);
 }
 
 static uintptr_t page_of(const unsigned char *p)
@@ -318,51 +329,30 @@ static int entry_page_shared(struct server *s, const struct shards *sh, const un
  * index spans 384 pages and the samples of a few steps fall on pages of their own. */
 static void test_checked_readers_get_index_pages(void)
 {
-	char err[512] = "";
-	struct dataset *ds;
-	struct rankset ranks;
-	struct server_config cfg;
+	struct fixture fx;
 	struct server *s;
-	struct shards sh;
 	int clean = 1;
 
-	evict_files("wide");
-	REQUIRE(dataset_open(tmp_path("wide"), &ds, err, sizeof(err)) == 0);
-	REQUIRE(rankset_parse("0-1", 2, &ranks, err, sizeof(err)) == 0);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.layout = (struct layout){ .world_size = 2, .global_batch = 8, .micro_batch = 4 };
-	cfg.ranks = &ranks;
-	REQUIRE(order_init(&cfg.order, 65536, 5, ORDER_SHUFFLE_GLOBAL) == 0);
-	cfg.format = FORMAT_BIN;
-	cfg.workers = 1;
-	cfg.readahead = 4 * 4 * 8 * 2; /* 4 steps */
-	REQUIRE(server_new(ds, &cfg, NULL, &s) == 0);
-	map_shards(ds, 8, &sh);
-	REQUIRE(sh.n == 1);
-	if (evicted(&sh)) {
-		printf("test_readahead: the scratch file system keeps evicted pages (tmpfs?): "
-		       "nothing to observe, skipped\n");
-	} else {
+	if (!setup(&fx, "wide", 65536, 8)) {
+		s = fx.s;
+		REQUIRE(fx.sh.n == 1);
 		server_readahead(s, 0, 0, 1, 1);  /* rank 0 checks: steps 0 .. 4 */
-		CHECK(arrived(s, &sh, 0, 0, 5 * 8));
-		CHECK(entries_arrived(s, &sh, 0, 0, 5 * 8));
+		CHECK(arrived(s, &fx.sh, 0, 0, 5 * 8));
+		CHECK(arrived_by(s, &fx.sh, 0, 0, 5 * 8, entry_resident));
 		server_readahead(s, 1, 0, 1, 0);  /* rank 1 gathers itself (ids/) */
-		CHECK(arrived(s, &sh, 1, 0, 5 * 8));
+		CHECK(arrived(s, &fx.sh, 1, 0, 5 * 8));
 		for (uint64_t g = 0; g < 5 * 8; g += 8) {
 			uint64_t ids[4];
 
 			share_of(s, 1, g, ids);
 			for (int k = 0; k < 4; k++)
-				if (!entry_page_shared(s, &sh, entry_of(&sh, ids[k]), 5 * 8) &&
-				    page_in(entry_of(&sh, ids[k])))
+				if (!entry_page_shared(s, &fx.sh, entry_of(&fx.sh, ids[k]), 5 * 8) &&
+				    entry_resident(&fx.sh, ids[k]))
 					clean = 0;
 		}
 		CHECK(clean);
 	}
-	server_free(s);
-	unmap_shards(&sh);
-	rankset_release(&ranks);
-	dataset_close(ds);
+	teardown(&fx);
 }
 
 int main(void)

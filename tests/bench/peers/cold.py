@@ -246,17 +246,7 @@ def one_round(work: str, disk: str, system: str, workers: int, world: int, mb: i
         res["error"] = repr(e)
         log(f"  {system}: {e!r}")
     finally:
-        for sig in (15, 9):
-            for p in procs:
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
-            for p in procs:
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
+        peers.end_sessions(procs)
         if mount:
             mount.stop()
         cg_move(False)

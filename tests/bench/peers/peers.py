@@ -351,20 +351,26 @@ def run_ranks(work, system, kind, mb, world, seconds, workers):
         wall = time.perf_counter() - t0
         d1 = proc_cpu(mount._proc.pid) if mount else 0.0
     finally:
-        for sig in (15, 9):     # TERM first: loader workers get to unlink what they made
-            for p in procs:
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
-            for p in procs:
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
+        end_sessions(procs)
         if mount:
             mount.stop()
     return {"ranks": outs, "daemon_cpu_s": d1 - d0, "wall_s": wall}
+
+
+def end_sessions(procs):
+    """End each rank process's session (the rank and its loader workers): TERM first, so
+    that loader workers get to unlink what they made, then KILL."""
+    for sig in (15, 9):
+        for p in procs:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def readline(p, deadline):
