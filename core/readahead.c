@@ -13,7 +13,7 @@
  * What it costs: the hinted pages in the page cache, up to cfg.readahead bytes per rank
  * ahead of it (reclaimable; no memory of the daemon's own), and, for a dataset in the
  * page cache, the order's ids of every step once more and two mincore() probes per
- * hint of up to AHEAD_IDS samples. Locking: each rank's ahead.lock guards its fields
+ * chunk (AHEAD_CHUNK). Locking: each rank's ahead.lock guards its fields
  * (serve_int.h), taken alone.
  */
 #include "serve_int.h"
@@ -115,9 +115,7 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 		return;
 	}
 	pthread_mutex_unlock(&a->lock);
-	if (s->ahead_flat < 0)
-		s->ahead_flat = dataset_flat(s->ds); /* the thread's alone, as ahead_ids */
-	flags = (s->ahead_flat == 1 ? HINT_FLAT : 0) |
+	flags = (s->flat ? HINT_FLAT : 0) |
 		(__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0);
 	next = ahead_ids(s, j->rs, from, end, s->ahead_ids, &count);
 	if (s->ahead_last != UINT64_MAX)
@@ -206,7 +204,7 @@ int srv_ahead_start(struct server *s)
 		a->job.s = s;
 		a->job.rs = &s->rs[i];
 	}
-	s->ahead_flat = -1;
+	s->ahead_ready = 1;
 	if (!s->cfg.readahead || !info->samples)
 		return 0;
 	/* a rank's share of a step in bytes on disk, from the mean stored sample */
@@ -230,6 +228,6 @@ void srv_ahead_stop(struct server *s)
 	s->ahead = NULL;
 	free(s->ahead_ids);
 	s->ahead_ids = NULL;
-	for (size_t i = 0; i < s->nranks && s->ahead_flat; i++) /* 0: never started */
+	for (size_t i = 0; i < s->nranks && s->ahead_ready; i++)
 		pthread_mutex_destroy(&s->rs[i].ahead.lock);
 }

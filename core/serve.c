@@ -52,6 +52,7 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 		return -ENOMEM;
 	s->ds = ds;
 	s->info = dataset_info(ds);
+	s->flat = dataset_flat(ds); /* two index entries of every shard, read once */
 	s->cfg = *cfg;
 	s->journal = j;
 	s->limit = order_limit(&cfg->order, cfg->epochs);

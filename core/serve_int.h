@@ -113,6 +113,8 @@ struct server {
 	const struct dataset *ds;
 	int stall_logged;        /* server_finished() said the journal stalls (atomic) */
 	const struct dataset_info *info;
+	int flat;                /* dataset_flat(ds), once at server_new: ids/ and the
+	                          * read-ahead find payloads from the id */
 	struct server_config cfg;
 	struct rankset ranks;
 	struct journal *journal;
@@ -130,8 +132,8 @@ struct server {
 
 	struct reader_pool readers;
 	/* readahead.c: one thread that hints every rank's coming pages (NULL: cfg.readahead
-	 * is 0); ahead_steps: cfg.readahead in steps of a rank's share; ahead_flat: the
-	 * shards are flat (server_ids_served), -1 until the thread first looks */
+	 * is 0); ahead_steps: cfg.readahead in steps of a rank's share; ahead_ready: the
+	 * ranks' ahead locks are set up (srv_ahead_start ran) */
 	struct jobq *ahead;
 	uint64_t ahead_steps;
 	uint64_t ahead_chunk;    /* samples per hint (readahead.c, AHEAD_CHUNK) */
@@ -139,7 +141,7 @@ struct server {
 	uint64_t ahead_last;     /* the thread's: the last id of its latest chunk (UINT64_MAX:
 	                          * none), and that chunk's sample_reader_hint flags */
 	unsigned ahead_last_flags;
-	int ahead_flat;
+	int ahead_ready;
 	struct server_stats stats;
 
 	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */

@@ -327,7 +327,7 @@ void share_run_read_end(struct share_run *r, struct share_read *rd, int ok)
 
 int server_ids_served(const struct server *s)
 {
-	return server_shares_fixed(s) && dataset_flat(s->ds);
+	return server_shares_fixed(s) && s->flat;
 }
 
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size)
@@ -346,7 +346,6 @@ int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *siz
 	*size = steps * per;
 	return 0;
 }
-
 
 int share_run_ids(struct share_run *r, uint64_t k, uint64_t *ids)
 {

@@ -547,7 +547,7 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 		zmount_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
 		return 1;
 	}
-	z->ids_served = server_ids_served(z->srv); /* two index entries of every shard: once */
+	z->ids_served = server_ids_served(z->srv); /* fixed at mount */
 	/* Threads are started as the queue needs them. Without offload threads the
 	 * handlers answer every request themselves. */
 	if ((rc = jobq_new(&offload_cfg, &z->journal_queue)) ||
