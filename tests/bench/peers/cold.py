@@ -41,6 +41,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
 import numpy as np  # noqa: E402
 
 import peers  # noqa: E402
+from peers import log  # noqa: E402
 
 WINDOW = peers.WINDOW
 NAME = "zephon-cold"
@@ -52,10 +53,6 @@ SYSTEMS = [
     ("torchdata", 0), ("torchdata", 2),
     ("streaming", 2), ("grain", 2),
 ]
-
-
-def log(*a: object) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 def size(text: str) -> int:
@@ -297,6 +294,7 @@ def main() -> None:
     if not shutil.which("fio"):
         sys.exit("cold.py: no fio (apt-get install fio; run-cold installs it)")
     out = a.out or a.work
+    os.makedirs(out, exist_ok=True)
     inputs = prepare(a.work, a.gb)
     disk = disk_of(a.work)
     cg_setup(disk, size(a.bps), size(a.memory))
