@@ -142,7 +142,13 @@ class Mount:
         self.stderr_text = ''
 
     def start(self, timeout=20):
-        self.mp.mkdir(parents=True, exist_ok=True)
+        try:
+            self.mp.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            # A stale mount (its daemon killed) that the kernel no longer answers stat on
+            # from cached attributes: it exists, and the daemon is the one to clear it.
+            if e.errno != errno_mod.ENOTCONN:
+                raise
         args = [ZEPHON, 'mount', str(self.dataset), str(self.mp), '-f'] + self.extra
         if self.opts:
             args += ['-o', self.opts]

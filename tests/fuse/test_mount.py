@@ -676,6 +676,39 @@ def test_refuses_live_mount_and_clears_stale(records, tmp_path):
             unmount(m.mp)
 
 
+def test_clears_a_stale_mount_whose_root_was_never_stat(records, tmp_path):
+    """A daemon killed before anything stat'ed the mount's root leaves a mountpoint whose
+    stat fails (ENOTCONN, no cached attributes): the next mount still clears it."""
+    ds, _ = records
+    mp = tmp_path / 'mp'
+    mp.mkdir()
+    proc = subprocess.Popen([ZEPHON, 'mount', str(ds), str(mp), '-f', '-o',
+                             'world_size=1,global_batch=2'], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        # mountinfo, not mounted(): its realpath() would stat the root and cache it
+        while str(mp) not in pathlib.Path('/proc/self/mountinfo').read_text():
+            assert time.time() < deadline and proc.poll() is None, 'the mount did not appear'
+            time.sleep(0.01)
+        proc.kill()
+        proc.wait(timeout=30)
+        with pytest.raises(OSError) as e:
+            os.stat(mp)
+        assert e.value.errno == errno.ENOTCONN
+        m2 = Mount(ds, mp, 'world_size=1,global_batch=2').start()
+        try:
+            assert 'cleared a stale mount' in m2.stderr_path.read_text()
+            assert len(read_all(m2.path('rank', 0, 'next'))) > 0
+        finally:
+            m2.stop()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        if mounted(mp):
+            unmount(mp)
+
+
 def test_allow_other_implies_default_permissions(records, mount):
     ds, _ = records
     m = mount(ds, 'world_size=1,global_batch=2,allow_other')
