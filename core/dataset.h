@@ -214,6 +214,14 @@ void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t cou
  * only: nothing is read. An id out of range, or of a shard read with pread, counts as in
  * memory. */
 int sample_reader_cached(struct sample_reader *r, uint64_t id, unsigned flags);
+/* Whether the dataset looks wholly in the page cache: 64 pages drawn at random over its
+ * shards' payload mappings (and, unless flags is HINT_FLAT alone, over their indexes
+ * too; flags as for sample_reader_hint) are all in memory. mincore(2) only: nothing is
+ * read. *seed: the caller's xorshift64 state (nonzero), advanced. 0 when a probe falls in
+ * a shard read with pread (nothing to probe) or the dataset has no shard. A dataset with a fraction h of
+ * its pages in memory is found resident with probability about h^64: 1 when it is all
+ * there, 0.53 at 99%, below 0.002 at 90%. */
+int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed);
 /* Zero-copy access to count samples of an uncompressed dataset: views[i] is set to the
  * raw_len bytes of sample ids[i] inside its shard's read-only mapping (valid until
  * dataset_close()), after their checksum was verified; a fault while hashing (a shard

@@ -11,10 +11,11 @@
  * a hint may wait for an index page, and neither a claim nor a decoder must.
  *
  * What it costs: the hinted pages in the page cache, up to cfg.readahead bytes per rank
- * ahead of it (reclaimable; no memory of the daemon's own), and, for a dataset in the
- * page cache, the order's ids of every step once more and two mincore() probes per
- * chunk (AHEAD_CHUNK). Locking: each rank's ahead.lock guards its fields
- * (serve_int.h), taken alone.
+ * ahead of it (reclaimable; no memory of the daemon's own), and the order's ids of those
+ * samples computed once more. A dataset found in the page cache (dataset_resident: 64
+ * random pages in memory) costs neither: a run then skips the rank's window, and the
+ * next run, half a window on, probes again. Locking: each rank's ahead.lock guards its
+ * fields (serve_int.h), taken alone.
  */
 #include "serve_int.h"
 
@@ -102,7 +103,7 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	uint64_t from, end, next;
 	size_t count;
 	unsigned flags;
-	int more;
+	int more, resident;
 
 	(void)ctx;
 	pthread_mutex_lock(&a->lock);
@@ -117,13 +118,26 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	pthread_mutex_unlock(&a->lock);
 	flags = (s->flat ? HINT_FLAT : 0) |
 		(__atomic_load_n(&a->checked, __ATOMIC_RELAXED) ? HINT_INDEX : 0);
-	next = ahead_ids(s, j->rs, from, end, s->ahead_ids, &count);
-	if (s->ahead_last != UINT64_MAX)
-		ahead_wait(s, r, s->ahead_last, s->ahead_last_flags);
-	sample_reader_hint(r, s->ahead_ids, count, flags);
-	s->ahead_last = count ? s->ahead_ids[count - 1] : UINT64_MAX;
-	s->ahead_last_flags = flags;
+	resident = dataset_resident(s->ds, flags, &s->ahead_seed);
+	if (resident) {
+		/* in the page cache: no ids to compute (the order's cost, once more) nor hint;
+		 * the rank's next run (half a window on) probes again */
+		next = end;
+		s->ahead_last = UINT64_MAX;
+		count = 0;
+	} else {
+		next = ahead_ids(s, j->rs, from, end, s->ahead_ids, &count);
+		if (s->ahead_last != UINT64_MAX)
+			ahead_wait(s, r, s->ahead_last, s->ahead_last_flags);
+		sample_reader_hint(r, s->ahead_ids, count, flags);
+		s->ahead_last = count ? s->ahead_ids[count - 1] : UINT64_MAX;
+		s->ahead_last_flags = flags;
+	}
 	srv_reader_put(s, r);
+	pthread_mutex_lock(&s->qlock);
+	s->stats.readahead_samples += count;
+	s->stats.readahead_resident += (uint64_t)resident;
+	pthread_mutex_unlock(&s->qlock);
 	pthread_mutex_lock(&a->lock);
 	if (a->done == from) /* else the rank moved meanwhile: go on from where it is */
 		a->done = next;
@@ -214,6 +228,7 @@ int srv_ahead_start(struct server *s)
 	s->ahead_chunk = AHEAD_CHUNK / (share_bytes / layout_share(&s->cfg.layout));
 	s->ahead_chunk = s->ahead_chunk > AHEAD_IDS ? AHEAD_IDS : s->ahead_chunk;
 	s->ahead_last = UINT64_MAX;
+	s->ahead_seed = UINT64_C(0x9E3779B97F4A7C15); /* any nonzero xorshift state */
 	s->ahead_ids = malloc((layout_share(&s->cfg.layout) > AHEAD_IDS ?
 			       layout_share(&s->cfg.layout) : AHEAD_IDS) * sizeof(uint64_t));
 	if (!s->ahead_ids)

@@ -81,6 +81,9 @@ struct server_stats {
 	uint64_t prefetch_hits, prefetch_misses;
 	uint64_t prefetch_decoded;            /* batches the workers decoded into a ring */
 	uint64_t batch_bytes;                 /* bytes of claimed batches */
+	/* read-ahead (readahead.c): samples whose ids it computed to hint their pages, and
+	 * its runs that found the dataset in the page cache (dataset_resident) and skipped */
+	uint64_t readahead_samples, readahead_resident;
 	/* claim latency (open of next), cumulative histogram in microseconds with the bucket
 	 * bounds server_latency_bounds_us[]; the last bucket is +Inf. */
 	uint64_t claim_latency[SERVER_LATENCY_BUCKETS];

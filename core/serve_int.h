@@ -141,6 +141,7 @@ struct server {
 	uint64_t ahead_last;     /* the thread's: the last id of its latest chunk (UINT64_MAX:
 	                          * none), and that chunk's sample_reader_hint flags */
 	unsigned ahead_last_flags;
+	uint64_t ahead_seed;     /* the thread's: dataset_resident()'s xorshift64 state */
 	int ahead_ready;
 	struct server_stats stats;
 

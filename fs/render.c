@@ -643,6 +643,10 @@ int render_metrics(struct zmount *z, struct buf *out)
 	METRIC("prefetch_decoded_total", "counter", "Batches decoded ahead into the prefetch rings.",
 	       st.prefetch_decoded);
 	METRIC("batch_bytes_total", "counter", "Bytes of claimed batches.", st.batch_bytes);
+	METRIC("readahead_samples_total", "counter", "Samples the read-ahead computed the ids "
+	       "of, to ask the kernel for their pages.", st.readahead_samples);
+	METRIC("readahead_resident_total", "counter", "Read-ahead runs that found the dataset in "
+	       "the page cache and hinted nothing.", st.readahead_resident);
 	METRIC("read_bytes_total", "counter", "Bytes returned by read().", bytes_read);
 	METRIC("consumed_samples", "gauge", "Every gsn below this was delivered (claims) or read "
 	       "(readers of the pure files only: the least rank position).", jp.consumed);

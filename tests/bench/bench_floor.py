@@ -2,6 +2,7 @@
 
 usage: ZEPHON=build/fs/zephon python tests/bench/bench_floor.py [--tokens 50000000]
            [--rounds 5] [--steps 2000] [--dir /tmp/zephon-bench/floor] [--only a,b]
+           [--readahead BYTES]
 
 One rank, batches of 8 windows of 2,049 tokens (``int64`` tensors ``[8, 2049]``), the
 dataset in the page cache (every file read once before, then one warm-up round each).
@@ -144,6 +145,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--dir", default="/tmp/zephon-bench/floor")
     ap.add_argument("--only", default="floor,nanogpt,getitems,zephon-ids,zephon-from,zephon-ids-4k")
+    ap.add_argument("--readahead", default=None,
+                    help="the mount's readahead= (bytes, e.g. 0 or 64M; default: the mount's)")
     a = ap.parse_args()
     ds = prepare(a.dir, a.tokens)
     shard = sorted(f for f in os.listdir(ds) if f.endswith(".raw"))
@@ -155,7 +158,7 @@ def main() -> None:
     if os.path.exists(journal):
         os.unlink(journal)
     with zephon.mount(ds, mp, world_size=1, global_batch=MICRO, micro_batch=MICRO,
-                      journal=journal, resume="fresh") as m:
+                      journal=journal, resume="fresh", readahead=a.readahead) as m:
         daemon = m.pid
         make = {"floor": lambda: floor(path, n), "nanogpt": lambda: nanogpt(path, n),
                 "getitems": lambda: getitems(path, n),

@@ -348,6 +348,17 @@ def test_a_mount_of_many_ranks_prefetches_a_rank_from_its_first_claim(records, m
     assert metric(m, 'zephon_prefetch_decoded_total') <= 3     # no other rank's ring
 
 
+def test_read_ahead_skips_a_dataset_in_the_page_cache(tokens, mount):
+    """A dataset just packed is in the page cache: the read-ahead a claim wakes finds it
+    there (readahead_resident_total) and computes no sample's ids (readahead_samples_total),
+    which would cost the order's work once more for nothing."""
+    ds, windows = tokens
+    m = mount(ds, 'world_size=1,global_batch=4')
+    assert len(read_all(m.path('rank', 0, 'next'))) > 0
+    wait_for_metric(m, 'zephon_readahead_resident_total', 1)
+    assert metric(m, 'zephon_readahead_samples_total') == 0
+
+
 @pytest.mark.parametrize('threads', ['', ',max_threads=1'])
 def test_concurrent_openers_get_every_micro_batch_once(records, mount, threads):
     """Eight readers of four ranks at once, also through a single request thread (their

@@ -4,7 +4,8 @@
  * of exactly its samples of steps t .. t + 1 + ahead are asked of the kernel and arrive,
  * the other rank's and later steps' stay on disk, and a read further on extends the
  * hints; the index pages of the hinted samples are asked for where the reader checks
- * samples against them (next, from/) and not for ids/. Pages are observed with mincore(2)
+ * samples against them (next, from/) and not for ids/; a dataset found in the page cache
+ * (dataset_resident) costs no ids and no hint. Pages are observed with mincore(2)
  * on a mapping of each shard and index file; eviction is POSIX_FADV_DONTNEED (where the
  * scratch file system ignores it, e.g. tmpfs, the test says so and passes nothing).
  */
@@ -355,6 +356,96 @@ static void test_checked_readers_get_index_pages(void)
 	teardown(&fx);
 }
 
+/* Read every file of dataset `name` into the page cache with read(2): no mapping holds
+ * its pages, so evict_files() can drop them again. */
+static void cache_files(const char *name)
+{
+	DIR *d = opendir(tmp_path(name));
+	struct dirent *e;
+	static char buf[1 << 16];
+
+	REQUIRE(d);
+	while ((e = readdir(d))) {
+		char path[4096];
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", tmp_path(name), e->d_name);
+		if (e->d_name[0] == '.' || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		while (read(fd, buf, sizeof(buf)) > 0)
+			;
+		close(fd);
+	}
+	closedir(d);
+}
+
+static struct server_stats stats_of(struct server *s)
+{
+	struct server_stats st;
+
+	server_get_stats(s, &st);
+	return st;
+}
+
+/* Wait (up to 20 s) until the read-ahead has run `runs` times (resident or not). */
+static int ran(struct server *s, uint64_t runs)
+{
+	double until = clock_mono_s() + 20;
+
+	for (;;) {
+		struct server_stats st = stats_of(s);
+
+		if (st.readahead_resident + (st.readahead_samples ? 1 : 0) >= runs)
+			return 1;
+		if (clock_mono_s() > until)
+			return 0;
+		usleep(1000);
+	}
+}
+
+/* dataset_resident(): 1 once every file was read, 0 once evicted; the index counts for
+ * a checking reader only ("wide": a 384-page index beside a 256-page payload). */
+static void test_dataset_resident(void)
+{
+	struct fixture fx;
+	uint64_t seed = 42;
+
+	if (!setup(&fx, "wide", 65536, 8)) {
+		CHECK(!dataset_resident(fx.ds, HINT_FLAT, &seed));
+		cache_files("wide");
+		CHECK(dataset_resident(fx.ds, HINT_FLAT, &seed));
+		CHECK(dataset_resident(fx.ds, HINT_FLAT | HINT_INDEX, &seed));
+		for (size_t i = 0; i < fx.sh.n; i++) /* the index alone leaves */
+			posix_fadvise(fx.sh.ifd[i], 0, 0, POSIX_FADV_DONTNEED);
+		CHECK(dataset_resident(fx.ds, HINT_FLAT, &seed));
+		CHECK(!dataset_resident(fx.ds, HINT_FLAT | HINT_INDEX, &seed));
+		CHECK(!dataset_resident(fx.ds, 0, &seed));
+	}
+	teardown(&fx);
+}
+
+/* A dataset in the page cache costs the read-ahead no ids (the order's work) and no
+ * hint; once it leaves, the next run computes and hints again, and the pages arrive. */
+static void test_resident_dataset_is_not_hinted(void)
+{
+	struct fixture fx;
+	struct server *s;
+
+	if (!setup(&fx, "big", SAMPLES, SEQ)) {
+		s = fx.s;
+		cache_files("big");
+		server_readahead(s, 0, 0, 1, 0);
+		CHECK(ran(s, 1));
+		CHECK(stats_of(s).readahead_resident == 1 && stats_of(s).readahead_samples == 0);
+		evict_files("big");
+		CHECK(none_resident(s, &fx.sh, 0, 10 * 8, 15 * 8));
+		server_readahead(s, 0, 10 * 8, 1, 0); /* past the window: a run of its own */
+		CHECK(arrived(s, &fx.sh, 0, 10 * 8, 15 * 8));
+		CHECK(stats_of(s).readahead_resident == 1 && stats_of(s).readahead_samples >= 5 * 4);
+	}
+	teardown(&fx);
+}
+
 int main(void)
 {
 	scratch_init("readahead");
@@ -362,6 +453,8 @@ int main(void)
 	make_dataset("wide", 65536, 8, 4 << 20);
 	test_hints_the_ranks_coming_pages();
 	test_checked_readers_get_index_pages();
+	test_dataset_resident();
+	test_resident_dataset_is_not_hinted();
 	rm_rf(tmp);
 	return check_status();
 }
