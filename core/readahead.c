@@ -56,7 +56,9 @@ static uint64_t ahead_ids(struct server *s, struct rank_state *rs, uint64_t g, u
 
 	*count = 0;
 	while (g < end && (*count == 0 || *count + share <= s->ahead_chunk)) {
-		if (g > s->limit || s->limit - g < b ||
+		struct layout at;
+
+		if (layout_at(&s->cfg.layout, g, &at) || !layout_step_in_stream(&at, s->limit, 0) ||
 		    server_share_ids(s, rs->rank, g, ids + *count))
 			return end; /* past the end of the stream: nothing more to hint */
 		*count += share;
