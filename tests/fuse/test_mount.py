@@ -667,6 +667,16 @@ def test_sigterm_unmounts_cleanly(records, tmp_path):
         m.stop()
 
 
+def mount_over_stale(ds, mp):
+    """Mount ds at mp, a stale mount: the daemon says it cleared it and serves."""
+    m = Mount(ds, mp, 'world_size=1,global_batch=2').start()
+    try:
+        assert 'cleared a stale mount' in m.stderr_path.read_text()
+        assert len(read_all(m.path('rank', 0, 'next'))) > 0
+    finally:
+        m.stop()
+
+
 def test_refuses_live_mount_and_clears_stale(records, tmp_path):
     ds, _ = records
     m = Mount(ds, tmp_path / 'mp', 'world_size=1,global_batch=2').start()
@@ -675,12 +685,7 @@ def test_refuses_live_mount_and_clears_stale(records, tmp_path):
     m.kill9()
     try:
         assert mounted(m.mp)  # stale: "Transport endpoint is not connected"
-        m2 = Mount(ds, m.mp, 'world_size=1,global_batch=2').start()
-        try:
-            assert 'cleared a stale mount' in m2.stderr_path.read_text()
-            assert len(read_all(m2.path('rank', 0, 'next'))) > 0
-        finally:
-            m2.stop()
+        mount_over_stale(ds, m.mp)
     finally:
         m.stop(check=False)
         if mounted(m.mp):   # the stale mount, when the second mount did not clear it
@@ -706,12 +711,7 @@ def test_clears_a_stale_mount_whose_root_was_never_stat(records, tmp_path):
         with pytest.raises(OSError) as e:
             os.stat(mp)
         assert e.value.errno == errno.ENOTCONN
-        m2 = Mount(ds, mp, 'world_size=1,global_batch=2').start()
-        try:
-            assert 'cleared a stale mount' in m2.stderr_path.read_text()
-            assert len(read_all(m2.path('rank', 0, 'next'))) > 0
-        finally:
-            m2.stop()
+        mount_over_stale(ds, mp)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -114,10 +114,8 @@ static int page_in(const unsigned char *p)
 	return v & 1;
 }
 
-/* Drop the pages of every file of dataset `name` from the page cache, before it is
- * opened: once a mapping holds a page of a large folio (a file just written is cached in
- * them), the whole folio stays. */
-static void evict_files(const char *name)
+/* fn(fd) on every file of dataset `name`, opened read-only. */
+static void each_file(const char *name, void (*fn)(int fd))
 {
 	DIR *d = opendir(tmp_path(name));
 	struct dirent *e;
@@ -130,11 +128,39 @@ static void evict_files(const char *name)
 		snprintf(path, sizeof(path), "%s/%s", tmp_path(name), e->d_name);
 		if (e->d_name[0] == '.' || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
 			continue;
-		fdatasync(fd); /* dirty pages stay */
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		fn(fd);
 		close(fd);
 	}
 	closedir(d);
+}
+
+static void evict_fd(int fd)
+{
+	fdatasync(fd); /* dirty pages stay */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+/* Drop the pages of every file of dataset `name` from the page cache, before it is
+ * opened: once a mapping holds a page of a large folio (a file just written is cached in
+ * them), the whole folio stays. */
+static void evict_files(const char *name)
+{
+	each_file(name, evict_fd);
+}
+
+static void cache_fd(int fd)
+{
+	static char buf[1 << 16];
+
+	while (read(fd, buf, sizeof(buf)) > 0)
+		;
+}
+
+/* Read every file of dataset `name` into the page cache with read(2): no mapping holds
+ * its pages, so evict_files() can drop them again. */
+static void cache_files(const char *name)
+{
+	each_file(name, cache_fd);
 }
 
 /* Whether the shard and index pages are out of the page cache (evict_files() before the
@@ -354,29 +380,6 @@ static void test_checked_readers_get_index_pages(void)
 		CHECK(clean);
 	}
 	teardown(&fx);
-}
-
-/* Read every file of dataset `name` into the page cache with read(2): no mapping holds
- * its pages, so evict_files() can drop them again. */
-static void cache_files(const char *name)
-{
-	DIR *d = opendir(tmp_path(name));
-	struct dirent *e;
-	static char buf[1 << 16];
-
-	REQUIRE(d);
-	while ((e = readdir(d))) {
-		char path[4096];
-		int fd;
-
-		snprintf(path, sizeof(path), "%s/%s", tmp_path(name), e->d_name);
-		if (e->d_name[0] == '.' || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-			continue;
-		while (read(fd, buf, sizeof(buf)) > 0)
-			;
-		close(fd);
-	}
-	closedir(d);
 }
 
 static struct server_stats stats_of(struct server *s)
