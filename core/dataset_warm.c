@@ -256,7 +256,9 @@ static void warm_indexed(struct sample_reader *r, const uint64_t *ids, size_t co
 	}
 }
 
-/* dataset_resident()'s pages per call: 64 mincore() calls, some 30 us */
+/* dataset_resident()'s pages per call: 64 mincore() calls, once per half read-ahead
+ * window, small against the ids of that window they save (tests/bench/RESULTS.md, "Warm
+ * cache: the real floor") */
 #define RESIDENT_PROBES 64
 
 int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed)
