@@ -204,7 +204,10 @@ void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t cou
  * are found from the ids without waiting for an index page; HINT_INDEX with it when the
  * reader checks each sample against its index entry (a batch's build), so that the
  * entries' pages are asked for too. Without HINT_FLAT: entries, then the payloads they
- * give. Same probe and skip. */
+ * give. Unlike sample_reader_warm() it neither probes nor skips: every call hints (pages
+ * already in memory cost the kernel a lookup each), and r's skip state is left alone, so
+ * that a reader of a pool serves both; a caller that knows the dataset is in memory
+ * (dataset_resident) does not call it. */
 #define HINT_FLAT 1u
 #define HINT_INDEX 2u
 void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count,
@@ -214,13 +217,15 @@ void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t cou
  * only: nothing is read. An id out of range, or of a shard read with pread, counts as in
  * memory. */
 int sample_reader_cached(struct sample_reader *r, uint64_t id, unsigned flags);
-/* Whether the dataset looks wholly in the page cache: 64 pages drawn at random over its
- * shards' payload mappings (and, unless flags is HINT_FLAT alone, over their indexes
- * too; flags as for sample_reader_hint) are all in memory. mincore(2) only: nothing is
- * read. *seed: the caller's xorshift64 state (nonzero), advanced. 0 when a probe falls in
- * a shard read with pread (nothing to probe) or the dataset has no shard. A dataset with a fraction h of
- * its pages in memory is found resident with probability about h^64: 1 when it is all
- * there, 0.53 at 99%, below 0.002 at 90%. */
+/* Whether the dataset looks wholly in the page cache: 64 pages, each of a shard drawn at
+ * random and at a random place in its payload mapping (and, unless flags is HINT_FLAT
+ * alone, in its index too; flags as for sample_reader_hint), are all in memory.
+ * mincore(2) only: nothing is read. *seed: the caller's xorshift64 state (nonzero),
+ * advanced. 0 when a probe falls in a shard read with pread (nothing to probe) or the
+ * dataset has no shard. With shards of one size (a pack's, but for its last) a dataset
+ * with a fraction h of its pages in memory is found resident with probability about h^64:
+ * 1 when it is all there, 0.53 at 99%, below 0.002 at 90%; small shards (the last of each
+ * source of a union) weigh more than their bytes. */
 int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed);
 /* Zero-copy access to count samples of an uncompressed dataset: views[i] is set to the
  * raw_len bytes of sample ids[i] inside its shard's read-only mapping (valid until

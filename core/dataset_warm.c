@@ -300,8 +300,10 @@ void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t cou
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
-	if (!warm_due(r, ids, count, flags == HINT_FLAT))
-		return;
+	/* no probe and no skip (warm_due): r comes from a pool whose readers' skip counts
+	 * belong to their batches, and a chunk whose probed samples another rank's hints
+	 * brought in may still be cold; the caller probes the whole dataset instead
+	 * (dataset_resident) */
 	if (!(flags & HINT_FLAT)) {
 		warm_indexed(r, ids, count, page);
 		return;

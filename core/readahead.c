@@ -15,7 +15,8 @@
  * samples computed once more. A dataset found in the page cache (dataset_resident: 64
  * random pages in memory) costs neither: a run then skips the rank's window, and the
  * next run, half a window on, probes again. Locking: each rank's ahead.lock guards its
- * fields (serve_int.h), taken alone.
+ * fields (serve_int.h). Order: a rank's rs->lock (a claim's srv_ahead_step), then its
+ * ahead.lock, then the reader pool's (srv_reader_get in ahead_run); never the reverse.
  */
 #include "serve_int.h"
 
@@ -30,7 +31,7 @@
  * enough that a read nobody hinted (the trainer's own code and files, another mount's)
  * waits behind at most that much (80 ms at 50 MB/s), where a whole readahead= window
  * queued at once would make it wait seconds (tests/bench/RESULTS.md, "Cold, slow
- * storage"). A warm dataset costs two mincore() probes per chunk. */
+ * storage"). A dataset in the page cache costs no chunk at all (dataset_resident). */
 #define AHEAD_CHUNK (UINT64_C(2) << 20)
 #define AHEAD_IDS 4096
 /* The longest ahead_wait: a disk slower than 2 MiB in this long is not kept waiting on. */
@@ -82,14 +83,21 @@ int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *id
 	return rc ? rc : order_fill(&s->cfg.order, g, layout_share(&l), ids);
 }
 
+/* Whether the hints are to stop: claims stopped (server_stop_claims), or the read-ahead
+ * itself is being freed (srv_ahead_stop: an unmount need not wait out an ahead_wait). */
+static int ahead_stopping(struct server *s)
+{
+	return __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&s->ahead_stopping, __ATOMIC_ACQUIRE);
+}
+
 /* Wait until sample id's pages are in memory (AHEAD_WAIT_S at most, or the server
  * stops): the chunk that ends with it has arrived. */
 static void ahead_wait(struct server *s, struct sample_reader *r, uint64_t id, unsigned flags)
 {
 	double until = clock_mono_s() + AHEAD_WAIT_S;
 
-	while (!sample_reader_cached(r, id, flags) && clock_mono_s() < until &&
-	       !__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE))
+	while (!sample_reader_cached(r, id, flags) && clock_mono_s() < until && !ahead_stopping(s))
 		usleep(500);
 }
 
@@ -111,8 +119,7 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	pthread_mutex_lock(&a->lock);
 	from = a->done;
 	end = a->to;
-	if (cancelled || from >= end || __atomic_load_n(&s->closing, __ATOMIC_ACQUIRE) ||
-	    !(r = srv_reader_get(s))) {
+	if (cancelled || from >= end || ahead_stopping(s) || !(r = srv_reader_get(s))) {
 		a->queued = 0;
 		pthread_mutex_unlock(&a->lock);
 		return;
@@ -241,6 +248,7 @@ int srv_ahead_start(struct server *s)
 
 void srv_ahead_stop(struct server *s)
 {
+	__atomic_store_n(&s->ahead_stopping, 1, __ATOMIC_RELEASE);
 	jobq_free(s->ahead); /* a queued job runs cancelled: queued is cleared */
 	s->ahead = NULL;
 	free(s->ahead_ids);

@@ -142,6 +142,7 @@ struct server {
 	                          * none), and that chunk's sample_reader_hint flags */
 	unsigned ahead_last_flags;
 	uint64_t ahead_seed;     /* the thread's: dataset_resident()'s xorshift64 state */
+	int ahead_stopping;      /* atomic: srv_ahead_stop() began; no more waits or hints */
 	int ahead_ready;
 	struct server_stats stats;
 

@@ -245,18 +245,26 @@ static int arrived(struct server *s, const struct shards *sh, uint64_t rank, uin
 	return arrived_by(s, sh, rank, from, to, resident);
 }
 
-static int none_resident(struct server *s, const struct shards *sh, uint64_t rank,
-			 uint64_t from, uint64_t to)
+/* How many of rank's samples of the steps [from, to) (gsns) have their page in memory. */
+static int count_resident(struct server *s, const struct shards *sh, uint64_t rank,
+			  uint64_t from, uint64_t to)
 {
+	int n = 0;
+
 	for (uint64_t g = from; g < to; g += 8) {
 		uint64_t ids[4];
 
 		share_of(s, rank, g, ids);
 		for (int k = 0; k < 4; k++)
-			if (resident(sh, ids[k]))
-				return 0;
+			n += resident(sh, ids[k]);
 	}
-	return 1;
+	return n;
+}
+
+static int none_resident(struct server *s, const struct shards *sh, uint64_t rank,
+			 uint64_t from, uint64_t to)
+{
+	return count_resident(s, sh, rank, from, to) == 0;
 }
 
 /* A server over dataset `name` (samples windows of seq tokens), W=2, B=8, m=4 (a share of
@@ -444,7 +452,35 @@ static void test_resident_dataset_is_not_hinted(void)
 		CHECK(none_resident(s, &fx.sh, 0, 10 * 8, 15 * 8));
 		server_readahead(s, 0, 10 * 8, 1, 0); /* past the window: a run of its own */
 		CHECK(arrived(s, &fx.sh, 0, 10 * 8, 15 * 8));
+		CHECK(ran(s, 2)); /* its counts follow its hints */
 		CHECK(stats_of(s).readahead_resident == 1 && stats_of(s).readahead_samples >= 5 * 4);
+	}
+	teardown(&fx);
+}
+
+/* The read-ahead borrows its sample reader from the pool the pure reads (at/, from/)
+ * use: a reader whose batches found the dataset in memory (and so skips its next probes)
+ * must not make the read-ahead drop its hints once the dataset has left memory. */
+static void test_hints_ignore_a_pool_readers_skip(void)
+{
+	struct fixture fx;
+	struct server *s;
+
+	if (!setup(&fx, "big", SAMPLES, SEQ)) {
+		s = fx.s;
+		cache_files("big");
+		for (int k = 0; k < 3; k++) { /* three hot batches: the reader skips the next 7 */
+			struct share sh = { SHARE_AT, 1, 0 };
+			struct batch *b;
+
+			REQUIRE(server_share(s, &sh, &b) == 0);
+			server_batch_free(s, b);
+		}
+		evict_files("big");
+		/* (pages the batches mapped stay: at least half of the 20 leave) */
+		CHECK(count_resident(s, &fx.sh, 0, 10 * 8, 15 * 8) <= 10);
+		server_readahead(s, 0, 10 * 8, 1, 0);
+		CHECK(arrived(s, &fx.sh, 0, 10 * 8, 15 * 8));
 	}
 	teardown(&fx);
 }
@@ -458,6 +494,7 @@ int main(void)
 	test_checked_readers_get_index_pages();
 	test_dataset_resident();
 	test_resident_dataset_is_not_hinted();
+	test_hints_ignore_a_pool_readers_skip();
 	rm_rf(tmp);
 	return check_status();
 }
