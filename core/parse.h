@@ -58,8 +58,9 @@ static inline int parse_u64_canonical(const char *s, uint64_t *out)
 }
 
 /* A size in bytes: digits, then an optional binary unit K, M, G or T (2^10 .. 2^40, either
- * case, "K", "Ki", "KiB" or "KB" alike): "64M" is 67,108,864. 0 and *out, or -EINVAL
- * (no digits, another suffix, or above 2^64 - 1 bytes); *out unchanged on failure. */
+ * case, "K", "Ki", "KiB" or "KB" alike), and an optional B ("64B", "64KB"): "64M" is
+ * 67,108,864. 0 and *out, or -EINVAL (no digits, another suffix such as "64i", or above
+ * 2^64 - 1 bytes); *out unchanged on failure. */
 static inline int parse_size(const char *s, uint64_t *out)
 {
 	const char *end = s;
@@ -75,8 +76,10 @@ static inline int parse_size(const char *s, uint64_t *out)
 	case 't': case 'T': shift = 40; end++; break;
 	default: break;
 	}
-	if (*end == 'i' || *end == 'B')
-		end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+	if (shift && *end == 'i') /* "Ki", "KiB": not "64i" */
+		end++;
+	if (*end == 'B')
+		end++;
 	if (*end || v > (UINT64_MAX >> shift))
 		return -EINVAL;
 	*out = (uint64_t)v << shift;

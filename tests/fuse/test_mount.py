@@ -359,6 +359,56 @@ def test_read_ahead_skips_a_dataset_in_the_page_cache(tokens, mount):
     assert metric(m, 'zephon_readahead_samples_total') == 0
 
 
+def resident_pages(path):
+    """Pages of path in the page cache (util-linux fincore)."""
+    out = subprocess.run(['fincore', '--bytes', '--noheadings', '--output', 'RES', str(path)],
+                         stdout=subprocess.PIPE, text=True, check=True, timeout=30).stdout
+    return int(out) // os.sysconf('SC_PAGESIZE')
+
+
+def test_ids_and_from_reads_hint_their_coming_pages(tmp_path, mount):
+    """On a dataset that left the page cache, a read of ids/<G> makes the mount ask for the
+    payload pages of the rank's coming samples and not their index pages (the loader
+    gathers without them); a read of from/<G> asks for both (the mount checks each sample
+    against its index entry). 65,536 samples of 16 bytes: 256 payload and ~390 index
+    pages, which a window of 4,096 random samples covers nearly all of."""
+    if not shutil.which('fincore'):
+        pytest.skip('no fincore (util-linux) to count cached pages')
+    write_tokens(tmp_path / 'tok.bin', 65536 * 8, seed=5)
+    ds = pack(tmp_path / 'wide', [tmp_path / 'tok.bin'], '--format', 'tokens', '--dtype',
+              'uint16', '--seq-len', '8', '--compress', 'none')
+    raw, = ds.glob('*.raw')
+    idx, = ds.glob('*.idx')
+    for f in (raw, idx):
+        with open(f, 'rb') as fh:
+            os.fdatasync(fh.fileno())
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    if resident_pages(raw) > 8:
+        pytest.skip('the scratch file system keeps evicted pages (tmpfs?)')
+    # B = 64 samples (1 KiB of payload) a step; 64K ahead: 64 steps, 4,096 samples
+    # prefetch=0: no batch is built (its warming would read pages around its samples)
+    m = mount(ds, 'world_size=1,global_batch=64,readahead=64K,prefetch=0')
+    idx_at_mount = resident_pages(idx)          # the header and the flat check's pages
+    with open(m.path('rank', 0, 'ids', 0), 'rb') as f:
+        assert len(f.read(4096)) == 4096
+    deadline = time.monotonic() + 20
+    while resident_pages(raw) < 200:
+        assert time.monotonic() < deadline, 'the payload pages did not arrive'
+        time.sleep(0.01)
+    assert resident_pages(idx) <= idx_at_mount + 4
+    # one step, past the hinted window (a buffered read would build many: their own index
+    # pages would hide the hints'; one step's reach some 60 of the ~390)
+    fd = os.open(m.path('rank', 0, 'from', 64 * 64), os.O_RDONLY)
+    try:
+        assert len(os.pread(fd, 1024, 0)) == 1024
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + 20
+    while resident_pages(idx) < 300:
+        assert time.monotonic() < deadline, 'the index pages did not arrive'
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize('threads', ['', ',max_threads=1'])
 def test_concurrent_openers_get_every_micro_batch_once(records, mount, threads):
     """Eight readers of four ranks at once, also through a single request thread (their
@@ -570,6 +620,8 @@ def test_a_reader_retrying_a_failing_open_does_not_flood_the_log(records, mount)
     ('prefetch=1000', 'prefetch=1000 is above the limit of 64'),
     ('readahead=lots', 'readahead=lots is not a size in bytes (e.g. 64M, 1G, 0)'),
     ('readahead=5Q', 'readahead=5Q is not a size in bytes'),
+    ('readahead=64i', 'readahead=64i is not a size in bytes'),
+    ('readahead=64iB', 'readahead=64iB is not a size in bytes'),
     ('max_threads=0', 'max_threads=0 must be between 1 and 256'),
     ('max_threads=many', 'max_threads=many is not a non-negative whole number'),
     ('world_size=4 ', 'world_size=4  is not a non-negative whole number: it ends with a '
@@ -708,9 +760,11 @@ def test_clears_a_stale_mount_whose_root_was_never_stat(records, tmp_path):
             time.sleep(0.01)
         proc.kill()
         proc.wait(timeout=30)
-        with pytest.raises(OSError) as e:
+        try:
             os.stat(mp)
-        assert e.value.errno == errno.ENOTCONN
+            pytest.skip("the kernel had the root's attributes cached: not the case tested")
+        except OSError as e:
+            assert e.errno == errno.ENOTCONN, e
         mount_over_stale(ds, mp)
     finally:
         if proc.poll() is None:

@@ -21,6 +21,7 @@
 #include "dataset.h"
 #include "filegroup.h"
 #include "pack.h"
+#include "parse.h"
 #include "shard_index.h"
 #include "npy.h"
 #include "source.h"
@@ -415,6 +416,26 @@ static void test_parsers(void)
 	uint8_t npy[128];
 	const char *clean;
 	size_t key_len;
+
+	/* sizes (--shard-size, --seq-len, readahead=) */
+	{
+		static const struct { const char *s; uint64_t v; } good[] = {
+			{ "0", 0 }, { "64", 64 }, { "64B", 64 }, { "2K", 2048 }, { "2k", 2048 },
+			{ "2Ki", 2048 }, { "2KiB", 2048 }, { "2KB", 2048 }, { "64M", 64u << 20 },
+			{ "1G", 1u << 30 }, { "1T", UINT64_C(1) << 40 },
+		};
+		static const char *const bad[] = {
+			"", "M", "64i", "64iB", "64Q", "64MM", "64M ", "-1", "64KiBB", "16777216T",
+		};
+		uint64_t v;
+
+		for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+			CHECK(parse_size(good[i].s, &v) == 0 && v == good[i].v);
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			v = 7;
+			CHECK(parse_size(bad[i], &v) == -EINVAL && v == 7);
+		}
+	}
 
 	/* JSONL lines */
 	CHECK(jsonl_check_line((const uint8_t *)"{\"a\": [1, 2.5, null]}", 21, why, sizeof(why)) == 0);
