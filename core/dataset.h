@@ -197,31 +197,29 @@ void sample_reader_prefetch(const struct sample_reader *r, uint64_t id, int payl
  * finds the pages in memory, the reader's next 7 batches are not probed. Hints only: no
  * error; ids out of range are left to the read. */
 void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count);
-/* sample_reader_warm() without the window: the pages of the samples ids[0..count) alone
- * (read-ahead of samples known to come, serve.h server_readahead: a window would read 32
- * times the bytes asked for). flags: HINT_FLAT when every shard of the dataset is flat
- * (dataset_flat_shard(): uncompressed token samples back to back), so that the payloads
- * are found from the ids without waiting for an index page; HINT_INDEX with it when the
- * reader checks each sample against its index entry (a batch's build), so that the
- * entries' pages are asked for too. Without HINT_FLAT: entries, then the payloads they
- * give. Unlike sample_reader_warm() it neither probes nor skips: every call hints (pages
- * already in memory cost the kernel a lookup each), and r's skip state is left alone, so
- * that a reader of a pool serves both; a caller that knows the dataset is in memory
- * (dataset_resident) does not call it. */
+/* sample_reader_warm() without the window and without a reader: the pages of the samples
+ * ids[0..count) alone (read-ahead of samples known to come, serve.h server_readahead: a
+ * window would read 32 times the bytes asked for). flags: HINT_FLAT when every shard of
+ * the dataset is flat (dataset_flat_shard(): uncompressed token samples back to back), so
+ * that the payloads are found from the ids without waiting for an index page; HINT_INDEX
+ * with it when the reader checks each sample against its index entry (a batch's build),
+ * so that the entries' pages are asked for too. Without HINT_FLAT: entries, then the
+ * payloads they give. Unlike sample_reader_warm() it neither probes nor skips: every call
+ * hints (pages already in memory cost the kernel a lookup each); a caller that knows the
+ * dataset is in memory (dataset_resident) does not call it. Hints only: no error. */
 #define HINT_FLAT 1u
 #define HINT_INDEX 2u
-void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count,
-			unsigned flags);
+void dataset_hint(const struct dataset *ds, const uint64_t *ids, size_t count, unsigned flags);
 /* 1 when the first page of sample id's payload is in memory (and, unless flags is
- * HINT_FLAT alone, its index entry's page): what sample_reader_hint probes. mincore(2)
- * only: nothing is read. An id out of range, or of a shard read with pread, counts as in
- * memory. */
-int sample_reader_cached(struct sample_reader *r, uint64_t id, unsigned flags);
+ * HINT_FLAT alone, its index entry's page): whether a dataset_hint() of id has arrived.
+ * mincore(2) only: nothing is read. An id out of range, or of a shard read with pread,
+ * counts as in memory. */
+int dataset_cached(const struct dataset *ds, uint64_t id, unsigned flags);
 /* Whether the dataset looks wholly in the page cache: 64 pages, each of a shard drawn at
  * random and at a random place in its payload mapping (and, unless flags is HINT_FLAT
- * alone, in its index too; flags as for sample_reader_hint), are all in memory.
- * mincore(2) only: nothing is read. *seed: the caller's xorshift64 state (nonzero),
- * advanced. 0 when a probe falls in a shard read with pread (nothing to probe) or the
+ * alone, in its index too; flags as for dataset_hint), are all in memory. mincore(2)
+ * only: nothing is read. *seed: the caller's counter, which the draws (SplitMix64 of it,
+ * prp_mix64) advance by 64. 0 when a probe falls in a shard read with pread (nothing to probe) or the
  * dataset has no shard. With shards of one size (a pack's, but for its last) a dataset
  * with a fraction h of its pages in memory is found resident with probability about h^64:
  * 1 when it is all there, 0.53 at 99%, below 0.002 at 90%; small shards (the last of each

@@ -1,6 +1,7 @@
 /* dataset_warm.c: page-cache warming of a batch's index entries and payloads before
  * it is read (sample_reader_warm() in dataset.h). */
 #include "dataset_int.h"
+#include "prp.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -189,9 +190,8 @@ static void hint_payload(const struct dataset *ds, const struct ds_shard *s, uin
 }
 
 /* The payloads of flat shards, found from the id; w: the window of each. */
-static void warm_flat(struct sample_reader *r, const uint64_t *ids, size_t count, uint64_t w)
+static void warm_flat(const struct dataset *ds, const uint64_t *ids, size_t count, uint64_t w)
 {
-	const struct dataset *ds = r->ds;
 	uint64_t size = ds->info.seq_len * ds->info.itemsize, last = UINT64_MAX;
 	size_t last_shard = SIZE_MAX;
 
@@ -210,9 +210,8 @@ static void warm_flat(struct sample_reader *r, const uint64_t *ids, size_t count
 }
 
 /* The pages of the index entries of ids, all of them in flight at once. */
-static void warm_entries(struct sample_reader *r, const uint64_t *ids, size_t count)
+static void warm_entries(const struct dataset *ds, const uint64_t *ids, size_t count)
 {
-	const struct dataset *ds = r->ds;
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), last = 0;
 
 	for (size_t i = 0; i < count; i++) {
@@ -230,14 +229,13 @@ static void warm_entries(struct sample_reader *r, const uint64_t *ids, size_t co
 }
 
 /* Index entries (warm_entries), then payloads; w: the window of each payload. */
-static void warm_indexed(struct sample_reader *r, const uint64_t *ids, size_t count,
+static void warm_indexed(const struct dataset *ds, const uint64_t *ids, size_t count,
 			 uint64_t w)
 {
-	const struct dataset *ds = r->ds;
 	uint64_t last_from = UINT64_MAX;
 	size_t last_shard = SIZE_MAX;
 
-	warm_entries(r, ids, count);
+	warm_entries(ds, ids, count);
 	/* ... then the payloads, whose place the entries give (the first of these reads
 	 * waits for its index page; by then the others have arrived or are on their way) */
 	for (size_t i = 0; i < count; i++) {
@@ -269,12 +267,8 @@ int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed)
 		return 0;
 	for (unsigned k = 0; k < RESIDENT_PROBES; k++) {
 		const struct ds_shard *s;
-		uint64_t x = *seed, span, at;
+		uint64_t x = prp_mix64((*seed)++), span, at; /* SplitMix64 */
 
-		x ^= x << 13; /* xorshift64 (Marsaglia 2003) */
-		x ^= x >> 7;
-		x ^= x << 17;
-		*seed = x;
 		s = &ds->shards[x % ds->nshards];
 		span = s->bytes + (index ? s->index_len : 0);
 		if (!span)
@@ -291,31 +285,29 @@ int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed)
 void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count)
 {
 	if (warm_due(r, ids, count, 0))
-		warm_indexed(r, ids, count,
+		warm_indexed(r->ds, ids, count,
 			     r->warm_window ? r->warm_window : (uint64_t)sysconf(_SC_PAGESIZE));
 }
 
-void sample_reader_hint(struct sample_reader *r, const uint64_t *ids, size_t count,
-			unsigned flags)
+void dataset_hint(const struct dataset *ds, const uint64_t *ids, size_t count, unsigned flags)
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
-	/* no probe and no skip (warm_due): r comes from a pool whose readers' skip counts
-	 * belong to their batches, and a chunk whose probed samples another rank's hints
-	 * brought in may still be cold; the caller probes the whole dataset instead
-	 * (dataset_resident) */
+	/* no probe and no skip (warm_due: a reader's, for its batches): a chunk whose probed
+	 * samples another rank's hints brought in may still be cold; the caller probes the
+	 * whole dataset instead (dataset_resident) */
 	if (!(flags & HINT_FLAT)) {
-		warm_indexed(r, ids, count, page);
+		warm_indexed(ds, ids, count, page);
 		return;
 	}
 	if (flags & HINT_INDEX)
-		warm_entries(r, ids, count);
-	warm_flat(r, ids, count, page);
+		warm_entries(ds, ids, count);
+	warm_flat(ds, ids, count, page);
 }
 
-int sample_reader_cached(struct sample_reader *r, uint64_t id, unsigned flags)
+int dataset_cached(const struct dataset *ds, uint64_t id, unsigned flags)
 {
-	if (id >= r->ds->info.samples || !dataset_find_shard(r->ds, id)->data)
+	if (id >= ds->info.samples || !dataset_find_shard(ds, id)->data)
 		return 1; /* nothing mapped to look at: read with pread */
-	return flags == HINT_FLAT ? !flat_cold(r->ds, &id, 1) : !batch_cold(r->ds, &id, 1);
+	return flags == HINT_FLAT ? !flat_cold(ds, &id, 1) : !batch_cold(ds, &id, 1);
 }

@@ -4,7 +4,7 @@
  * samples every served rank reads next, which no reader of a shard file can guess: when a
  * rank moves (a claim of next, a read of ids/ or from/), the pages of the samples of its
  * next steps, up to cfg.readahead bytes of its share, are asked of the kernel
- * (sample_reader_hint: their own pages, and for flat shards the index pages only
+ * (dataset_hint: their own pages, and for flat shards the index pages only
  * where the reader checks samples against them), so
  * that on a cold dataset the disk reads are in flight, many at once and only of the bytes
  * the order needs, before the rank needs them. The hints run on one thread of their own:
@@ -15,8 +15,8 @@
  * samples computed once more. A dataset found in the page cache (dataset_resident: 64
  * random pages in memory) costs neither: a run then skips the rank's window, and the
  * next run, half a window on, probes again. Locking: each rank's ahead.lock guards its
- * fields (serve_int.h). Order: a rank's rs->lock (a claim's srv_ahead_step), then its
- * ahead.lock, then the reader pool's (srv_reader_get in ahead_run); never the reverse.
+ * fields (serve_int.h), taken alone or after the rank's rs->lock (a claim's
+ * srv_ahead_step), never before it.
  */
 #include "serve_int.h"
 
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* What one sample_reader_hint call asks for: AHEAD_CHUNK bytes of samples (a whole share
+/* What one dataset_hint call asks for: AHEAD_CHUNK bytes of samples (a whole share
  * at least, AHEAD_IDS samples at most), and the next chunk goes out once the one before
  * it has arrived (ahead_wait). So about two chunks are queued at the disk at a time:
  * enough to keep it busy (4 MiB in flight covers 4 ms of latency at 1 GB/s), little
@@ -93,11 +93,11 @@ static int ahead_stopping(struct server *s)
 
 /* Wait until sample id's pages are in memory (AHEAD_WAIT_S at most, or the server
  * stops): the chunk that ends with it has arrived. */
-static void ahead_wait(struct server *s, struct sample_reader *r, uint64_t id, unsigned flags)
+static void ahead_wait(struct server *s, uint64_t id, unsigned flags)
 {
 	double until = clock_mono_s() + AHEAD_WAIT_S;
 
-	while (!sample_reader_cached(r, id, flags) && clock_mono_s() < until && !ahead_stopping(s))
+	while (!dataset_cached(s->ds, id, flags) && clock_mono_s() < until && !ahead_stopping(s))
 		usleep(500);
 }
 
@@ -109,7 +109,6 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	struct ahead_job *j = (struct ahead_job *)job;
 	struct server *s = j->s;
 	struct rank_ahead *a = &j->rs->ahead;
-	struct sample_reader *r = NULL;
 	uint64_t from, end, next;
 	size_t count;
 	unsigned flags;
@@ -119,7 +118,7 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	pthread_mutex_lock(&a->lock);
 	from = a->done;
 	end = a->to;
-	if (cancelled || from >= end || ahead_stopping(s) || !(r = srv_reader_get(s))) {
+	if (cancelled || from >= end || ahead_stopping(s)) {
 		a->queued = 0;
 		pthread_mutex_unlock(&a->lock);
 		return;
@@ -137,12 +136,11 @@ static void ahead_run(struct jobq_job *job, void *ctx, int cancelled)
 	} else {
 		next = ahead_ids(s, j->rs, from, end, s->ahead_ids, &count);
 		if (s->ahead_last != UINT64_MAX)
-			ahead_wait(s, r, s->ahead_last, s->ahead_last_flags);
-		sample_reader_hint(r, s->ahead_ids, count, flags);
+			ahead_wait(s, s->ahead_last, s->ahead_last_flags);
+		dataset_hint(s->ds, s->ahead_ids, count, flags);
 		s->ahead_last = count ? s->ahead_ids[count - 1] : UINT64_MAX;
 		s->ahead_last_flags = flags;
 	}
-	srv_reader_put(s, r);
 	pthread_mutex_lock(&s->qlock);
 	s->stats.readahead_samples += count;
 	s->stats.readahead_resident += (uint64_t)resident;
@@ -237,7 +235,6 @@ int srv_ahead_start(struct server *s)
 	s->ahead_chunk = AHEAD_CHUNK / (share_bytes / layout_share(&s->cfg.layout));
 	s->ahead_chunk = s->ahead_chunk > AHEAD_IDS ? AHEAD_IDS : s->ahead_chunk;
 	s->ahead_last = UINT64_MAX;
-	s->ahead_seed = UINT64_C(0x9E3779B97F4A7C15); /* any nonzero xorshift state */
 	s->ahead_ids = malloc((layout_share(&s->cfg.layout) > AHEAD_IDS ?
 			       layout_share(&s->cfg.layout) : AHEAD_IDS) * sizeof(uint64_t));
 	if (!s->ahead_ids)

@@ -317,7 +317,7 @@ int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *id
  * an ids/ or from/ read): ask the kernel, on the server's read-ahead thread, for the pages
  * of the samples of those steps and of the steps after them up to cfg.readahead bytes of
  * the rank's share (each sample once while the rank moves forward; from gsn again after
- * it moved back). Returns at once; hints only (sample_reader_hint: nothing
+ * it moved back). Returns at once; hints only (dataset_hint: nothing
  * is done for a dataset in the page cache, no error). checked: the reader checks each
  * sample against its index entry (from/: 1; ids/, whose reader gathers the samples
  * itself: 0), so the entries' pages are asked for too. Nothing for an unserved rank, for

@@ -139,9 +139,9 @@ struct server {
 	uint64_t ahead_chunk;    /* samples per hint (readahead.c, AHEAD_CHUNK) */
 	uint64_t *ahead_ids;     /* the thread's: a chunk's ids */
 	uint64_t ahead_last;     /* the thread's: the last id of its latest chunk (UINT64_MAX:
-	                          * none), and that chunk's sample_reader_hint flags */
+	                          * none), and that chunk's dataset_hint flags */
 	unsigned ahead_last_flags;
-	uint64_t ahead_seed;     /* the thread's: dataset_resident()'s xorshift64 state */
+	uint64_t ahead_seed;     /* the thread's: dataset_resident()'s draw counter */
 	int ahead_stopping;      /* atomic: srv_ahead_stop() began; no more waits or hints */
 	int ahead_ready;
 	struct server_stats stats;

@@ -458,9 +458,9 @@ static void test_resident_dataset_is_not_hinted(void)
 	teardown(&fx);
 }
 
-/* The read-ahead borrows its sample reader from the pool the pure reads (at/, from/)
- * use: a reader whose batches found the dataset in memory (and so skips its next probes)
- * must not make the read-ahead drop its hints once the dataset has left memory. */
+/* A reader of the pure reads' pool (at/, from/) whose batches found the dataset in
+ * memory skips its next probes; the read-ahead (which once borrowed such a reader) must
+ * still send its hints once the dataset has left memory. */
 static void test_hints_ignore_a_pool_readers_skip(void)
 {
 	struct fixture fx;
