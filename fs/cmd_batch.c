@@ -1,7 +1,7 @@
 /*
  * cmd_batch.c: `zephon batch DATASET -o <mount options> --rank R --step T [--micro K]`
  * writes to stdout the exact bytes the mount serves for that claim (or, without --micro,
- * for /rank/R/step/T), through the same code (core/serve.c). No FUSE; a journal only
+ * for /rank/R/step/T), through the same code (core/serve/serve.c). No FUSE; a journal only
  * to read a mixture's weight history from (journal=, read-only).
  */
 #include <errno.h>

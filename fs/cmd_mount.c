@@ -28,7 +28,7 @@
 #include "zmount.h"
 #include "zephon_config.h"
 
-/* Offload threads of each queue (core/jobq.h, fs/ops.c): requests that may wait for
+/* Offload threads of each queue (core/util/jobq.h, fs/ops.c): requests that may wait for
  * the journal, and builds of step/ and samples/ files. */
 #define OFFLOAD_THREADS 64
 

@@ -1,4 +1,4 @@
-/* cmd_pack.c: `zephon pack INPUT... -o DATASET`: the command line around core/pack.h. */
+/* cmd_pack.c: `zephon pack INPUT... -o DATASET`: the command line around core/pack/pack.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -373,7 +373,7 @@ static int decode_lines(const char *path)
 
 /* Start the --tokenizer front end: `$ZEPHON_PYTHON -m zephon.pack_text` (python3 by
  * default) with the text options and the inputs, its stdout a pipe (fe->fd) that
- * carries the token documents (core/pack_text.c). 0, or -1 with the message printed. */
+ * carries the token documents (core/pack/pack_text.c). 0, or -1 with the message printed. */
 static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 			   char *const *inputs, size_t ninputs)
 {

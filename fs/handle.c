@@ -2,7 +2,7 @@
  * handle.c: the life of an open file handle (ops_int.h's struct open_file): made by an
  * open, tracked so that an unmount frees what the kernel never released, counted by
  * the reads replying from it, freed by the last reference. A handle of next holds a
- * claim (core/claim.h), delivered when the handle goes.
+ * claim (core/serve/claim.h), delivered when the handle goes.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
 /*
  * offload.c: which requests leave the request thread, and the jobs that answer them.
- * Requests that may block are answered on an offload thread (a job queue, core/jobq.h;
+ * Requests that may block are answered on an offload thread (a job queue, core/util/jobq.h;
  * libfuse lets any thread reply to a request), so that the few request threads (one per
  * CPU by default) stay free for reads. Two queues:
  * - journal_queue: what may wait for the journal: a claim waits for its commit, and
  *   peek waits for a rank's lock, which a claim holds during that commit (a release of
- *   next never waits: core/claim.h); control writes and closes of next commit (status,
+ *   next never waits: core/serve/claim.h); control writes and closes of next commit (status,
  *   metrics and state read views that never wait, server_rank_state, and are answered
  *   on the request thread);
  * - build_queue: what decodes: samples/ and step/ files.

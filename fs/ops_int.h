@@ -32,7 +32,7 @@ struct open_file {
 	struct batch *batch;    /* next, peek, step, sample */
 	struct buf text;        /* status, metrics, state; control's pending input */
 	int refs;
-	struct claim *claim;    /* next: the claim (core/claim.h); batch is its batch */
+	struct claim *claim;    /* next: the claim (core/serve/claim.h); batch is its batch */
 	int progress;           /* next, step/<t>, at/<G>: a read to its end is progress */
 	int progressed;         /* noted in z->progress (atomic): once per handle */
 	struct open_file *prev, *next;  /* z->open_files: what an unmount must free */
@@ -41,7 +41,7 @@ struct open_file {
 	uint32_t tid;
 	int holding;
 	struct open_file *hold_prev, *hold_next;
-	struct share_run *run;  /* from/<G> (core/share.c), ids/<G> */
+	struct share_run *run;  /* from/<G> (core/serve/share.c), ids/<G> */
 	int ids;                /* ids/<G>: the run's sample ids, ids_size bytes */
 	uint64_t ids_size;
 };

@@ -252,7 +252,7 @@ static int threads_from(const struct mount_options *o, struct mount_config *c, c
 	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
 	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
 	 * RESULTS.md, "B4: request threads"; README.md gives the figures). Requests that
-	 * may block (claims, step/ builds) are answered on offload threads (core/jobq.h),
+	 * may block (claims, step/ builds) are answered on offload threads (core/util/jobq.h),
 	 * so they do not hold up the others. */
 	if ((rc = number("max_threads", o->max_threads,
 			 cpus < 2 ? 2 : cpus > 256 ? 256 : (uint64_t)cpus, &v, why, why_len)))

@@ -19,7 +19,7 @@
 
 /* A read of n bytes at off of the handle's batch is about to be replied: when it
  * reaches the batch's last byte (a claim of next, a step/ or at/ share), the rank has
- * read it (core/progress.h). Noted before the reply, so that a /status read after it
+ * read it (core/serve/progress.h). Noted before the reply, so that a /status read after it
  * shows it (a reply the kernel then refuses, the reader being interrupted, still
  * counted); once per handle, so the read at the end of file that follows counts for
  * nothing. */

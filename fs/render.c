@@ -175,7 +175,7 @@ static void job_progress(struct zmount *z, const struct server_stats *st, struct
 	}
 }
 
-/* /status' progress: the job's rates and each served rank's reads (core/progress.h). */
+/* /status' progress: the job's rates and each served rank's reads (core/serve/progress.h). */
 static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 {
 	const struct layout *l = &server_get_config(z->srv)->layout;
@@ -505,7 +505,7 @@ int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 	return dump_json(root, out);
 }
 
-/* The reads of each rank (core/progress.h) in /metrics. */
+/* The reads of each rank (core/serve/progress.h) in /metrics. */
 static int render_progress_metrics(struct zmount *z, const struct job_progress *jp,
 				   struct buf *out)
 {

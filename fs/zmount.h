@@ -28,17 +28,17 @@ struct next_overlap {
 #define ZMOUNT_HOLD_BUCKETS 256
 
 struct zmount {
-	struct served *served;         /* the dataset or mixture and its order (core/served.h) */
+	struct served *served;         /* the dataset or mixture and its order (core/serve/served.h) */
 	const struct dataset *ds;
 	const struct dataset_info *info;
 	struct journal *journal;
 	struct server *srv;
 	int ids_served;                /* server_ids_served(), asked once at the mount */
-	/* Offload threads (core/jobq.h) of requests that may wait for the journal, and of
+	/* Offload threads (core/util/jobq.h) of requests that may wait for the journal, and of
 	 * requests that decode; either may be NULL (its requests are then served inline). */
 	struct jobq *journal_queue, *build_queue;
 	struct mount_config *cfg;
-	/* What each served rank has read of from/, at/, step/ and next (core/progress.h):
+	/* What each served rank has read of from/, at/, step/ and next (core/serve/progress.h):
 	 * /status' progress and, for a job that claims nothing, its consumed_samples. */
 	struct progress *progress;
 	const char *dataset_path;      /* as given on the command line, absolute */

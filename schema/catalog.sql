@@ -1,6 +1,6 @@
 -- Zephon dataset catalog, format version 1.
 -- COMPATIBILITY: changing a table or a meta key's meaning is a format break; bump
--- user_version and CATALOG_FORMAT_VERSION in core/dataset.h together.
+-- user_version and CATALOG_FORMAT_VERSION in core/dataset/dataset.h together.
 --
 -- meta keys (all TEXT):
 --   format_version  '1'
@@ -16,7 +16,7 @@
 --   fingerprint     32 hex digits: XXH3-128 over every sample as (u64 little-endian
 --                   length, bytes) in id order, then the text
 --                   "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\n
---                   seq_len=L\nsamples=N\n" (core/pack.h, dataset_fingerprint_text);
+--                   seq_len=L\nsamples=N\n" (core/pack/pack.h, dataset_fingerprint_text);
 --                   not over compression, dictionary or shard size
 --   created, zephon_version
 PRAGMA user_version = 1;

@@ -1,9 +1,9 @@
--- Zephon cursor journal, schema version 1 (see core/journal.h and docs/design.md §6).
+-- Zephon cursor journal, schema version 1 (see core/journal/journal.h and docs/design.md §6).
 --
 -- This file is migration step 0 -> 1: journal_open() runs it on an empty database in one
 -- transaction, after `PRAGMA application_id` (JOURNAL_APPLICATION_ID) and before switching
 -- to WAL, then sets `PRAGMA user_version = 1`. Later versions add steps k -> k+1 in
--- core/journal_schema.c (journal_migrations[]; core/journal.h lists them: 2 adds
+-- core/journal/journal_schema.c (journal_migrations[]; core/journal/journal.h lists them: 2 adds
 -- cursor.delivered_step/delivered_micro, 3 adds layout.weights and the meta key `split`);
 -- the statements of this file are never edited once released.
 -- COMPATIBILITY: changing the meaning of a table, a column or a meta key is a format

@@ -5,7 +5,7 @@
 stays the one writer of the dataset (windows, shards, catalog, document index). This
 module reads the inputs in order, tokenizes their documents with Hugging Face
 ``tokenizers`` (``encode_batch``: every core, the same ids whatever their number) and
-streams them in the format that ``core/pack_text.c`` documents. Memory stays bounded:
+streams them in the format that ``core/pack/pack_text.c`` documents. Memory stays bounded:
 at most two batches of about :data:`BATCH_CHARS` characters are held, whatever the
 corpus size (a single document is held whole).
 
@@ -573,7 +573,7 @@ class Batch:
 
 
 class Writer:
-    """The records of core/pack_text.c's stream, on a binary file."""
+    """The records of core/pack/pack_text.c's stream, on a binary file."""
 
     def __init__(self, out: BinaryIO):
         self.out = out

@@ -1,4 +1,4 @@
-"""Batch encodings (core/encode.c) as the tools users train with read them.
+"""Batch encodings (core/serve/encode.c) as the tools users train with read them.
 
 The bytes come from `zephon batch` (the mount's code path without FUSE) with shuffle=none,
 so step 0 of a world_size=1 layout holds sample ids 0..B-1 and every expected value can be

@@ -1,7 +1,7 @@
 """`zephon journal show` and `zephon journal resume-point`.
 
 The journals here are written with Python's sqlite3 from schema/journal.sql, the
-documented on-disk format (core/journal.h, docs/design.md §6), so the CLI is checked
+documented on-disk format (core/journal/journal.h, docs/design.md §6), so the CLI is checked
 against the format rather than against the C code that writes it. The resume rules
 themselves are covered in depth by the C tests (tests/unit/test_journal*.c).
 """
@@ -155,7 +155,7 @@ def test_show_json(tmp_path):
 
 def upgrade_to_3(path, weights, split=None):
     """Take a journal make_journal() wrote (version 1) to schema version 3 as the
-    migration steps document it (core/journal.h): delivered positions, layout.weights
+    migration steps document it (core/journal/journal.h): delivered positions, layout.weights
     ({layout id: text}), and the meta key split when given."""
     con = sqlite3.connect(str(path), isolation_level=None)
     con.executescript(

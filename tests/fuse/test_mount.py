@@ -330,11 +330,11 @@ def test_paced_reader_is_served_from_the_prefetch_ring(records, mount, keep_open
 
 def test_a_mount_of_many_ranks_prefetches_a_rank_from_its_first_claim(records, mount):
     """A node that forgot ranks= at world_size=100 must not decode a ring for each of
-    the 100 ranks at mount (core/serve.c, PRIME_AT_START_MAX): rank 42's first claim is
+    the 100 ranks at mount (core/serve/serve.c, PRIME_AT_START_MAX): rank 42's first claim is
     decoded on demand, and its ring is filled from then on."""
     ds, _ = records
     opts = 'world_size=100,global_batch=200,prefetch=2'
-    # One decode thread: decodes run in the order queued (core/jobq.h), so a ring primed
+    # One decode thread: decodes run in the order queued (core/util/jobq.h), so a ring primed
     # at mount would be decoded before rank 42's, which its first claim queues: then the
     # two decodes waited for below would be the mount's, and rank 42's second claim
     # would miss. No time window to wait out.
@@ -502,7 +502,7 @@ def test_writes_are_refused(records, mount):
 
 def corrupt_sample(ds, sample_id):
     """Flip a byte in the middle of a sample's payload, found through the shard index
-    (core/dataset.h: 32-byte header, 24-byte entries {u64 offset, u32 stored_len, ...})."""
+    (core/dataset/dataset.h: 32-byte header, 24-byte entries {u64 offset, u32 stored_len, ...})."""
     import struct
     idx = sorted(ds.glob('shard-*.idx'))[0].read_bytes()
     first = struct.unpack_from('<Q', idx, 24)[0]

@@ -2,7 +2,7 @@
 
 Two halves that share nothing with the C code:
 - read_dataset(): reads a packed dataset directory from its documented layout
-  (core/dataset.h, schema/catalog.sql) with sqlite3, struct and python3-zstandard;
+  (core/dataset/dataset.h, schema/catalog.sql) with sqlite3, struct and python3-zstandard;
 - expect_*(): what each input format should yield as samples, read with the standard
   library, numpy and tarfile.
 The pack tests compare the two, sample by sample.

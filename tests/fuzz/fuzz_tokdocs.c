@@ -1,4 +1,4 @@
-/* fuzz_tokdocs.c: the stream of `zephon pack --tokenizer`'s front end (core/pack_text.c),
+/* fuzz_tokdocs.c: the stream of `zephon pack --tokenizer`'s front end (core/pack/pack_text.c),
  * packed whole by pack_run(); a dataset it accepts has a document index that passes
  * docindex_check() and opens as a dataset. */
 #include <stdio.h>

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """No circles between the files of core/ and fs/ (issue 25, part 4).
 
-A module is a source file with the header of the same stem: core/order.c and
-core/order.h are module "core/order". A header without a source file of its own
-(core/journal.h, core/pack_int.h, fs/cmd.h) is a contract that several files
+A module is a source file with the header of the same stem: core/order/order.c and
+core/order/order.h are module "core/order/order". A header without a source file of its own
+(core/journal/journal.h, core/pack/pack_int.h, fs/cmd.h) is a contract that several files
 implement: including it is no edge, and what its users call through it counts as a
 call. Module A uses module B when a file of A includes B's header, or A's source names
 (calls, or takes the address of) a function that B's source, and no other, defines
 with external linkage. Every module must
 stand above what it uses: the graph of "uses" has no cycle. Prints each cycle found
 (one strongly connected component per line) and exits 1; exits 0 when there is none.
+
+The folders of core/ stand in layers too, in the order of core/meson.build's
+core_folders (util, order, journal, dataset, pack, serve): a module may use modules of
+its own folder and of the folders before it, never of one after it. Each such use is
+printed as "upward: A uses B" and fails the check.
 
 usage: circles.py [ROOT]   (ROOT: the source tree, default: two levels above this file)
 """
@@ -42,13 +47,18 @@ def modules(root: Path) -> dict[str, list[Path]]:
     """Module name -> its files: every .c and .cc of DIRS, and the .h of the same stem."""
     out: dict[str, list[Path]] = {}
     for d in DIRS:
-        for f in sorted((root / d).glob("*")):
+        for f in sorted((root / d).rglob("*")):
             if f.suffix in (".c", ".cc"):
-                out.setdefault(f"{d}/{f.stem}", []).append(f)
-        for f in sorted((root / d).glob("*.h")):
-            if f"{d}/{f.stem}" in out:
-                out[f"{d}/{f.stem}"].append(f)
+                out.setdefault(module_of(root, f), []).append(f)
+        for f in sorted((root / d).rglob("*.h")):
+            if module_of(root, f) in out:
+                out[module_of(root, f)].append(f)
     return out
+
+
+def module_of(root: Path, f: Path) -> str:
+    """A file's module: its path from root without the suffix (core/order/order)."""
+    return f.relative_to(root).with_suffix("").as_posix()
 
 
 def graph(root: Path) -> dict[str, set[str]]:
@@ -117,6 +127,24 @@ def cycles(uses: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
+FOLDERS = re.compile(r"^core_folders\s*=\s*\[([^\]]*)\]", re.M)
+
+
+def folders(root: Path) -> list[str]:
+    """The folders of core/ from the lowest to the highest (core/meson.build)."""
+    m = FOLDERS.search((root / "core" / "meson.build").read_text())
+    return re.findall(r"'([^']+)'", m.group(1)) if m else []
+
+
+def upward(uses: dict[str, set[str]], order: list[str]) -> list[tuple[str, str]]:
+    """The uses (a, b) of core/ in which b's folder stands after a's in order."""
+    def rank(m: str) -> int:
+        parts = m.split("/")
+        return order.index(parts[1]) if len(parts) > 2 and parts[1] in order else -1
+    return sorted((a, b) for a, bs in uses.items() for b in bs
+                  if a.startswith("core/") and b.startswith("core/") and rank(a) < rank(b))
+
+
 def self_test() -> None:
     """The detector finds a circle of calls, one through a header and one through a
     table of handlers, and none in a tree that stands in layers; raises AssertionError
@@ -147,6 +175,17 @@ def self_test() -> None:
             (root / name).write_text(text)
         found = cycles(graph(root))
         assert found == [["core/low", "core/mid", "core/top"], ["fs/cmd_a", "fs/main"]], found
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for name, text in {"core/util/low.c": '#include "high.h"\nint low_f(void)\n{\n'
+                                             '\treturn high_f();\n}\n',
+                           "core/serve/high.c": "int high_f(void)\n{\n\treturn 0;\n}\n",
+                           "core/serve/high.h": "int high_f(void);\n"}.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+        (root / "fs").mkdir()
+        found_up = upward(graph(root), ["util", "serve"])
+        assert found_up == [("core/util/low", "core/serve/high")], found_up
 
 
 def main() -> int:
@@ -160,7 +199,14 @@ def main() -> int:
     for comp in found:
         why = "; ".join(f"{a} uses {', '.join(sorted(uses[a] & set(comp)))}" for a in comp)
         print(f"circle: {' <-> '.join(comp)} ({why})")
-    return 1 if found else 0
+    order = folders(root)
+    if not order:
+        print(f"circles.py: no core_folders in {root}/core/meson.build", file=sys.stderr)
+        return 2
+    up = upward(uses, order)
+    for a, b in up:
+        print(f"upward: {a} uses {b} (core_folders: {', '.join(order)})")
+    return 1 if found or up else 0
 
 
 if __name__ == "__main__":

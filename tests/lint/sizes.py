@@ -48,10 +48,10 @@ def check(root: Path) -> list:
     found = []
     seen_files, seen_functions = set(), set()
     for d in DIRS:
-        for path in sorted((root / d).glob("*")):
+        for path in sorted((root / d).rglob("*")):
             if path.suffix not in (".c", ".h", ".cc"):
                 continue
-            rel = f"{d}/{path.name}"
+            rel = path.relative_to(root).as_posix()
             lines = path.read_text(errors="replace").split("\n")
             n = len(lines) - (lines[-1] == "")
             if n > MAX_FILE_LINES:

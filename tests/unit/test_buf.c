@@ -1,5 +1,5 @@
 /*
- * core/buf: array_grow() grows geometrically, keeps the elements, and refuses a size in
+ * core/util/buf: array_grow() grows geometrically, keeps the elements, and refuses a size in
  * bytes that does not fit in size_t (-EOVERFLOW) without touching the array; a buf
  * refuses an append whose length would overflow.
  */

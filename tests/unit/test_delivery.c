@@ -1,5 +1,5 @@
 /*
- * test_delivery.c: the delivered prefix of a rank's claims (core/delivery.h). Every order
+ * test_delivery.c: the delivered prefix of a rank's claims (core/serve/delivery.h). Every order
  * of delivering 8 claims (40,320), each delivery given twice, against a brute-force
  * prefix; deliveries far ahead of the prefix (the ring grows and keeps its marks); reset.
  */

@@ -1,5 +1,5 @@
 /*
- * core/docindex: what the writer appends the reader gives back (first_token the running
+ * core/dataset/docindex: what the writer appends the reader gives back (first_token the running
  * sum, lengths, records, sources), docindex_find() names the document of every token of
  * the stream and none past it, across the writer's buffer flushes; a truncated or foreign
  * file is refused with -EBADMSG, a missing one with -ENOENT.

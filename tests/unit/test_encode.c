@@ -1,6 +1,6 @@
 /*
- * test_encode: the batch encodings of core/encode.h over real datasets made with the
- * pack API (core/pack.h) in a temporary directory: text (JSONL), files (a WebDataset tar
+ * test_encode: the batch encodings of core/serve/encode.h over real datasets made with the
+ * pack API (core/pack/pack.h) in a temporary directory: text (JSONL), files (a WebDataset tar
  * and a directory), tokens of every dtype, each packed with and without compression.
  * Checks the bytes of lines/npy/bin exactly, reads tar batches back with libarchive
  * (Python's tarfile and numpy.load are checked by tests/fuse/test_encode.py), and the

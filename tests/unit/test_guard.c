@@ -1,5 +1,5 @@
 /*
- * core/guard: a read fault in a file mapping (the file was truncated under us) becomes
+ * core/util/guard: a read fault in a file mapping (the file was truncated under us) becomes
  * -EIO for the one guarded call, again and again, in any thread (one created with every
  * signal blocked too), and leaves the thread's signal mask as it was but for SIGBUS; an
  * unguarded SIGBUS, or one sent with kill() during a guarded call, still kills.

@@ -1,5 +1,5 @@
 /*
- * core/jobq and core/pool: every job submitted runs exactly once, in order on one thread;
+ * core/util/jobq and core/util/pool: every job submitted runs exactly once, in order on one thread;
  * jobq_free() cancels what is still queued (on the freeing thread), waits for what
  * runs and refuses what a running job queues meanwhile; each thread's context reaches its jobs and is finished; a pool calls fn once per
  * member.

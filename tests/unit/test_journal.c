@@ -1,5 +1,5 @@
 /*
- * test_journal: unit tests of the journal (core/journal*.c), one function at a time,
+ * test_journal: unit tests of the journal (core/journal/journal*.c), one function at a time,
  * and every refusal: identity mismatch, foreign/corrupt/truncated files (left
  * byte-identical), a newer
  * schema, unwritable paths (ENOTDIR, EISDIR, ENOENT, a read-only tmpfs), a journal held

@@ -1,5 +1,5 @@
 /*
- * The resume policy as pure logic (core/journal_policy.h), without SQLite: histories
+ * The resume policy as pure logic (core/journal/journal_policy.h), without SQLite: histories
  * are stated event by event, and the resume point (hist_point) and the start of a new
  * layout (hist_resolve) are checked against the rules of journal.h.
  */

@@ -1,5 +1,5 @@
 /*
- * Weighted mixtures (core/mix.h) and the validation split (order.h): the prefix bound
+ * Weighted mixtures (core/order/mix.h) and the validation split (order.h): the prefix bound
  * |c_s(n) - n a_s / D| < 1 over every prefix of random weight vectors; the schedule's
  * three views (slot -> source, count, inverse) agree; exact weights from reals; weight
  * lists; per-source coverage and per-epoch orders; curricula keep the stream before the

@@ -1,5 +1,5 @@
 /*
- * test_progress.c: progress learned from reads (core/progress.h). progress_step_of()
+ * test_progress.c: progress learned from reads (core/serve/progress.h). progress_step_of()
  * against layout_micro_gsn() for every (W, B, m, rank, step, micro, micros) of a small
  * domain; positions that follow the latest read (back as well as forward); the job's
  * least position; rates over whole seconds; untracked ranks; step numbers off the grid.

@@ -1,5 +1,5 @@
 /*
- * test_readahead.c: the server's read-ahead (core/readahead.c, server_readahead) over a
+ * test_readahead.c: the server's read-ahead (core/serve/readahead.c, server_readahead) over a
  * flat token dataset whose pages were evicted: after a rank's read at step t, the pages
  * of exactly its samples of steps t .. t + 1 + ahead are asked of the kernel and arrive,
  * the other rank's and later steps' stay on disk, and a read further on extends the

@@ -1,5 +1,5 @@
 /*
- * test_serve.c: the mount's server (core/serve.h, share.c, prefetch.c, claim.h) over
+ * test_serve.c: the mount's server (core/serve/serve.h, share.c, prefetch.c, claim.h) over
  * small packed datasets, without FUSE and without a journal: claims hand out the
  * micro-batches batch_build() builds, in order, each once, from the prefetch ring or
  * not; the pure shares (step, at, validation) equal the batches they name and their

@@ -1,5 +1,5 @@
 /* packer.c: what every step of `zephon pack` reports through (pack_int.h): errors into
- * the caller's buffer, progress, interruption. The lowest of core/pack*.c: it calls none
+ * the caller's buffer, progress, interruption. The lowest of core/pack/pack*.c: it calls none
  * of the others, so the steps below pack.c call up to nothing. */
 #include "pack_int.h"
 

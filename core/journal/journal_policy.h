@@ -1,6 +1,6 @@
 /*
  * journal_policy.h: the resume policy of journal.h as pure logic over loaded histories,
- * internal to core/journal*.c and the unit tests. No SQLite here: journal_history.c
+ * internal to core/journal/journal*.c and the unit tests. No SQLite here: journal_history.c
  * loads a journal's rows into a struct hist (hist_load), and these functions decide
  * where a mount starts (hist_resolve) and what the resume point is (hist_point), so a
  * test can state a history and check the decision without a database.

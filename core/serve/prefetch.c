@@ -1,7 +1,7 @@
 /*
  * prefetch.c: what keeps claims from waiting for a decode. Each served rank has a ring
  * of cfg.prefetch slots, the slot of claim index ci at ci % prefetch, that decode jobs
- * fill on cfg.workers threads (core/jobq.h) while the rank reads; a claim takes its
+ * fill on cfg.workers threads (core/util/jobq.h) while the rank reads; a claim takes its
  * batch from the ring or, on a miss, decodes it itself on a sample reader of the pool.
  * Batch buffers come back to a pool when a batch is freed, and the next batch is
  * encoded into one: a batch of megabytes then costs no mmap/munmap and no page faults.

@@ -199,14 +199,14 @@ double server_journal_wait(struct server *s);
 int server_journal_stalled(struct server *s);
 
 /* The step of the rank's stream that a batch of this server (a claim, or a share of
- * step/, at/ or validation/) belongs to, for core/progress.h: progress_step_of() with
+ * step/, at/ or validation/) belongs to, for core/serve/progress.h: progress_step_of() with
  * the layout's share and micro-batch. */
 uint64_t server_progress_step(const struct server *s, const struct batch *b);
 
 void server_get_stats(struct server *s, struct server_stats *out);
 const struct server_config *server_get_config(const struct server *s);
 
-/* The pure reads of the mount (core/share.c): one rank's share of B samples, all A
+/* The pure reads of the mount (core/serve/share.c): one rank's share of B samples, all A
  * micro-batches in one encoding. Pure: they claim nothing, move no cursor and note
  * nothing in the journal.
  *  - SHARE_STEP, n = t: rank's share of step t of the mount's layout (/rank/<r>/step/<t>).

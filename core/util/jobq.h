@@ -1,8 +1,8 @@
 /*
  * jobq.h: a queue of jobs served by threads of its own: the one job queue of Zephon.
  * The mount's offload queues (fs/ops.c: requests that may wait for the journal or that
- * decode), the server's prefetch decoders (core/serve.c) and pack's fork-join team
- * (core/pool.c) are each one jobq.
+ * decode), the server's prefetch decoders (core/serve/serve.c) and pack's fork-join team
+ * (core/util/pool.c) are each one jobq.
  *
  * Jobs are intrusive (the caller embeds a struct jobq_job and owns the memory) and run in
  * the order queued, each exactly once: run(job, ctx, 0) on a queue thread, or, when the

@@ -1,5 +1,5 @@
 /*
- * journal_int.h: what the files of the journal share (core/journal*.c only): struct
+ * journal_int.h: what the files of the journal share (core/journal/journal*.c only): struct
  * journal, and the helpers around its SQLite connection. journal.h is the contract;
  * this header is its implementation's.
  *
@@ -92,7 +92,7 @@ struct journal {
 int64_t jnl_now_us(void);
 
 /* Copy src ("" for NULL) into dst, truncated on purpose when long (len may be 0); texts
- * are formatted with err_printf() (core/buf.h), which truncates the same way. */
+ * are formatted with err_printf() (core/util/buf.h), which truncates the same way. */
 void jnl_copy_str(char *dst, size_t len, const char *src);
 
 /* Write a reason into err (when err and errlen) and return rc. */

@@ -1,7 +1,7 @@
 /*
  * ratelimit.h: the one rate limiter of Zephon's logs, a token bucket: up to burst lines
  * in a row, then one each refill_s seconds; the lines held back are counted, for the next
- * one that passes to say. The server's log (core/serve_log.c: 20 in a row, then one a
+ * one that passes to say. The server's log (core/serve/serve_log.c: 20 in a row, then one a
  * second) and the mount's repeated warnings (fs/log.c: a burst of 1, one per interval)
  * use it. Header-only; not locked: its owner's lock guards it.
  */

@@ -3,7 +3,7 @@
  * the open dataset (one or several packed directories, its sources), its shards and the
  * sample reader. dataset.c opens a dataset, dataset_read.c
  * reads samples, dataset_warm.c asks the kernel to read a cold batch's pages ahead,
- * dataset_verify.c checks every sample. Internal to core/dataset*.c. An open dataset is
+ * dataset_verify.c checks every sample. Internal to core/dataset/dataset*.c. An open dataset is
  * read-only and shared by every thread; a sample reader has one owner at a time.
  */
 #ifndef ZEPHON_DATASET_INT_H

@@ -240,7 +240,7 @@ struct journal_point {
  * journal_start() on j records in its layout row (layout.weights), until set again.
  * weights: 1 to MIX_MAX_SOURCES decimal integers in source order, separated by single
  * commas, no signs, spaces or leading zeros ("7,3,0": mix_weights_exact()'s integers
- * in decimal), each below 2^20, their sum between 1 and MIX_MAX_PERIOD (core/mix.h);
+ * in decimal), each below 2^20, their sum between 1 and MIX_MAX_PERIOD (core/order/mix.h);
  * NULL or "" for none (a single dataset). The text is copied. 0, or
  * -EINVAL (reason in journal_last_error; the setting before the call is kept), -EROFS
  * (read-only handle). */

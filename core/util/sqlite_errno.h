@@ -1,6 +1,6 @@
 /*
  * sqlite_errno.h: the one table from SQLite result codes to -errno, shared by the two
- * modules that hold SQLite files (the journal, core/journal*.c, and catalog.c), so that
+ * modules that hold SQLite files (the journal, core/journal/journal*.c, and catalog.c), so that
  * a cause reads the same whichever file it happened to.
  *
  * Pure, no globals, thread-safe.

@@ -48,7 +48,7 @@ int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
 		 struct progress **out);
 void progress_free(struct progress *p);
 
-/* The clock of every `now` here is core/clock.h's clock_mono_s() (CLOCK_MONOTONIC, s). */
+/* The clock of every `now` here is core/util/clock.h's clock_mono_s() (CLOCK_MONOTONIC, s). */
 
 /* Rank read `samples` samples to their end at time now (seconds, a monotonic clock).
  * step_gsn: the first gsn of the step whose share of this rank those samples complete

@@ -6,7 +6,7 @@
  * pool thread validates, checksums and compresses, pack_dict.c holds the first samples
  * back to train the zstd dictionary on them, and every step reports through packer.c.
  * Each file stands above what it calls: pack.c > pack_plan.c, pack_publish.c,
- * pack_batch.c > pack_dict.c > packer.c. Internal to core/pack*.c; not
+ * pack_batch.c > pack_dict.c > packer.c. Internal to core/pack/pack*.c; not
  * thread-safe: one pack per struct packer, the pool threads touching only their share
  * of a batch.
  */

@@ -4,7 +4,7 @@
  * and buffer pools, decode jobs, each rank's prefetch ring), readahead.c (page-cache
  * hints along each rank's order), share.c (the pure reads: step/, at/, validation/,
  * samples/) and serve.c (cursor, claim, delivery, rewind).
- * Nothing outside core/serve*.c, prefetch.c, readahead.c and share.c includes it.
+ * Nothing outside core/serve/serve*.c, prefetch.c, readahead.c and share.c includes it.
  */
 #ifndef ZEPHON_SERVE_INT_H
 #define ZEPHON_SERVE_INT_H
