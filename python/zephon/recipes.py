@@ -16,22 +16,71 @@ The same functions serve both versions (:data:`zephon.torchtitan.CONTRACT`).
 
 ``python -m zephon.recipes TRAINER_OPTIONS`` checks the data of such a job on a CPU
 (:func:`dry_run`).
+
+The config they return is of a subclass of its ``Trainer.Config`` (:func:`zephon_config`)
+that tells the data loader the trainer's batch sizes each time TorchTitan's command line is
+parsed, so that a mount of another global batch than the trainer's is refused when the
+loader is built (:mod:`zephon.agreement`); it builds the same ``Trainer``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from typing import Any
 
 from torchtitan.trainer import Trainer
 
-from .torchtitan import PretokenizedTokenizer, ZephonDataLoader
+from .torchtitan import PretokenizedTokenizer, ZephonDataLoader, bind_trainer
 
-__all__ = ["use_zephon", "llama3_debugmodel_zephon", "dry_run"]
+__all__ = ["use_zephon", "zephon_config", "llama3_debugmodel_zephon", "dry_run"]
+
+_CONFIG_CLASSES: dict[type, type] = {}
+
+
+def zephon_config(cls: type) -> type:
+    """The subclass of the ``Trainer.Config`` class ``cls`` whose ``__post_init__`` also
+    calls :func:`zephon.torchtitan.bind_trainer`: TorchTitan's ConfigManager builds the
+    config anew, of the config function's class, with the command line's values, so the
+    data loader learns the sizes the trainer will use. No fields of its own; its owner (what
+    ``config.build()`` makes) is ``cls``'s."""
+    if getattr(cls, "_zephon_binds", False):
+        return cls
+    if cls not in _CONFIG_CLASSES:
+        base_post_init = getattr(cls, "__post_init__", None)
+
+        def __post_init__(self: Any) -> None:
+            if base_post_init is not None:
+                base_post_init(self)
+            bind_trainer(self)
+
+        name = "Zephon" + cls.__qualname__.replace(".", "")
+        ns = {"__post_init__": __post_init__, "_zephon_binds": True, "__module__": __name__,
+              "__qualname__": name, "__doc__": f"{cls.__qualname__}, telling a Zephon data "
+              "loader the trainer's batch sizes (zephon.recipes.zephon_config)."}
+        _CONFIG_CLASSES[cls] = dataclasses.dataclass(kw_only=True, slots=True)(
+            type(name, (cls,), ns))
+    return _CONFIG_CLASSES[cls]
+
+
+def _rebind(config: Any) -> Any:
+    """``config`` as an instance of :func:`zephon_config` of its class (a copy of its
+    fields; ``config`` itself when it is one already), bound."""
+    cls = zephon_config(type(config))
+    if type(config) is not cls:
+        fields = dataclasses.fields(config)
+        new = cls(**{f.name: getattr(config, f.name) for f in fields if f.init})
+        for f in fields:
+            if not f.init:
+                setattr(new, f.name, getattr(config, f.name))
+        config = new
+    return bind_trainer(config)
 
 
 def use_zephon(config: Trainer.Config, *, mount: str | None = None,
                eod_token: int | None = None, vocab_size: int | None = None) -> Trainer.Config:
-    """``config`` with its data from a Zephon mount (changed in place and returned).
+    """``config`` with its data from a Zephon mount, as an instance of
+    :func:`zephon_config` of its class (a copy: use the returned config).
 
     ``mount`` defaults to ``$ZEPHON_MOUNT`` (read again when the loader is built, if still
     empty); ``eod_token`` to ``$ZEPHON_EOD_TOKEN`` when set, else None: the dataset's own
@@ -52,7 +101,7 @@ def use_zephon(config: Trainer.Config, *, mount: str | None = None,
                                                 vocab_size=vocab_size)
     config.tokenizer = PretokenizedTokenizer.Config(vocab_size=vocab_size or 0)
     config.validator.enable = False
-    return config
+    return _rebind(config)
 
 
 def llama3_debugmodel_zephon() -> Trainer.Config:
@@ -99,6 +148,9 @@ def dry_run(argv: list[str] | None = None) -> int:
               "zephon's: use a config function that sets ZephonDataLoader.Config "
               "(--module zephon.recipes --config llama3_debugmodel_zephon)", file=sys.stderr)
         return 1
+    # a config function that did not go through use_zephon: the trainer's loader would
+    # not be told the trainer's sizes, the dry run is (it checks what the trainer reads)
+    bind_trainer(config)
     mount = config.dataloader.mount or os.environ.get("ZEPHON_MOUNT", "")
     dp = a.dp
     if dp is None:
@@ -121,6 +173,11 @@ def dry_run(argv: list[str] | None = None) -> int:
         except (ValueError, StopIteration) as e:
             print(f"dp_rank {r} of {dp}: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
+        step = dl.trainer_step
+        if r == 0 and step is not None:
+            print(f"trainer step: global batch {step.global_batch} samples ({step.formed}), "
+                  f"{step.micro_batches} micro-batches of {step.micro_batch} per DP rank: "
+                  f"the mount's global_batch {dl.loader.global_batch}")
         top = max(int(b[0]["input"].max()) for b in batches)
         inp, labels = batches[-1]
         print(f"dp_rank {r} of {dp}: {a.batches} batches of {tuple(labels.shape)} "
