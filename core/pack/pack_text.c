@@ -6,12 +6,17 @@
  *
  * The stream (pack.h, PACK_TOKDOCS_MAGIC), little-endian:
  *   "ZTOKDOC1", u32 n, n bytes of "key=value\n" lines: dtype, eod (the end-of-document
- *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional), input_bytes
- *   (the inputs' total size, for progress), or only error (the front end cannot start:
- *   the message); then records, each a tag byte:
+ *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional),
+ *   tokenizer_path (optional: its absolute path, recorded for the loaders, not part of
+ *   the fingerprint), input_bytes (the inputs' total size, for progress), or only error
+ *   (the front end cannot start: the message); then records, each a tag byte:
  *   'I' u32 n, "FORMAT\tPATH" (n bytes), u64 size      a new input (catalog row)
  *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id
  *                                                     documents of the current input
+ *   'C' u64 tokens, tokens x u32 id                   the first tokens of a document too
+ *                                                     long for one batch: the next 'B'
+ *                                                     record's first document ends it
+ *                                                     (its length there counts the rest)
  *   'P' u64 bytes                                     bytes of the current input read
  *   'S' u32 n, message                                a record skipped (--skip-bad)
  *   'X' u32 n, message                                the front end failed: the message
@@ -179,6 +184,10 @@ static int read_header(struct packer *p, struct tdreader *r)
 	    p->eod > dtype_max(dt) || p->eod >= p->vocab_size)
 		goto out;
 	p->have_bos = header_u64(text, "bos", &p->bos) == 0;
+	/* a path too long for the buffer would be recorded cut: none instead */
+	if (!header_get(text, "tokenizer_path", p->tok_path, sizeof(p->tok_path)) ||
+	    strlen(p->tok_path) == sizeof(p->tok_path) - 1)
+		p->tok_path[0] = 0;
 	if (header_u64(text, "input_bytes", &p->input_total))
 		p->input_total = 0;
 	if (p->have_dtype && p->dtype != dt) {
@@ -220,12 +229,43 @@ static int finish_input(struct packer *p, struct tdreader *r, struct catalog_sou
 	return rc;
 }
 
-/* One 'B' record: documents into the window and the document index. */
+/* ntok ids (u32, little-endian, at ids) of the input at path: each checked against the
+ * dtype and the vocabulary, narrowed to the dtype in place (the output never outruns the
+ * input: itemsize <= 4) and appended to the window, whose full windows are cut. 0, or
+ * -EINVAL (an id out of range, with the reason), -ENOMEM, or what cutting returns. */
+static int take_ids(struct packer *p, const char *path, uint8_t *ids, uint64_t ntok)
+{
+	uint64_t max = dtype_max(p->dtype);
+	int rc;
+
+	for (uint64_t t = 0; t < ntok; t++) {
+		uint32_t id = le32_get(ids + 4 * t);
+
+		if (id > max || id >= p->vocab_size)
+			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
+					 "tokenizer's vocabulary of %" PRIu64, path, id,
+					 dtype_name(p->dtype), p->vocab_size);
+		if (id > p->max_token)
+			p->max_token = id;
+		if (p->itemsize == 2)
+			le16_put(ids + 2 * t, (uint16_t)id);
+		else if (p->itemsize == 1)
+			ids[t] = (uint8_t)id;
+	}
+	p->have_max_token = 1;
+	p->tokens += ntok;
+	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
+		return rc;
+	return pack_cut_windows(p);
+}
+
+/* One 'B' record: documents into the window and the document index; the first one ends
+ * the document that 'C' records began, if any (p->doc_part tokens of it before). */
 static int read_batch(struct packer *p, struct tdreader *r, const char *path, uint32_t source,
 		      struct buf *tmp)
 {
 	uint32_t docs;
-	uint64_t ntok, sum = 0, max = dtype_max(p->dtype);
+	uint64_t ntok, sum = 0;
 	uint64_t *records;
 	uint32_t *lens;
 	uint8_t *ids;
@@ -233,7 +273,7 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 
 	if ((rc = td_u32(p, r, &docs)) || (rc = td_u64(p, r, &ntok)))
 		return rc;
-	if (ntok > BATCH_TOKENS_MAX || docs == 0 || docs > ntok)
+	if (ntok > BATCH_TOKENS_MAX || docs == 0 || docs > ntok + (p->doc_part ? 1 : 0))
 		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a batch of %" PRIu32
 				 " documents and %" PRIu64 " tokens (broken stream)", docs, ntok);
 	tmp->len = 0;
@@ -249,23 +289,10 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 	if (sum != ntok)
 		return pack_fail(p, -EBADMSG, "the tokenizer front end's batch lengths do not add "
 				 "up (broken stream)");
-	/* ids to the dtype, in place: the output never outruns the input (itemsize <= 4) */
-	for (uint64_t t = 0; t < ntok; t++) {
-		uint32_t id = le32_get(ids + 4 * t);
-
-		if (id > max || id >= p->vocab_size)
-			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
-					 "tokenizer's vocabulary of %" PRIu64, path, id,
-					 dtype_name(p->dtype), p->vocab_size);
-		if (id > p->max_token)
-			p->max_token = id;
-		if (p->itemsize == 2)
-			le16_put(ids + 2 * t, (uint16_t)id);
-		else if (p->itemsize == 1)
-			ids[t] = (uint8_t)id;
-	}
+	if ((rc = take_ids(p, path, ids, ntok)))
+		return rc;
 	for (uint32_t d = 0; d < docs; d++) {
-		uint32_t n = le32_get(&lens[d]);
+		uint64_t n = le32_get(&lens[d]) + (d == 0 ? p->doc_part : 0);
 
 		if (n == 0)
 			return pack_fail(p, -EBADMSG, "the tokenizer front end sent an empty document "
@@ -275,11 +302,29 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 		if (rc)
 			return rc;
 	}
-	p->have_max_token = 1;
-	p->tokens += ntok;
-	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
+	p->doc_part = 0;
+	return 0;
+}
+
+/* One 'C' record: the first tokens of a document that a later 'B' record ends, into the
+ * window (the document index learns the document's length from that 'B'). */
+static int read_part(struct packer *p, struct tdreader *r, const char *path, struct buf *tmp)
+{
+	uint64_t ntok;
+	int rc;
+
+	if ((rc = td_u64(p, r, &ntok)))
 		return rc;
-	return pack_cut_windows(p);
+	if (ntok == 0 || ntok > BATCH_TOKENS_MAX)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a document part of %"
+				 PRIu64 " tokens (broken stream)", ntok);
+	tmp->len = 0;
+	if ((rc = buf_reserve(tmp, (size_t)ntok * 4)) ||
+	    (rc = td_read(p, r, tmp->data, (size_t)ntok * 4)) ||
+	    (rc = take_ids(p, path, tmp->data, ntok)))
+		return rc;
+	p->doc_part += ntok;
+	return 0;
 }
 
 /* The document index of this pack, in its temporary directory. */
@@ -382,17 +427,25 @@ int pack_tokdocs(struct packer *p)
 
 		if ((rc = td_read(p, &r, &tag, 1)))
 			break;
+		if ((tag == 'I' || tag == 'Z') && p->doc_part) {
+			rc = pack_fail(p, -EBADMSG, "the tokenizer front end left a document of %s "
+				       "unfinished (broken stream)", row.path ? row.path : "?");
+			break;
+		}
+		if ((tag == 'B' || tag == 'C') && !row.path) {
+			rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent documents before "
+				       "naming their input (broken stream)");
+			break;
+		}
 		switch (tag) {
 		case 'I':
 			rc = begin_input(p, &r, &row, &path, &tokens_before);
 			break;
 		case 'B':
-			if (!row.path) {
-				rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent documents "
-					       "before naming their input (broken stream)");
-				break;
-			}
 			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, &tmp);
+			break;
+		case 'C':
+			rc = read_part(p, &r, row.path, &tmp);
 			break;
 		case 'P':
 		case 'S':

@@ -31,18 +31,21 @@ from typing import Any
 
 from torchtitan.trainer import Trainer
 
+from .data_tokenizer import data_assets_folder
 from .torchtitan import PretokenizedTokenizer, ZephonDataLoader, bind_trainer
 
-__all__ = ["use_zephon", "zephon_config", "llama3_debugmodel_zephon", "dry_run"]
+__all__ = ["use_zephon", "zephon_config", "use_data_tokenizer", "llama3_debugmodel_zephon",
+           "dry_run"]
 
 _CONFIG_CLASSES: dict[type, type] = {}
 
 
 def zephon_config(cls: type) -> type:
     """The subclass of the ``Trainer.Config`` class ``cls`` whose ``__post_init__`` also
-    calls :func:`zephon.torchtitan.bind_trainer`: TorchTitan's ConfigManager builds the
-    config anew, of the config function's class, with the command line's values, so the
-    data loader learns the sizes the trainer will use. No fields of its own; its owner (what
+    calls :func:`zephon.torchtitan.bind_trainer` and :func:`use_data_tokenizer`:
+    TorchTitan's ConfigManager builds the config anew, of the config function's class, with
+    the command line's values, so the data loader learns the sizes the trainer will use,
+    and the model's assets are the data's tokenizer. No fields of its own; its owner (what
     ``config.build()`` makes) is ``cls``'s."""
     if getattr(cls, "_zephon_binds", False):
         return cls
@@ -53,6 +56,7 @@ def zephon_config(cls: type) -> type:
             if base_post_init is not None:
                 base_post_init(self)
             bind_trainer(self)
+            use_data_tokenizer(self)
 
         name = "Zephon" + cls.__qualname__.replace(".", "")
         ns = {"__post_init__": __post_init__, "_zephon_binds": True, "__module__": __name__,
@@ -61,6 +65,26 @@ def zephon_config(cls: type) -> type:
         _CONFIG_CLASSES[cls] = dataclasses.dataclass(kw_only=True, slots=True)(
             type(name, (cls,), ns))
     return _CONFIG_CLASSES[cls]
+
+
+def use_data_tokenizer(config: Any) -> Any:
+    """Point ``config.hf_assets_path`` at the tokenizer the mount's dataset was packed with
+    (``zephon pack --tokenizer`` records its path and sha256; :mod:`zephon.data_tokenizer`),
+    where the config's own path is not a folder: TorchTitan's default
+    (``./tests/assets/tokenizer``, its repository's) is none outside a TorchTitan checkout.
+    A recorded folder that moved or whose files changed since the pack is not used, and a
+    ``RuntimeWarning`` says which. Returns ``config``; the mount is the data loader's
+    (``mount``, else ``$ZEPHON_MOUNT``); nothing changes without one."""
+    dl = getattr(config, "dataloader", None)
+    if not isinstance(dl, ZephonDataLoader.Config) or os.path.isdir(config.hf_assets_path):
+        return config
+    mount = dl.mount or os.environ.get("ZEPHON_MOUNT", "")
+    if mount:
+        folder = data_assets_folder(mount, f"the model's hf_assets_path stays "
+                                    f"{config.hf_assets_path!r}: ")
+        if folder:
+            config.hf_assets_path = folder
+    return config
 
 
 def _rebind(config: Any) -> Any:
@@ -74,7 +98,7 @@ def _rebind(config: Any) -> Any:
             if not f.init:
                 setattr(new, f.name, getattr(config, f.name))
         config = new
-    return bind_trainer(config)
+    return use_data_tokenizer(bind_trainer(config))
 
 
 def use_zephon(config: Trainer.Config, *, mount: str | None = None,
@@ -163,7 +187,8 @@ def dry_run(argv: list[str] | None = None) -> int:
             return 1
     tokenizer = config.tokenizer.build(tokenizer_path=config.hf_assets_path)
     vocab = _model_vocab(config) or tokenizer.get_vocab_size()
-    print(f"TorchTitan contract {CONTRACT}; mount {mount}; DP {dp}; model vocabulary {vocab}")
+    print(f"TorchTitan contract {CONTRACT}; mount {mount}; DP {dp}; model vocabulary {vocab}; "
+          f"hf_assets_path {config.hf_assets_path}")
     for r in range(dp):
         try:
             dl = config.dataloader.build(dp_world_size=dp, dp_rank=r, tokenizer=tokenizer,
@@ -176,7 +201,7 @@ def dry_run(argv: list[str] | None = None) -> int:
         step = dl.trainer_step
         if r == 0 and step is not None:
             print(f"trainer step: global batch {step.global_batch} samples ({step.formed}), "
-                  f"{step.micro_batches} micro-batches of {step.micro_batch} per DP rank: "
+                  f"micro-batches of {step.micro_batch} samples, {step.micro_batches} per DP rank: "
                   f"the mount's global_batch {dl.loader.global_batch}")
         top = max(int(b[0]["input"].max()) for b in batches)
         inp, labels = batches[-1]
