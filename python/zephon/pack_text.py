@@ -811,8 +811,6 @@ def send_batch(w: Writer, b: Batch, lens: Any, ids: Any) -> None:
 
 def run(args: argparse.Namespace, out: BinaryIO) -> int:
     """Pack-side work: plan, load, stream. 0, or 1 after an 'X' record."""
-    import numpy as np
-
     w = Writer(out)
     opts = Options(text_field=args.text_field, column=args.column, split=args.split,
                    format=args.format, skip_bad=args.skip_bad, zephon=args.zephon)
@@ -886,7 +884,7 @@ def read_batches(units: list[Unit], opts: Options, put: Any,
                 put(("skip", f"{item}; skipped"))
                 continue
             rec, text = item
-            bounds = [0, *(piece_cuts(spec, text) if spec else []), len(text)]
+            bounds = [0, *(piece_cuts(spec, text, PIECE_CHARS) if spec else []), len(text)]
             last = len(bounds) - 2
             for j in range(last + 1):
                 piece = text if last == 0 else text[bounds[j]:bounds[j + 1]]

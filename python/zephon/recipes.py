@@ -34,7 +34,7 @@ from torchtitan.trainer import Trainer
 from .data_tokenizer import data_assets_folder
 from .torchtitan import PretokenizedTokenizer, ZephonDataLoader, bind_trainer
 
-__all__ = ["use_zephon", "zephon_config", "use_data_tokenizer", "llama3_debugmodel_zephon",
+__all__ = ["use_zephon", "bind", "zephon_config", "use_data_tokenizer", "llama3_debugmodel_zephon",
            "dry_run"]
 
 _CONFIG_CLASSES: dict[type, type] = {}
@@ -87,9 +87,11 @@ def use_data_tokenizer(config: Any) -> Any:
     return config
 
 
-def _rebind(config: Any) -> Any:
-    """``config`` as an instance of :func:`zephon_config` of its class (a copy of its
-    fields; ``config`` itself when it is one already), bound."""
+def bind(config: Any) -> Any:
+    """``config`` (a ``Trainer.Config`` whose data loader is a Zephon one) as an instance of
+    :func:`zephon_config` of its class, bound: a copy of its fields (``config`` itself when
+    it is one already). Return it from a config function, as :func:`use_zephon` does, so
+    that the loader is told the trainer's sizes after the command line's overrides."""
     cls = zephon_config(type(config))
     if type(config) is not cls:
         fields = dataclasses.fields(config)
@@ -125,7 +127,7 @@ def use_zephon(config: Trainer.Config, *, mount: str | None = None,
                                                 vocab_size=vocab_size)
     config.tokenizer = PretokenizedTokenizer.Config(vocab_size=vocab_size or 0)
     config.validator.enable = False
-    return _rebind(config)
+    return bind(config)
 
 
 def llama3_debugmodel_zephon() -> Trainer.Config:

@@ -813,3 +813,72 @@ def test_the_front_ends_memory_does_not_grow_with_the_document(tmp_path):
     peak_mib = int(report.read_text()) / 1024
     assert peak_mib < 400, '%.0f MiB' % peak_mib
     assert info(tmp_path / 'ds')['documents'] == 2
+
+
+def fake_front_end(tmp_path, records):
+    """An interpreter for ZEPHON_PYTHON that ignores its arguments and writes the stream
+    of `records` (calls on pack_text.Writer after its header) to stdout."""
+    script = tmp_path / 'fake-python'
+    script.write_text(
+        '#!%s\nimport sys\nsys.path[:0] = %r\nimport numpy as np\n'
+        'from zephon.pack_text import Writer, Unit\n'
+        'w = Writer(sys.stdout.buffer)\n'
+        'w.header({"dtype": "uint16", "eod": 3, "vocab_size": 10, "tokenizer": "t", '
+        '"tokenizer_sha256": "0" * 64})\n'
+        'u = lambda a: np.asarray(a, dtype="<u4")\n'
+        '%s\nsys.stdout.buffer.flush()\n' % (sys.executable, sys.path, records))
+    script.chmod(0o755)
+    return {'ZEPHON_PYTHON': str(script)}
+
+
+def test_a_document_streamed_in_parts_is_one_document_and_an_unfinished_one_is_refused(
+        tmp_path):
+    """The front end's 'C' records (the first tokens of a long document) and the 'B' that
+    ends it make one document of the index; a stream that ends, or starts another input,
+    inside a document is refused and leaves nothing."""
+    (tmp_path / 'x.txt').write_text('x')
+    start = 'w.input(Unit("text", "x.txt", 1))\n'
+    ok = fake_front_end(tmp_path, start + 'w.cont(u([1, 2, 4]))\nw.cont(u([5]))\n'
+                        'w.batch(u([0, 7]).astype("<u8"), u([2, 3]), u([6, 3, 7, 8, 3]))\n'
+                        'w.end()')
+    pack(tmp_path / 'ds', '--tokenizer', 'unused', '--seq-len', 2, tmp_path / 'x.txt', env=ok)
+    i = info(tmp_path / 'ds')
+    assert (i['documents'], i['tokens']) == (2, 9)
+    assert windows(tmp_path / 'ds').reshape(-1).tolist() == [1, 2, 4, 5, 6, 3, 7, 8]
+    docs = json.loads(zrun('info', tmp_path / 'ds', '--sample', 2, '--json'))['documents']
+    assert [(d['document'], d['tokens'], d['record']) for d in docs] == [(0, 6, 0)]
+    for tail in ('w.end()', 'w.input(Unit("text", "x.txt", 1))\nw.end()'):
+        bad = fake_front_end(tmp_path, start + 'w.cont(u([1, 2]))\n' + tail)
+        p = pack(tmp_path / 'bad', '--tokenizer', 'unused', '--seq-len', 2,
+                 tmp_path / 'x.txt', env=bad, ok=False)
+        assert 'left a document of x.txt unfinished (broken stream)' in p.stderr, p.stderr
+
+
+def test_the_readme_block_makes_a_venv_installs_and_packs(tmp_path):
+    """README's "Raw text to tokens" block as written, in one shell, from a fresh venv:
+    Debian's pip installs nothing outside one (PEP 668), so the block makes one and
+    activates it, `pip install './python[tokenize]'` (a copy of python/ in the test's
+    directory: pip builds in the tree it is given) and `zephon pack` with the venv's
+    python3. HOME is the test's directory (the block's ~/venv-zephon); TOKENIZER, INPUT...
+    and DATASET are ../shared/data's tokenizer and Common Crawl JSONL and a dataset there."""
+    need(CC)
+    readme = (pathlib.Path(__file__).resolve().parents[2] / 'README.md').read_text()
+    sec = readme[readme.index('### Raw text to tokens'):]
+    block = sec[sec.index('```\n') + 4:sec.index('\n```', sec.index('```\n') + 4)]
+    lines = block.split('\n')
+    assert lines[0].startswith('python3 -m venv ~/venv-zephon && . ~/venv-zephon/bin/activate')
+    assert lines[1].startswith("pip install './python[tokenize]'")
+    assert lines[2] == 'zephon pack --tokenizer TOKENIZER --seq-len 2048 --overlap 1 INPUT... -o DATASET'
+    lines[2] = (lines[2].replace('TOKENIZER', str(TOK)).replace('INPUT...', str(CC))
+                .replace('DATASET', str(tmp_path / 'ds')))
+    shutil.copytree(pathlib.Path(__file__).resolve().parents[2] / 'python', tmp_path / 'python')
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('VIRTUAL_ENV', 'PYTHONPATH', 'ZEPHON_PYTHON', 'PYTHONHOME')}
+    env.update(HOME=str(tmp_path), PIP_CACHE_DIR=os.path.expanduser('~/.cache/pip'),
+               PATH=os.pathsep.join([os.path.dirname(ZEPHON), '/usr/local/bin', '/usr/bin',
+                                     '/bin']))
+    p = subprocess.run(['bash', '-ec', '\n'.join(lines)], cwd=tmp_path, env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    assert p.returncode == 0, p.stdout[-4000:]
+    assert (tmp_path / 'venv-zephon' / 'bin' / 'activate').is_file()
+    assert info(tmp_path / 'ds')['documents'] == len(jsonl_texts(CC))
