@@ -139,7 +139,8 @@ class TitanBatching:
         return TrainerStep(g, micro, g // (micro * dp), per_accum, formed,
                            "--training.global_batch_size {}")
 
-    def _main_step(self, dp: int, seq: int, pp: int | bool) -> TrainerStep:
+    def _main_step(self, dp: int, seq: int, pp: bool) -> TrainerStep:
+        """:meth:`step` of git main, whose sizes are tokens (``seq`` per sample)."""
         micro_tokens = self.tokens_per_microbatch
         if seq < 1 or micro_tokens < 1 or micro_tokens % seq:
             raise ValueError(f"training.num_tokens_per_microbatch_per_dp_rank {micro_tokens} "

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import signal
 import struct
 import subprocess
@@ -436,25 +437,36 @@ class LineReader(Reader):
             with open(path, "rb", buffering=1 << 20) as f:
                 yield from self._split(f, compressed=False)
 
+    #: whether lines() cuts the line break off ("\r\n" or "\n"); JSONL keeps it (JSON
+    #: allows it as white space), which saves a copy of every line
+    strip = True
+
     def _split(self, f: IO[bytes], compressed: bool) -> Iterator[tuple[int, bytes]]:
         for n, line in enumerate(f, 1):
             if not compressed:
                 self.done += len(line)
                 if n == 1 and line.startswith(b"\xef\xbb\xbf"):
                     line = line[3:]
-            if line.endswith(b"\n"):
-                line = line[:-1]
-            if line.endswith(b"\r"):
-                line = line[:-1]
+            if self.strip:
+                if line.endswith(b"\n"):
+                    line = line[:-1]
+                if line.endswith(b"\r"):
+                    line = line[:-1]
             yield n, line
+            del line         # not held while the next one is read (a document may be 50 MB)
 
 
 class JsonlReader(LineReader):
+    """One document per line; a document's line, record and text are let go before the
+    next line is read (only the document being read is held)."""
+
+    strip = False
+
     def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         field_ = self.opts.text_field
         path = self.unit.path
         for n, line in self.lines():
-            if not line.strip():
+            if not line or line.isspace():
                 continue  # blank lines, as pack skips them
             try:
                 rec = json.loads(line)
@@ -464,6 +476,7 @@ class JsonlReader(LineReader):
             except ValueError as e:
                 yield SkipRecord(f"{path}:{n}: invalid JSON: {e}")
                 continue
+            del line
             if not isinstance(rec, dict) or field_ not in rec:
                 what = "record" if isinstance(rec, dict) else f"JSON {type(rec).__name__}"
                 yield SkipRecord(f"{path}:{n}: {what} without a {field_!r} field; pass "
@@ -475,17 +488,22 @@ class JsonlReader(LineReader):
                                  f"{'null' if text is None else type(text).__name__}, not a "
                                  "string")
                 continue
+            del rec
             bad = _surrogate_error(text, f"{path}:{n}: field {field_!r}")
             yield bad if bad else (n, text)
+            del text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _surrogate_error(text: str, where: str) -> SkipRecord | None:
-    """JSON may spell a lone surrogate (\\ud800), which is no Unicode text: refused."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return SkipRecord(f"{where} holds a lone surrogate (\\u{ord(text[e.start]):04x} at "
-                          f"character {e.start}), which is not Unicode text")
+    """JSON may spell a lone surrogate (\\ud800), which is no Unicode text: refused.
+    (A search, not an encoding: no copy of a long document.)"""
+    m = None if text.isascii() else _SURROGATE.search(text)
+    if m:
+        return SkipRecord(f"{where} holds a lone surrogate (\\u{ord(m.group()):04x} at "
+                          f"character {m.start()}), which is not Unicode text")
     return None
 
 
