@@ -25,6 +25,7 @@
 #include "cmd.h"
 #include "log.h"
 #include "jobq.h"
+#include "s3.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -648,7 +649,13 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
  * message. A stale FUSE mountpoint (ENOTCONN) stays as written, for check_mountpoint(). */
 static int resolve_paths(const struct mount_options *o, char *dataset, char *mp)
 {
-	if (!realpath(o->dataset, dataset)) {
+	if (s3_is_url(o->dataset)) { /* in object storage: the URL as given */
+		if (strlen(o->dataset) >= PATH_MAX) {
+			die_msg("cannot open dataset %s: the URL is too long", o->dataset);
+			return -1;
+		}
+		strcpy(dataset, o->dataset);
+	} else if (!realpath(o->dataset, dataset)) {
 		die_msg("cannot open dataset %s: %s", o->dataset, strerror(errno));
 		return -1;
 	}
