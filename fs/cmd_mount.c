@@ -678,9 +678,12 @@ static int open_served(struct mount_config *cfg, struct served *st, const char *
 	char why[512];
 	int rc;
 
-	if (served_open(dataset, st, why, sizeof(why))) {
+	if ((rc = served_open(dataset, st, why, sizeof(why)))) {
 		die_msg("cannot open dataset %s: %s", dataset, why);
-		return 1;
+		/* in object storage: refused credentials, no such bucket or prefix, a bad URL
+		 * or configuration are the user's to fix, as a bad option is */
+		return s3_is_url(dataset) && (rc == -EACCES || rc == -ENOENT || rc == -EINVAL) ?
+		       2 : 1;
 	}
 	rc = served_set_order(st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation, why,
 			      sizeof(why));
