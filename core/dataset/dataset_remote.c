@@ -6,7 +6,6 @@
  * Locking: one mutex per dataset (struct ds_remote.lock) guards the in-flight marks of
  * every remote shard and the read-ahead bytes in flight; its condition variable is
  * signalled when a fetch ends. Cache bits are atomics of cache.c and need no lock. */
-#include "dataset.h"
 #include "dataset_int.h"
 
 #include <errno.h>

@@ -286,3 +286,50 @@ def test_cache_cap_evicts_datasets_no_mount_uses(data, tmp_path):
         f = status(m)['fetch']
     assert f['cache_evicted'] >= used_js // 2 and f['cache_used'] <= cap, f
     assert len(list(cache.glob('ds/*'))) == 1
+
+
+def sh_blocks(path, start=None):
+    """The ```sh blocks of a page (from the heading `start` on, to the next '## '), in order."""
+    import re
+    text = path.read_text()
+    if start:
+        text = text[text.index(start):]
+        end = text.find('\n## ', 1)
+        text = text if end < 0 else text[:end]
+    return re.findall(r'```sh\n(.*?)```', text, re.S)
+
+
+def run_page(blocks, s3, tmp_path, setup=''):
+    """Run the blocks as one bash script (-e: any command that fails fails it) in tmp_path,
+    with the server's endpoint and credentials, zephon on PATH and HOME in tmp_path."""
+    script = 'set -ex\n' + setup + '\n'.join(blocks)
+    env = s3.env(HOME=str(tmp_path), PATH='%s:%s' % (os.path.dirname(os.path.abspath(
+        os.environ.get('ZEPHON', 'build/fs/zephon'))), os.environ['PATH']))
+    import subprocess
+    p = subprocess.run(['bash', '-c', script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    if (tmp_path / 'mnt').is_dir():
+        subprocess.run(['fusermount3', '-uz', str(tmp_path / 'mnt')], stderr=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout[-5000:]
+    return p.stdout
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_object_storage_page_runs_as_written(s3, tmp_path):
+    out = run_page(sh_blocks(ROOT / 'docs' / 'object-storage.md'), s3, tmp_path)
+    # the mount's first claim of rank 0 and zephon batch's step 0 of rank 0: one batch
+    claim = out.split('+ cat mnt/rank/0/next\n')[1].split('+ ')[0]
+    assert claim.count('sample ') == 2, out[-3000:]
+    assert out.rstrip().endswith(claim.rstrip()), out[-3000:]
+    assert "'samples_fetched': " in out and "'requests': " in out
+
+
+def test_the_readme_section_runs_as_written(s3, tmp_path):
+    # the dataset `ds` the section uploads, as the object-storage page packs it
+    blocks = sh_blocks(ROOT / 'README.md', '## Datasets in object storage')
+    assert len(blocks) == 1
+    setup = "seq 1 100 | sed 's/^/line /' > lines.txt\nzephon pack lines.txt --format lines -o ds\nmkdir -p mnt\n"
+    out = run_page(blocks, s3, tmp_path, setup)
+    assert out.count('line ') >= 2, out[-3000:]
