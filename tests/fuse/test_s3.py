@@ -87,7 +87,7 @@ def test_info_and_verify_read_the_url(data):
         local = json.loads(run('info', data[name], '--json').stdout)
         remote = json.loads(run('info', data['urls'][name], '--json').stdout)
         assert remote['fingerprint'] == local['fingerprint']
-        assert remote['samples'] == local['samples'] and remote['shards'] == 3
+        assert remote['samples'] == local['samples'] and remote['shards'] == local['shards'] > 1
     assert run('verify', data['urls']['js']).returncode == 0
 
 
@@ -113,7 +113,7 @@ def test_mixture_of_s3_sources(data, tmp_path):
 
 def test_warm_cache_fetches_nothing_and_two_mounts_share_it(data, tmp_path, mount):
     url, cache = data['urls']['tok'], tmp_path / 'cache'
-    opts = 'world_size=2,global_batch=8,seed=5,readahead=0,cache=%s' % cache
+    opts = 'world_size=2,global_batch=8,seed=5,readahead=0,prefetch=0,cache=%s' % cache
     ref = []
     with Mount(data['tok'], tmp_path / 'ref', opts.split(',cache')[0] + ',journal=%s' %
                (tmp_path / 'ref.sqlite')) as m:
@@ -257,7 +257,7 @@ def test_server_that_stops_answering_fails_reads_in_bounded_time(data, s3, tmp_p
 
 def test_cached_bytes_gone_bad_are_fetched_again(data, tmp_path):
     url, cache = data['urls']['tok'], tmp_path / 'cache'
-    opts = 'world_size=1,global_batch=8,seed=4,readahead=0,cache=%s' % cache
+    opts = 'world_size=1,global_batch=8,seed=4,readahead=0,prefetch=0,cache=%s' % cache
     ref = local_claims(data['tok'], tmp_path, opts.split(',cache')[0], 5)
     with Mount(url, tmp_path / 'a', opts + ',journal=%s' % (tmp_path / 'a.sqlite')) as m:
         assert [read_all(m.path('rank', 0, 'next')) for _ in range(5)] == ref
