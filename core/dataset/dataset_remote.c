@@ -32,6 +32,9 @@
 #define DSR_GAP (UINT64_C(4) << 10)
 #define DSR_REQ_MAX (UINT64_C(1) << 20)
 #define DSR_INFLIGHT_MAX (UINT64_C(32) << 20)
+/* Fetched bytes that the cache did not keep (its cap reached, the disk full) wait for
+ * their readers in memory, up to this many bytes (the oldest dropped first). */
+#define DSR_STASH_MAX (UINT64_C(64) << 20)
 #define DSR_CONNECTIONS 64
 #define DSR_TIMEOUT_S 60.0
 
@@ -43,6 +46,8 @@ struct ds_remote {
 	pthread_cond_t cond;     /* a fetch ended */
 	uint64_t inflight;       /* read-ahead bytes in flight */
 	uint64_t samples_fetched, sample_bytes;
+	struct want_req *stash;  /* fetched, not kept, not all read yet: newest first */
+	uint64_t stash_bytes;
 };
 
 struct ds_rsource {
@@ -360,6 +365,9 @@ static int fetch_now(struct ds_remote *r, const struct ds_shard *s, uint64_t k,
 	return 0;
 }
 
+static int stash_take(struct ds_remote *r, const struct ds_shard *s, uint64_t k,
+		      const struct shard_index_entry *e, void *dst);
+
 int dsr_read(const struct dataset *ds, const struct ds_shard *s, uint64_t id,
 	     const struct shard_index_entry *e, void *dst, int fresh, char *why, size_t whylen)
 {
@@ -378,6 +386,10 @@ int dsr_read(const struct dataset *ds, const struct ds_shard *s, uint64_t id,
 				return 0;
 			snprintf(why, whylen, "cache: read failed");
 			return -EIO;
+		}
+		if (!fresh && stash_take(r, s, k, e, dst)) {
+			pthread_mutex_unlock(&r->lock);
+			return 0;
 		}
 		if (!pending(h, k))
 			break;
@@ -400,17 +412,57 @@ struct want_req {
 	struct ds_remote *r;
 	const struct ds_shard *s;
 	uint64_t k0, n, wanted_bytes, wanted;
+	uint64_t left;           /* stashed: reads still to come */
+	struct want_req *next;   /* in r->stash */
 	uint8_t buf[];
 };
+
+/* Stash w (under r->lock): its samples wait in memory for their reads. */
+static void stash_put(struct ds_remote *r, struct want_req *w)
+{
+	struct want_req **pp;
+
+	w->left = w->wanted;
+	w->next = r->stash;
+	r->stash = w;
+	r->stash_bytes += w->q.len;
+	while (r->stash_bytes > DSR_STASH_MAX) { /* drop the oldest */
+		for (pp = &r->stash; (*pp)->next; pp = &(*pp)->next)
+			;
+		r->stash_bytes -= (*pp)->q.len;
+		free(*pp);
+		*pp = NULL;
+	}
+}
+
+/* Sample k of shard s from the stash into dst (under r->lock): 1, or 0 when not there. */
+static int stash_take(struct ds_remote *r, const struct ds_shard *s, uint64_t k,
+		      const struct shard_index_entry *e, void *dst)
+{
+	for (struct want_req **pp = &r->stash, *w; (w = *pp); pp = &w->next) {
+		if (w->s != s || k < w->k0 || k >= w->k0 + w->n || e->offset < w->q.off ||
+		    e->offset + e->stored_len > w->q.off + w->q.len)
+			continue;
+		memcpy(dst, w->buf + (e->offset - w->q.off), e->stored_len);
+		if (--w->left == 0) {
+			*pp = w->next;
+			r->stash_bytes -= w->q.len;
+			free(w);
+		}
+		return 1;
+	}
+	return 0;
+}
 
 static void want_done(struct s3_req *q, void *ctx)
 {
 	struct want_req *w = ctx;
 	struct ds_remote *r = w->r;
+	int kept = -1;
 
 	(void)q;
 	if (!w->q.rc)
-		cache_obj_write(w->s->remote->obj, w->buf, w->q.off, w->q.len, w->k0, w->n);
+		kept = cache_obj_write(w->s->remote->obj, w->buf, w->q.off, w->q.len, w->k0, w->n);
 	pthread_mutex_lock(&r->lock);
 	for (uint64_t k = w->k0; k < w->k0 + w->n; k++)
 		set_pending(w->s->remote, k, 0);
@@ -419,9 +471,12 @@ static void want_done(struct s3_req *q, void *ctx)
 		r->samples_fetched += w->wanted;
 		r->sample_bytes += w->wanted_bytes;
 	}
+	if (kept == 0)
+		stash_put(r, w);
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
-	free(w);
+	if (kept != 0)
+		free(w);
 }
 
 struct want_item {
@@ -512,7 +567,10 @@ void dsr_want(const struct dataset *ds, const uint64_t *ids, size_t count, int w
 	struct want_item *it;
 	size_t n, a = 0;
 
-	if (!ds->remote || !count || !(it = malloc(count * sizeof(*it))))
+	/* a cache that keeps nothing now: what the read-ahead fetched would be fetched again
+	 * when read; the reads fetch what they need, a batch at a time */
+	if (!ds->remote || !count || (wait && !cache_keeping(ds->remote->cache)) ||
+	    !(it = malloc(count * sizeof(*it))))
 		return;
 	n = want_collect(ds, ids, count, it);
 	qsort(it, n, sizeof(*it), item_cmp);
@@ -594,6 +652,12 @@ void dsr_free(struct dataset *ds)
 		free(rs->size);
 		free(rs->isize);
 		free(rs);
+	}
+	while (r && r->stash) {
+		struct want_req *w = r->stash;
+
+		r->stash = w->next;
+		free(w);
 	}
 	if (r) {
 		cache_close(r->cache);

@@ -649,6 +649,17 @@ int cache_obj_write(struct cache_obj *o, const void *src, uint64_t off, size_t l
 	return 1;
 }
 
+int cache_keeping(struct cache *c)
+{
+	int keep;
+
+	pthread_mutex_lock(&c->lock);
+	keep = !c->st.full && !(c->cap && __atomic_load_n(c->used, __ATOMIC_RELAXED) >= c->cap &&
+				clock_mono_s() < c->evict_after);
+	pthread_mutex_unlock(&c->lock);
+	return keep;
+}
+
 void cache_obj_forget(struct cache_obj *o, uint64_t k)
 {
 	if (k >= o->units)

@@ -97,6 +97,9 @@ int cache_obj_read(struct cache_obj *o, void *dst, uint64_t off, size_t len);
  * an error, the caller serves the bytes from memory); -EIO. Counts n misses. */
 int cache_obj_write(struct cache_obj *o, const void *src, uint64_t off, size_t len,
 		    uint64_t k0, uint64_t n);
+/* 0 when new bytes are not kept now (the disk said ENOSPC, or the cap is reached and
+ * the last search found nothing to evict): a read-ahead would fetch for nothing. */
+int cache_keeping(struct cache *c);
 /* Unit k's bytes failed their check: clear its bit (and count it bad). */
 void cache_obj_forget(struct cache_obj *o, uint64_t k);
 
