@@ -386,17 +386,15 @@ static void req_finish(struct s3_client *cl, CURL *e, CURLcode r)
 	req_done(cl, q);
 }
 
-/* Start what may start: delayed requests whose time came, then the queue. Returns the
- * seconds until the next delayed one (or 1). */
-static double start_ready(struct s3_client *cl)
+/* Start what may start: delayed requests whose time came, then the queue. */
+static void start_ready(struct s3_client *cl)
 {
-	double now = clock_mono_s(), next = 1.0;
+	double now = clock_mono_s();
 	struct s3_req **pp = &cl->delayed, *q;
 	int rc;
 
 	while ((q = *pp) && cl->active < cl->max_conns) {
 		if (q->not_before > now) {
-			next = q->not_before - now < next ? q->not_before - now : next;
 			pp = &q->next;
 			continue;
 		}
@@ -420,7 +418,6 @@ static double start_ready(struct s3_client *cl)
 			req_done(cl, q);
 		}
 	}
-	return next;
 }
 
 static void fail_all(struct s3_client *cl)
@@ -473,15 +470,17 @@ static void *client_thread(void *arg)
 		pthread_mutex_unlock(&cl->lock);
 		if (stop)
 			break;
-		next = start_ready(cl);
+		start_ready(cl);
 		curl_multi_perform(cl->multi, &running);
 		while ((m = curl_multi_info_read(cl->multi, &running)))
 			if (m->msg == CURLMSG_DONE)
 				req_finish(cl, m->easy_handle, m->data.result);
-		if (cl->delayed || cl->queue || cl->active)
-			curl_multi_poll(cl->multi, NULL, 0, (int)(next * 1000) + 1, NULL);
-		else
-			curl_multi_poll(cl->multi, NULL, 0, 1000, NULL);
+		/* until the next retry is due (a request that just failed included) */
+		next = 1.0;
+		for (struct s3_req *q = cl->delayed; q; q = q->next)
+			if (q->not_before - clock_mono_s() < next)
+				next = q->not_before - clock_mono_s();
+		curl_multi_poll(cl->multi, NULL, 0, next > 0 ? (int)(next * 1000) + 1 : 0, NULL);
 	}
 	fail_all(cl);
 	return NULL;
