@@ -176,6 +176,7 @@ int dsr_fetch_catalog(struct dataset *ds, struct ds_source *src, const char *url
 	struct ds_rsource *rs;
 	struct s3_req q = { 0 };
 	char id[1700], p[4096];
+	uint8_t byte;
 	int rc;
 
 	if ((rc = remote_setup(ds, err, errlen)))
@@ -189,7 +190,11 @@ int dsr_fetch_catalog(struct dataset *ds, struct ds_source *src, const char *url
 	snprintf(id, sizeof(id), "%s\n%s\n%s", CACHE_FORMAT, rs->bucket, rs->prefix);
 	if ((rc = cache_ds_open(ds->remote->cache, id, &rs->cds, err, errlen)))
 		return rc;
-	q.method = S3_HEAD;
+	/* its first byte, not a HEAD: the size and ETag come alike, and an error's body
+	 * says which (SignatureDoesNotMatch, NoSuchBucket, ...) where a HEAD's has none */
+	q.method = S3_GET;
+	q.len = 1;
+	q.dst = &byte;
 	q.bucket = rs->bucket;
 	q.key = object_key(rs, CATALOG_FILE);
 	if (!q.key)

@@ -183,7 +183,20 @@ static int easy_setup(struct s3_client *cl, struct s3_req *q, CURL *e, const cha
 	curl_easy_setopt(e, CURLOPT_AWS_SIGV4, cl->sigv4);
 	curl_easy_setopt(e, CURLOPT_USERNAME, cl->cfg.access_key);
 	curl_easy_setopt(e, CURLOPT_PASSWORD, cl->cfg.secret_key);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, cl->headers);
+	if (q->etag && q->method != S3_PUT) {
+		/* the server refuses (412) a version other than the one recorded; the ETag of
+		 * the answer is compared too (req_outcome), for servers that ignore If-Match */
+		char h[160];
+		struct curl_slist *l = NULL;
+
+		snprintf(h, sizeof(h), "If-Match: %s", q->etag);
+		for (struct curl_slist *b = cl->headers; b; b = b->next)
+			l = curl_slist_append(l, b->data);
+		q->headers = l = curl_slist_append(l, h);
+		if (!l)
+			return -ENOMEM;
+	}
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, q->headers ? q->headers : cl->headers);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, q);
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
@@ -233,6 +246,8 @@ static int req_start(struct s3_client *cl, struct s3_req *q)
 		rc = easy_setup(cl, q, e, (const char *)url.data);
 	buf_release(&url);
 	if (rc) {
+		curl_slist_free_all(q->headers);
+		q->headers = NULL;
 		easy_put(cl, e);
 		return rc;
 	}
@@ -352,6 +367,8 @@ static void req_finish(struct s3_client *cl, CURL *e, CURLcode r)
 		q->dst = NULL;
 	}
 	q->easy = NULL;
+	curl_slist_free_all(q->headers);
+	q->headers = NULL;
 	easy_put(cl, e);
 	for (unsigned i = 0; i < cl->active; i++)
 		if (cl->busy[i] == e) {
@@ -432,6 +449,8 @@ static void fail_all(struct s3_client *cl)
 		curl_multi_remove_handle(cl->multi, e);
 		if (q->method == S3_PUT && q->dst)
 			fclose(q->dst);
+		curl_slist_free_all(q->headers);
+		q->headers = NULL;
 		curl_easy_cleanup(e);
 		pthread_mutex_lock(&cl->lock);
 		cl->stats.in_flight--;
@@ -571,6 +590,7 @@ void s3_submit(struct s3_client *cl, struct s3_req *q)
 	q->body = NULL;
 	q->body_len = 0;
 	q->hdr_range[0] = 0;
+	q->headers = NULL;
 	q->finished = 0;
 	pthread_mutex_lock(&cl->lock);
 	if (cl->queue_tail)

@@ -84,6 +84,7 @@ struct s3_req {
 	/* the client's */
 	struct s3_req *next;
 	void *easy;
+	void *headers;           /* this request's own header list (If-Match), or NULL */
 	double start, not_before;
 	uint64_t got;
 	int finished;
