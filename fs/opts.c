@@ -41,6 +41,7 @@ static const struct fuse_opt option_table[] = {
 	OPT("cache_size=%s", cache_size),
 	OPT("s3_connections=%s", s3_connections),
 	OPT("s3_timeout=%s", s3_timeout),
+	OPT("fetch=%s", fetch),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -88,6 +89,8 @@ const char mount_options_help[] =
 	"  cache_size=BYTES      the samples it keeps at most (default: no cap but the disk)\n"
 	"  s3_connections=N      requests in flight to object storage, 1-1024 (default 64)\n"
 	"  s3_timeout=SECONDS    a failing fetch's retries end after this long (default 60)\n"
+	"  fetch=exact|all       exact: the samples the order needs (default); all: every\n"
+	"                        sample too, into the cache in the background, 4 MiB a GET\n"
 	"  allow_other           let other users read status, samples/ and step/; next, peek\n"
 	"                        and control stay the owner's (implies default_permissions)\n"
 	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
@@ -187,7 +190,7 @@ void mount_options_release(struct mount_options *o)
 			  &o->prefetch, &o->readahead, &o->sync, &o->workers, &o->max_threads,
 			  &o->weights, &o->validation, &o->watch_fd, &o->dataset, &o->mountpoint,
 			  &o->bad_option, &o->cache, &o->cache_size, &o->s3_connections,
-			  &o->s3_timeout };
+			  &o->s3_timeout, &o->fetch };
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);
@@ -299,6 +302,9 @@ static int remote_from(const struct mount_options *o, struct dataset_remote_opts
 			return WHY("s3_timeout=%s is not a number of seconds in (0, 86400]",
 				   o->s3_timeout);
 	}
+	if (o->fetch && strcmp(o->fetch, "exact") && strcmp(o->fetch, "all"))
+		return WHY("fetch=%s: expected exact or all", o->fetch);
+	r->fill = o->fetch && !strcmp(o->fetch, "all");
 	dataset_remote_defaults(r);
 	return 0;
 }

@@ -28,7 +28,7 @@ struct mount_options {
 	char *weights, *validation;   /* a mixture's weights; the held-out fraction */
 	char *watch_fd;               /* watch_fd=N: stop when that pipe's writers are gone */
 	char *cache, *cache_size;     /* an s3:// dataset's node cache: its folder, its cap */
-	char *s3_connections, *s3_timeout;
+	char *s3_connections, *s3_timeout, *fetch;
 	int foreground, debug, singlethread, show_help, show_version;
 	int check_only;               /* --check: validate against the dataset, mount nothing */
 	int allow_other, default_permissions;

@@ -347,12 +347,13 @@ static json_t *fetch_json(struct zmount *z)
 	if (dataset_fetch_stats(z->ds, &f))
 		return json_null();
 	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-			 "s:o, s:b, s:s, s:s}",
+			 "s:o, s:o, s:b, s:s, s:s}",
 			 "requests", json_u64(f.requests), "bytes", json_u64(f.bytes),
 			 "retries", json_u64(f.retries), "errors", json_u64(f.errors),
 			 "in_flight", json_u64(f.in_flight),
 			 "samples_fetched", json_u64(f.samples_fetched),
 			 "sample_bytes", json_u64(f.sample_bytes),
+			 "fill_bytes", json_u64(f.fill_bytes),
 			 "cache_hits", json_u64(f.cache_hits),
 			 "cache_written", json_u64(f.cache_written),
 			 "cache_not_kept", json_u64(f.cache_not_kept),

@@ -177,6 +177,12 @@ struct dataset_remote_opts {
 	uint64_t cache_size;     /* bytes of samples kept; 0: no cap but the disk */
 	unsigned connections;    /* requests in flight, default 64 */
 	double timeout_s;        /* a fetch's retries end after this long, default 60 */
+	int fill;                /* 1: besides what the order needs, fetch every sample into
+	                          * the cache in the background, shard by shard in GETs of
+	                          * 4 MiB (4 at a time), while the cache keeps them: a node
+	                          * whose cache holds the dataset reads it all once at the
+	                          * link's speed where GETs of single samples would be held
+	                          * to the server's request rate */
 };
 void dataset_remote_defaults(const struct dataset_remote_opts *o);
 
@@ -184,6 +190,7 @@ void dataset_remote_defaults(const struct dataset_remote_opts *o);
 struct dataset_fetch_stats {
 	uint64_t requests, bytes, retries, errors, in_flight;
 	uint64_t samples_fetched;  /* samples whose bytes came over the network */
+	uint64_t fill_bytes;       /* bytes the fill fetched (dataset_remote_opts.fill) */
 	uint64_t sample_bytes;     /* their stored bytes (what the order needed) */
 	uint64_t cache_hits, cache_written, cache_not_kept, cache_evicted, cache_bad;
 	uint64_t cache_used, cache_cap;

@@ -76,7 +76,7 @@ def rank_main(args):
                 yield np.load(path)
     else:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                          LOCAL_WORLD_SIZE=str(world), NODE_RANK='0')
+                          LOCAL_WORLD_SIZE=str(world), NODE_RANK='0', MASTER_ADDR='127.0.0.1')
         from streaming import StreamingDataset
         remote, local = target.split('|')
         ds = StreamingDataset(remote=remote, local=local, batch_size=MB, shuffle=True,
@@ -237,14 +237,14 @@ def zephon_phase(a, s3, proxy_env, url, world, cache, tag, local=None):
     mp = a.work / ('mnt-%s-%d' % (tag, world))
     opts = 'world_size=%d,global_batch=%d,micro_batch=%d,format=npy,seed=7,cache=%s,journal=%s' % (
         world, MB * world, MB, cache, a.work / ('j-%s-%d-%f.sqlite' % (tag, world, time.time())))
-    sent0 = s3.metric_bytes_sent('zb')
+    sent0 = s3.metric_bytes_sent('zbench')
     p, mount_s = mount(a.zephon, local or url, mp, opts, proxy_env)
     try:
         r = run_ranks('zephon', str(mp), world, a.seconds, proxy_env, p.pid)
         f = fetch_status(mp) if local is None else None
     finally:
         unmount(p, mp)
-    sent = s3.metric_bytes_sent('zb') - sent0
+    sent = s3.metric_bytes_sent('zbench') - sent0
     r.update(mount_s=mount_s, server_bytes=sent, fetch=f)
     # needed: the samples the ranks consumed, and those the prefetch rings and the read-
     # ahead took for the batches just after (read by no one in the window: counted as
@@ -255,9 +255,10 @@ def zephon_phase(a, s3, proxy_env, url, world, cache, tag, local=None):
 
 def streaming_phase(a, s3, env, world):
     local = a.work / ('stream-cache-%d-%f' % (world, time.time()))
-    sent0 = s3.metric_bytes_sent('mb')
-    r = run_ranks('streaming', 's3://mb/mds|%s' % local, world, a.seconds, env)
-    r['server_bytes'] = s3.metric_bytes_sent('mb') - sent0
+    env = dict(env, MASTER_PORT=str(s3server.free_ports(1)[0]))
+    sent0 = s3.metric_bytes_sent('mbench')
+    r = run_ranks('streaming', 's3://mbench/mds|%s' % local, world, a.seconds, env)
+    r['server_bytes'] = s3.metric_bytes_sent('mbench') - sent0
     r['needed_bytes'] = r['samples'] * SAMPLE
     shutil.rmtree(local, ignore_errors=True)
     return r
@@ -294,10 +295,10 @@ def main():
     with s3server.WeedServer(a.work / 'weed') as s3:
         env = s3.env()
         t = time.monotonic()
-        sh(a.zephon, 'upload', a.work / 'tok', 's3://zb/tok', '--create-bucket', env=env)
+        sh(a.zephon, 'upload', a.work / 'tok', 's3://zbench/tok', '--create-bucket', env=env)
         res['upload_s'] = time.monotonic() - t
         if mds:
-            upload_dir(env, s3.endpoint, 'mb', mds, 'mds')
+            upload_dir(env, s3.endpoint, 'mbench', mds, 'mds')
         proxy = subprocess.Popen([proxy_bin, '-upstream', s3.endpoint, '-delay', a.delay,
                                   '-rate', a.rate], stdout=subprocess.PIPE, text=True)
         try:
@@ -307,15 +308,15 @@ def main():
             cat = json.loads(sh(a.zephon, 'info', a.work / 'tok', '--json'))
             keys = {'tok/shard-%05d.raw' % k: (a.work / 'tok' / ('shard-%05d.raw' % k)).stat().st_size
                     for k in range(cat['shards'])}
-            bw, _ = link_capacity(endpoint, env, 'zb', list(keys), keys, 16, 8 << 20, 10)
-            bw_s, rps = link_capacity(endpoint, env, 'zb', list(keys), keys, 64, SAMPLE, 10)
+            bw, _ = link_capacity(endpoint, env, 'zbench', list(keys), keys, 16, 8 << 20, 10)
+            bw_s, rps = link_capacity(endpoint, env, 'zbench', list(keys), keys, 64, SAMPLE, 10)
             res['link'] = {'bytes_s': bw, 'sample_gets_bytes_s': bw_s, 'sample_gets_s': rps}
             print('link: %.1f MB/s (16 x 8 MiB GETs); %.0f GETs/s of %d B (64 in flight)' % (
                 bw / 1e6, rps, SAMPLE), flush=True)
             for w in ranks:
                 cache = a.work / ('cache-%d' % w)
                 shutil.rmtree(cache, ignore_errors=True)
-                res['zephon_%d' % w] = zephon_phase(a, s3, penv, 's3://zb/tok', w, cache, 'cold')
+                res['zephon_%d' % w] = zephon_phase(a, s3, penv, 's3://zbench/tok', w, cache, 'cold')
                 print('zephon %d: %s' % (w, res['zephon_%d' % w]), flush=True)
                 if mds:
                     res['streaming_%d' % w] = streaming_phase(a, s3, penv, w)
@@ -323,9 +324,9 @@ def main():
             # warm: the cache of the 1-rank run filled by reading every sample once
             cache = a.work / 'cache-warm'
             shutil.rmtree(cache, ignore_errors=True)
-            sh(a.zephon, 'verify', 's3://zb/tok', env=dict(env, ZEPHON_CACHE_DIR=str(cache)))
+            sh(a.zephon, 'verify', 's3://zbench/tok', env=dict(env, ZEPHON_CACHE_DIR=str(cache)))
             for w in ranks:
-                res['warm_%d' % w] = zephon_phase(a, s3, penv, 's3://zb/tok', w, cache, 'warm')
+                res['warm_%d' % w] = zephon_phase(a, s3, penv, 's3://zbench/tok', w, cache, 'warm')
                 res['local_%d' % w] = zephon_phase(a, s3, penv, None, w, cache, 'local',
                                                    local=a.work / 'tok')
                 print('warm %d: %s\nlocal %d: %s' % (w, res['warm_%d' % w], w,

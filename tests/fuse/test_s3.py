@@ -335,3 +335,24 @@ def test_the_readme_section_runs_as_written(s3, tmp_path):
     setup = "seq 1 100 | sed 's/^/line /' > lines.txt\nzephon pack lines.txt --format lines -o ds\nmkdir -p mnt\n"
     out = run_page(blocks, s3, tmp_path, setup)
     assert out.count('line ') >= 2, out[-3000:]
+
+
+def test_fetch_all_fills_the_cache_in_the_background(data, tmp_path):
+    url, cache = data['urls']['js'], tmp_path / 'cache'
+    opts = 'world_size=1,global_batch=4,seed=6,readahead=0,prefetch=0,cache=%s' % cache
+    ref = local_claims(data['js'], tmp_path, opts.split(',cache')[0], 30)
+    stored = json.loads(run('info', data['js'], '--json').stdout)['stored_bytes']
+    with Mount(url, tmp_path / 'a', opts + ',fetch=all,journal=%s' % (tmp_path / 'a.sqlite')) as m:
+        assert read_all(m.path('rank', 0, 'next')) == ref[0]
+        deadline = time.monotonic() + 60
+        while status(m)['fetch']['fill_bytes'] + status(m)['fetch']['sample_bytes'] < stored \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        f = status(m)['fetch']
+    assert stored <= f['fill_bytes'] + f['sample_bytes'] <= stored + 4 * 600, f
+    with Mount(url, tmp_path / 'b', opts + ',journal=%s' % (tmp_path / 'b.sqlite')) as m:
+        assert [read_all(m.path('rank', 0, 'next')) for _ in range(30)] == ref
+        f = status(m)['fetch']
+    assert f['samples_fetched'] == 0 and f['cache_hits'] >= 120, f
+    with pytest.raises(AssertionError, match='fetch=most: expected exact or all'):
+        Mount(url, tmp_path / 'c', opts + ',fetch=most').start()
