@@ -481,7 +481,7 @@ static void want_done(struct s3_req *q, void *ctx)
 {
 	struct want_req *w = ctx;
 	struct ds_remote *r = w->r;
-	int kept = -1;
+	int kept = -1, mine;
 
 	(void)q;
 	if (!w->q.rc)
@@ -501,11 +501,12 @@ static void want_done(struct s3_req *q, void *ctx)
 		r->samples_fetched += w->wanted;
 		r->sample_bytes += w->wanted_bytes;
 	}
-	if (kept == 0 && !w->fill)
+	mine = kept != 0 || w->fill; /* else the stash's: a reader may free it at once */
+	if (!mine)
 		stash_put(r, w);
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
-	if (kept != 0 || w->fill)
+	if (mine)
 		free(w);
 	if (r->fill)
 		fill_more(r);
