@@ -233,10 +233,11 @@ def fetch_status(mp):
 
 # ---------------------------------------------------------------- phases
 
-def zephon_phase(a, s3, proxy_env, url, world, cache, tag, local=None):
+def zephon_phase(a, s3, proxy_env, url, world, cache, tag, local=None, extra=''):
     mp = a.work / ('mnt-%s-%d' % (tag, world))
     opts = 'world_size=%d,global_batch=%d,micro_batch=%d,format=npy,seed=7,cache=%s,journal=%s' % (
         world, MB * world, MB, cache, a.work / ('j-%s-%d-%f.sqlite' % (tag, world, time.time())))
+    opts += extra
     sent0 = s3.metric_bytes_sent('zbench')
     p, mount_s = mount(a.zephon, local or url, mp, opts, proxy_env)
     try:
@@ -278,6 +279,7 @@ def main():
     ap.add_argument('--rate', default='400e6')
     ap.add_argument('--zephon', default=str(ROOT / 'build-bench' / 'fs' / 'zephon'))
     ap.add_argument('--skip-streaming', action='store_true')
+    ap.add_argument('--skip-link', action='store_true', help='no sample-size GET ceiling')
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     ranks = [int(x) for x in a.ranks.split(',')]
@@ -318,6 +320,10 @@ def main():
                 shutil.rmtree(cache, ignore_errors=True)
                 res['zephon_%d' % w] = zephon_phase(a, s3, penv, 's3://zbench/tok', w, cache, 'cold')
                 print('zephon %d: %s' % (w, res['zephon_%d' % w]), flush=True)
+                shutil.rmtree(cache, ignore_errors=True)
+                res['all_%d' % w] = zephon_phase(a, s3, penv, 's3://zbench/tok', w, cache, 'all',
+                                                 extra=',fetch=all')
+                print('zephon fetch=all %d: %s' % (w, res['all_%d' % w]), flush=True)
                 if mds:
                     res['streaming_%d' % w] = streaming_phase(a, s3, penv, w)
                     print('streaming %d: %s' % (w, res['streaming_%d' % w]), flush=True)
@@ -344,7 +350,7 @@ def report(res, ranks):
     print('\n%-14s %12s %8s %10s %9s %10s %8s' % ('system', 'tokens/s', 'x link', 'fetched/',
                                                  'first(s)', 'CPU s/GB', 'x strm'))
     for w in ranks:
-        for name in ('zephon', 'streaming', 'warm', 'local'):
+        for name in ('zephon', 'all', 'streaming', 'warm', 'local'):
             r = res.get('%s_%d' % (name, w))
             if not r:
                 continue
@@ -354,7 +360,8 @@ def report(res, ranks):
                 '%s %d' % (name, w), r['tokens_s'], r['tokens_s'] * ITEM / link,
                 r['server_bytes'] / max(r['needed_bytes'], 1), r['first_s'],
                 r['cpu_s'] / gb if gb else 0,
-                '%.2f' % (r['tokens_s'] / s['tokens_s']) if s and name == 'zephon' else ''))
+                '%.2f' % (r['tokens_s'] / s['tokens_s']) if s and name in ('zephon', 'all')
+                else ''))
 
 
 if __name__ == '__main__':
