@@ -213,6 +213,8 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 		die_msg("%s", err);
 		return 1;
 	}
+	if (*err) /* what the open repaired */
+		zmount_log(LOG_WARNING, "%s", err);
 	if ((rc = prepare_mixture(z)))
 		return rc;
 	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
@@ -649,14 +651,10 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
  * message. A stale FUSE mountpoint (ENOTCONN) stays as written, for check_mountpoint(). */
 static int resolve_paths(const struct mount_options *o, char *dataset, char *mp)
 {
-	if (s3_is_url(o->dataset)) { /* in object storage: the URL as given */
-		if (strlen(o->dataset) >= PATH_MAX) {
-			die_msg("cannot open dataset %s: the URL is too long", o->dataset);
-			return -1;
-		}
-		strcpy(dataset, o->dataset);
-	} else if (!realpath(o->dataset, dataset)) {
-		die_msg("cannot open dataset %s: %s", o->dataset, strerror(errno));
+	if (s3_is_url(o->dataset) ? /* in object storage: the URL as given */ snprintf(dataset, PATH_MAX, "%s", o->dataset) >= PATH_MAX :
+	    !realpath(o->dataset, dataset)) {
+		die_msg("cannot open dataset %s: %s", o->dataset, strerror(s3_is_url(o->dataset) ?
+			ENAMETOOLONG : errno));
 		return -1;
 	}
 	if (!o->check_only && !realpath(o->mountpoint, mp)) {
@@ -680,10 +678,8 @@ static int open_served(struct mount_config *cfg, struct served *st, const char *
 
 	if ((rc = served_open(dataset, st, why, sizeof(why)))) {
 		die_msg("cannot open dataset %s: %s", dataset, why);
-		/* in object storage: refused credentials, no such bucket or prefix, a bad URL
-		 * or configuration are the user's to fix, as a bad option is */
-		return s3_is_url(dataset) && (rc == -EACCES || rc == -ENOENT || rc == -EINVAL) ?
-		       2 : 1;
+		/* s3://: credentials, bucket, prefix, URL: the user's to fix, as an option */
+		return (s3_is_url(dataset) && (rc == -EACCES || rc == -ENOENT || rc == -EINVAL)) + 1;
 	}
 	rc = served_set_order(st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation, why,
 			      sizeof(why));
@@ -753,6 +749,10 @@ int cmd_mount(int argc, char **argv)
 	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
 		die_msg("invalid mount options: %s", why);
 		goto out_opts;
+	}
+	if (mount_fault_arm(why, sizeof(why))) {
+		die_msg("%s", why);
+		goto out_cfg;
 	}
 	if (!o.foreground && !o.check_only && daemon_fork()) {
 		status = 1;
