@@ -647,11 +647,11 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	pthread_mutex_init(&z->lock, NULL);
 }
 
-/* o's DATASET and MOUNTPOINT as absolute paths, each PATH_MAX bytes: 0, or -1 after a
- * message. A stale FUSE mountpoint (ENOTCONN) stays as written, for check_mountpoint(). */
+/* o's DATASET (an s3:// URL as given) and MOUNTPOINT as absolute paths, each PATH_MAX bytes:
+ * 0, or -1 after a message. A stale FUSE mountpoint (ENOTCONN) stays as written. */
 static int resolve_paths(const struct mount_options *o, char *dataset, char *mp)
 {
-	if (s3_is_url(o->dataset) ? /* in object storage: the URL as given */ snprintf(dataset, PATH_MAX, "%s", o->dataset) >= PATH_MAX :
+	if (s3_is_url(o->dataset) ? snprintf(dataset, PATH_MAX, "%s", o->dataset) >= PATH_MAX :
 	    !realpath(o->dataset, dataset)) {
 		die_msg("cannot open dataset %s: %s", o->dataset, strerror(s3_is_url(o->dataset) ?
 			ENAMETOOLONG : errno));
