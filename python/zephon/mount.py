@@ -271,7 +271,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     if "journal" in o:
         journal = os.path.realpath(o["journal"])
     elif ds.startswith("s3://"):  # on the node, under the mount's cache: its own to say
-        journal = status.get("journal")
+        journal = os.path.realpath(str(status.get("journal")))
     elif os.path.isdir(ds):
         journal = os.path.join(ds, "journal.sqlite")
     else:
