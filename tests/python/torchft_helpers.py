@@ -111,7 +111,7 @@ def run_schedule(tmp, mounts, mode, *, groups=3, steps=45, seq=16, micro=2, accu
     tmp = pathlib.Path(tmp)
     records = tmp / ('records-' + mode)
     records.mkdir()
-    lh = Lighthouse(records)
+    lh = Lighthouse(records, min_replicas=2)     # a majority of the 3: no split brain
     gs = []
     try:
         for k in range(groups):
@@ -129,6 +129,9 @@ def run_schedule(tmp, mounts, mode, *, groups=3, steps=45, seq=16, micro=2, accu
             if fail and g.k == fail[0]:
                 extra += ['--fail-at', fail[1]]
             g.start(*extra)
+        wait_for(lambda: all((records / ('ready-%d' % g.k)).exists() or g.proc.poll() is not None
+                             for g in gs), timeout, 'the groups to start')
+        (records / 'go').write_text('')
         if kill_restart:
             g = gs[kill_restart[0]]
             wait_for(lambda: (records / ('hang-%d' % g.k)).exists() or g.proc.poll() is not None,

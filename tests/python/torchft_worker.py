@@ -21,6 +21,7 @@ forward/backward, gradients and the loss all-reduced through the Manager, optimi
   {"ev": "done", "step", "quorum", "committed", "loss", "position"}
 --hang-at S: after serving torchft step S, write --records/hang-K and wait to be killed.
 --fail-at S: report an error at step S (this group votes against committing it).
+Before the first step each group writes --records/ready-K and waits for --records/go.
 Runs until torchft's step count reaches --steps.
 """
 import argparse
@@ -96,7 +97,13 @@ def main():
     if saved:                                        # TorchTitan's _ft_load: the latest
         dl.load_state_dict(json.loads((ckpt / ('step-%d.json' % saved[-1])).read_text()))
 
-    log = open(pathlib.Path(a.records) / ('group-%d.jsonl' % k), 'a')
+    # all groups up before the first quorum (the launcher writes records/go): the first
+    # quorum has them all
+    records = pathlib.Path(a.records)
+    (records / ('ready-%d' % k)).write_text('')
+    while not (records / 'go').exists():
+        time.sleep(0.05)
+    log = open(records / ('group-%d.jsonl' % k), 'a')
     it = iter(dl)
     while manager.current_step() < a.steps:
         opt.zero_grad()                              # torchft: start the quorum
@@ -133,6 +140,7 @@ def main():
         for w in works:
             w.wait()
         if a.fail_at is not None and step == a.fail_at:
+            a.fail_at = None                         # once
             manager.report_error(RuntimeError('injected: this group votes against the step'))
         opt.step()                                   # torchft: should_commit
         committed = manager.current_step() > step
