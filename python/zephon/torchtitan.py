@@ -214,7 +214,7 @@ class ZephonDataLoader(BaseDataLoader):
         self.dp_rank, self.dp_world_size = int(dp_rank), int(dp_world_size)
         ft: dict[str, Any] = {}
         if config.torchft and self._loader_cls is ZephonLoader:
-            from .torchtitan_ft import replica_group     # zephon.torchft's mode
+            from .torchtitan_ft import replica_group  # zephon.torchft's mode
             self.dp_rank, self.dp_world_size, ft["torchft"] = replica_group(
                 self.dp_rank, self.dp_world_size)
         if local_batch_size is not None or num_tokens_per_batch is None:

@@ -190,3 +190,21 @@ def test_torchft_absent_or_of_another_version_is_refused(tmp_path):
     assert 'supports torchft 0.2.0, but torchft 0.1.0 is installed' in other.stderr, other.stderr
     ok = run_python('from zephon.torchft import require_torchft; print(require_torchft().__name__)')
     assert ok.returncode == 0 and ok.stdout.strip() == 'torchft', ok.stderr
+
+
+def test_the_torchtitan_config_of_docs_torchft(tmp_path):
+    """docs/torchft.md's TorchTitan block, as written: the config function's result."""
+    text = (HERE.parents[1] / 'docs' / 'torchft.md').read_text()
+    code = re.findall(r'```python\n(.*?)```', text, re.S)[0]
+    ns = {}
+    exec(compile(code, 'docs/torchft.md', 'exec'), ns)
+    config = ns['my_config']()
+    from zephon.torchtitan import ZephonDataLoader
+    from zephon.torchtitan_ft import ZephonTorchFTManager
+    assert type(config.fault_tolerance) is ZephonTorchFTManager.Config
+    assert config.fault_tolerance.semi_sync_method is None
+    assert type(config.dataloader) is ZephonDataLoader.Config
+    assert config.dataloader.mount == '/mnt/z' and config.dataloader.torchft
+    assert config.checkpoint.enable_ft_dataloader_checkpoints is False
+    assert config.fault_tolerance.enable and config.fault_tolerance.num_fragments == 2
+    assert type(config.fault_tolerance)._owner is ZephonTorchFTManager   # what build() makes
