@@ -4,8 +4,8 @@ schedule, against torchft 0.2.0's real lighthouse on CPU (gloo): samples lost an
 
 The schedule (tests/python/torchft_helpers.py): 3 replica groups (one process each), 45
 torchft steps, a rank's share 4 samples per step (2 micro-batches of 2); group 1 killed
-(SIGKILL) inside step 10 and started again (it rejoins through torchft's recovery), group
-2 votes against committing step 20, group 0 killed inside step 30 and left down.
+(SIGKILL) inside step 12 and started again (it rejoins through torchft's recovery), group
+2 votes against committing step 22, group 0 killed inside step 33 and left down.
 - zephon: ZephonDataLoader(torchft=True) with ZephonTorchFTManager;
 - static: TorchTitan's TorchFTManager, whose get_dp_info gives group k the fixed shard k of
   3 (the loader without torchft mode: group k reads its share of every step of its own
@@ -53,7 +53,8 @@ def main():
             try:
                 records = run_schedule(run, [m.path for m in ms], mode, groups=GROUPS,
                                        steps=STEPS, seq=SEQ, micro=MICRO, accum=ACCUM,
-                                       ckpt_every=every)
+                                       ckpt_every=every, kill_restart=(1, 12), fail=(2, 22),
+                                       kill=(0, 33))
             finally:
                 for m in ms:
                     m.stop()

@@ -108,6 +108,7 @@ def main():
     while manager.current_step() < a.steps:
         opt.zero_grad()                              # torchft: start the quorum
         batches = [next(it) for _ in range(a.accum)]
+        manager.wait_quorum()            # (the static loader does not wait for it)
         step = manager.current_step()
         quorum = manager._quorum_id
         if a.mode == 'zephon':
