@@ -24,13 +24,16 @@ import pytest
 pytest.importorskip('torchft')
 
 import zephon  # noqa: E402
-from titan_helpers import documents, pack_tokens, reference  # noqa: E402
+from titan_helpers import CONTRACT, pack_tokens, reference  # noqa: E402
 from torchft_helpers import (Group, Lighthouse, lost_repeated, read_records,  # noqa: E402
                              run_schedule, trained, wait_for)
 
 SEQ, MICRO, ACCUM, GROUPS, STEPS, SEED = 16, 2, 2, 3, 45, 7
 SHARE = MICRO * ACCUM                   # samples of one DP rank per step
 HERE = pathlib.Path(__file__).resolve().parent
+# what does not depend on TorchTitan's version runs once, in the venv with 0.3.0
+once = pytest.mark.skipif(CONTRACT == 'data.loader', reason='the same with TorchTitan 0.3.0: '
+                          'run by the python suite')
 
 
 @pytest.fixture(scope='module')
@@ -102,6 +105,7 @@ def groups_of(tmp_path, ms, steps=3):
     return lh, gs
 
 
+@once
 @pytest.mark.parametrize('what', ['seed', 'dataset'])
 def test_a_group_whose_mount_serves_another_stream_is_refused(ds, tmp_path, what):
     other = {}
@@ -136,6 +140,7 @@ def test_a_group_whose_mount_serves_another_stream_is_refused(ds, tmp_path, what
     assert ('seed' if what == 'seed' else 'fingerprint') in out.split('heals from')[-1]
 
 
+@once
 def test_a_quorum_larger_than_the_layout_is_refused(ds, tmp_path):
     # a layout of 2 groups (world_size 2, one DP rank each), 3 groups join
     ms = []
@@ -171,6 +176,7 @@ def run_python(code, env_extra=None, path=()):
     return subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True)
 
 
+@once
 def test_torchft_absent_or_of_another_version_is_refused(tmp_path):
     absent = run_python('import sys; sys.modules["torchft"] = None\n'
                         'from zephon.torchft import require_torchft; require_torchft()')
@@ -208,3 +214,45 @@ def test_the_torchtitan_config_of_docs_torchft(tmp_path):
     assert config.checkpoint.enable_ft_dataloader_checkpoints is False
     assert config.fault_tolerance.enable and config.fault_tolerance.num_fragments == 2
     assert type(config.fault_tolerance)._owner is ZephonTorchFTManager   # what build() makes
+
+
+@once
+def test_misuse_of_the_torchft_mode_is_refused(ds, tmp_path):
+    """A mount that does not serve every rank, a world_size that is not whole groups
+    (ValueError, nothing read), and a step's first batch taken before the step's quorum
+    started (RuntimeError): with a real Manager on torchft's lighthouse."""
+    import torch
+    import torchft
+    from torchft_helpers import free_port
+    from zephon.torch import ZephonLoader
+    lh = Lighthouse(tmp_path, min_replicas=1)
+    port = free_port()
+    store = torch.distributed.TCPStore('127.0.0.1', port, is_master=True, wait_for_workers=False)
+    manager = torchft.Manager(pg=torchft.ProcessGroupGloo(), load_state_dict=None,
+                              state_dict=None, min_replica_size=1, store_addr='127.0.0.1',
+                              store_port=port, rank=0, world_size=1,
+                              lighthouse_addr=lh.address, replica_id='misuse')
+    try:
+        with zephon.mount(ds, tmp_path / 'some', world_size=3, global_batch=12, ranks=[0],
+                          seed=SEED, journal=tmp_path / 'j1.sqlite') as m:
+            with pytest.raises(ValueError, match='the mount must serve every rank: mount '
+                                                 'without ranks='):
+                ZephonLoader(m.path, dp_rank=0, dp_world_size=1, torchft=manager)
+        with zephon.mount(ds, tmp_path / 'all', world_size=3, global_batch=12, seed=SEED,
+                          journal=tmp_path / 'j2.sqlite') as m:
+            with pytest.raises(ValueError, match='world_size=3, not a whole number of replica '
+                                                 'groups of 2 DP ranks'):
+                ZephonLoader(m.path, dp_rank=0, dp_world_size=2, torchft=manager)
+            loader = ZephonLoader(m.path, dp_rank=0, dp_world_size=1, torchft=manager)
+            with pytest.raises(RuntimeError, match="asked for a step's first batch before the "
+                                                   "step's quorum started"):
+                next(loader)
+            manager.start_quorum()
+            first = next(loader)                    # step 0 (init_sync): one group, part 0
+            assert loader.torchft.current.participants == 1
+            assert loader.torchft.current.index == 0 and loader.torchft.current.gsn == 0
+            assert first.tolist() == reference(ds, 0, 4, SEQ + 1, SEED).tolist()   # micro 4
+    finally:
+        manager.shutdown(wait=False)
+        lh.stop()
+        del store
