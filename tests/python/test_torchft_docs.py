@@ -16,6 +16,7 @@ pytest.importorskip('torchft')
 
 from titan_helpers import pack_tokens  # noqa: E402
 from torchft_helpers import Lighthouse  # noqa: E402
+from zephon.mount import read_status  # noqa: E402
 from zexe import zrun  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -67,3 +68,26 @@ def test_the_pytorch_block_with_two_groups(tmp_path):
     # step 0: one part of 2 samples (init_sync); then 2 groups x 2 samples a step; the
     # mark of step S is written when the group serves step S
     assert [(int(s), int(g)) for s, g in marks] == [(1, 2), (2, 6), (3, 10), (4, 14)], shown
+
+
+def doc_command(n):
+    """The n-th plain ``` block of docs/torchft.md, one command, as a list of words."""
+    text = (ROOT / 'docs' / 'torchft.md').read_text()
+    return re.findall(r'```\n(.*?)```', text, re.S)[n].split()
+
+
+def test_the_mount_command(tmp_path):
+    rng = np.random.default_rng(6)
+    ds = pack_tokens(tmp_path / 'ds', rng.integers(1, 50000, 4000).astype('<u2'), 16)
+    words = doc_command(0)
+    assert words[:4] == ['zephon', 'mount', '/data/ds', '/mnt/z'], words
+    opts = words[5].replace('/var/lib/zephon/', '%s/' % tmp_path)
+    assert words[4] == '-o' and opts != words[5]
+    (tmp_path / 'z').mkdir()
+    zrun('mount', ds, tmp_path / 'z', '-o', opts)
+    try:
+        st = read_status(tmp_path / 'z')
+        assert (st['world_size'], st['global_batch'], st['seed']) == (3, 12, 1)
+        assert st['rank_list'] == [0, 1, 2]              # every rank served
+    finally:
+        subprocess.run(['fusermount3', '-u', str(tmp_path / 'z')])
