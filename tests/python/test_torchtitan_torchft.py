@@ -93,7 +93,7 @@ def test_groups_fail_and_rejoin_without_losing_or_repeating_a_sample(ds, tmp_pat
     args = [w.replace('/data/ds', str(ds)).replace('seed=1', 'seed=%d' % SEED)
             .replace('samples:G@S', 'samples:%d@%d' % (g, s)) for w in words[2:]]
     args = [{'j': '1', 'S': str(s)}.get(w, w) for w in args]
-    assert 'world_size=3,global_batch=12' in args[1], args
+    assert 'world_size=3,global_batch=12' in args[2], args
     share = np.load(io.BytesIO(zrun('batch', *args))).astype(np.int64)
     ref = reference(ds, 0, g + 2 * SHARE, SEQ + 1, SEED)[g + SHARE:g + 2 * SHARE]
     assert share.tolist() == ref.tolist()
