@@ -154,7 +154,8 @@ def main():
         if a.ckpt_every and train['step'] % a.ckpt_every == 0:
             (ckpt / ('step-%d.json' % train['step'])).write_text(json.dumps(dl.state_dict()))
     log.close()
-    manager.shutdown(wait=False)
+    manager.shutdown()
+    torch.distributed.destroy_process_group()
     del store
 
 
