@@ -270,3 +270,16 @@ def test_misuse_of_the_torchft_mode_is_refused(ds, tmp_path):
         manager.shutdown(wait=False)
         lh.stop()
         del store
+
+
+def test_the_titan_loader_in_torchft_mode_needs_zephons_ft_manager(ds, tmp_path):
+    """ZephonDataLoader.Config(torchft=True) in a trainer whose fault tolerance is not
+    ZephonTorchFTManager (no Manager handed over): a ValueError that says what to set."""
+    from titan_helpers import trainer_kwargs
+    from zephon.torchtitan import ZephonDataLoader
+    with zephon.mount(ds, tmp_path / 'z', world_size=3, global_batch=12, seed=SEED,
+                      journal=tmp_path / 'j.sqlite') as m:
+        with pytest.raises(ValueError, match='needs the trainer.s fault tolerance to be '
+                                             'zephon.torchtitan_ft.ZephonTorchFTManager.Config'):
+            ZephonDataLoader.Config(mount=m.path, torchft=True).build(
+                dp_world_size=3, dp_rank=1, tokenizer=None, **trainer_kwargs(SEQ, 2))
