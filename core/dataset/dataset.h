@@ -160,6 +160,49 @@ int dataset_flat(const struct dataset *ds);
  * file (not one packed again in place since). 0, -ERANGE (i too large), or fstat's -errno. */
 int dataset_shard_file_id(const struct dataset *ds, size_t i, uint64_t *dev, uint64_t *ino);
 
+/* Datasets in object storage (docs/object-storage.md). A dataset path "s3://BUCKET/PREFIX"
+ * opens the dataset whose files are the objects PREFIX/NAME (s3.h: endpoint, region and
+ * credentials from the AWS environment and profile files). Its catalog and shard indexes
+ * are fetched whole at open (HEAD of every object: size and ETag recorded, each shard's
+ * size checked against the catalog), its samples by byte range when read or read ahead
+ * (dataset_hint, sample_reader_warm), every fetch pinned to the ETag recorded (an object
+ * replaced under an open dataset fails the read with -EIO, never mixes). Everything
+ * fetched goes through the node cache (cache.h: cache_dir, cache_size) and is checked
+ * when read as a local dataset's bytes are (the sample's XXH3, zstd's checksum); a
+ * cached sample that fails its check is fetched again once. Process-wide settings,
+ * read by each later dataset_open(); a field left 0 or NULL keeps its default. */
+struct dataset_remote_opts {
+	const char *cache_dir;   /* default: $ZEPHON_CACHE_DIR, $XDG_CACHE_HOME/zephon,
+	                          * $HOME/.cache/zephon */
+	uint64_t cache_size;     /* bytes of samples kept; 0: no cap but the disk */
+	unsigned connections;    /* requests in flight, default 64 */
+	double timeout_s;        /* a fetch's retries end after this long, default 60 */
+	int fill;                /* 1: besides what the order needs, fetch every sample into
+	                          * the cache in the background, shard by shard in GETs of
+	                          * 4 MiB (4 at a time), while the cache keeps them: a node
+	                          * whose cache holds the dataset reads it all once at the
+	                          * link's speed where GETs of single samples would be held
+	                          * to the server's request rate */
+};
+void dataset_remote_defaults(const struct dataset_remote_opts *o);
+
+/* What a dataset fetched (the sum over its s3:// sources) and its node cache held. */
+struct dataset_fetch_stats {
+	uint64_t requests, bytes, retries, errors, in_flight;
+	uint64_t samples_fetched;  /* samples whose bytes came over the network */
+	uint64_t fill_bytes;       /* bytes the fill fetched (dataset_remote_opts.fill) */
+	uint64_t sample_bytes;     /* their stored bytes (what the order needed) */
+	uint64_t cache_hits, cache_written, cache_not_kept, cache_evicted, cache_bad;
+	uint64_t cache_used, cache_cap;
+	int cache_full;
+	char cache_dir[512];
+	char last_error[320];      /* "" when none; names the object, never a secret */
+};
+/* 1 when some source of ds is in object storage. */
+int dataset_is_remote(const struct dataset *ds);
+/* ds's fetch counters into *out: 0, or -ENOTSUP (every source is local). */
+int dataset_fetch_stats(const struct dataset *ds, struct dataset_fetch_stats *out);
+
 const char *dataset_kind_name(enum dataset_kind k);
 const char *dataset_content_name(enum dataset_content c);
 
