@@ -3,6 +3,7 @@
  * are. Reading the samples is dataset_read.c's. */
 #include "dataset.h"
 #include "dataset_int.h"
+#include "rowindex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,6 +100,8 @@ static int read_meta(const struct catalog *c, struct dataset_info *in, char *err
 				    dtype_name(in->dtype));
 			in->have_max_token_id = 1;
 		}
+		if ((i = rowindex_meta(c, in, err, errlen)))
+			return i;
 		v = catalog_meta_get(c, "tokenizer_sha256");
 		if (v && (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64))
 			BAD("catalog meta 'tokenizer_sha256' is not 64 hex digits");
@@ -384,6 +387,8 @@ static int check_compatible(const struct ds_source *a, const struct ds_source *b
 		vy = dtype_name(y->dtype);
 	} else if (x->kind == DATASET_TOKENS && x->seq_len != y->seq_len) {
 		DIFF_U64("seq_len", x->seq_len, y->seq_len);
+	} else if (x->kind == DATASET_TOKENS && x->row_len != y->row_len) {
+		DIFF_U64("row_len", x->row_len, y->row_len);
 	} else if (x->kind == DATASET_TOKENS && x->overlap != y->overlap) {
 		DIFF_U64("overlap", x->overlap, y->overlap);
 	} else if (x->kind == DATASET_TOKENS && (x->have_eod_token != y->have_eod_token ||
@@ -444,6 +449,8 @@ static int union_info(struct dataset *ds)
 		in->have_max_token_id &= si->have_max_token_id;
 		if (si->max_token_id > in->max_token_id)
 			in->max_token_id = si->max_token_id;
+		if (si->max_context > in->max_context)
+			in->max_context = si->max_context;
 		fps[s] = si->fingerprint;
 	}
 	rc = dataset_union_fingerprint(fps, ds->nsrc, in->fingerprint);
@@ -769,6 +776,10 @@ size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size
 	if (n >= 0 && (size_t)n < len && tokens && info->tokenizer_sha256[0])
 		n += snprintf(out + n, len - (size_t)n, "tokenizer_sha256=%s\n",
 			      info->tokenizer_sha256);
+	if (n >= 0 && (size_t)n < len && tokens && info->row_len)
+		n += snprintf(out + n, len - (size_t)n, "layout=rows\nrow_len=%" PRIu64
+			      "\nmax_context_length=%" PRIu64 "\n", info->row_len,
+			      info->max_context);
 	return n < 0 ? 0 : (size_t)n;
 }
 
