@@ -46,8 +46,17 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .pack_text import (INSTALL, InputError, LineReader, SkipRecord, TokenizerSpec, _ColumnReader,
-                        _pyarrow, _surrogate_error, _utf8_error)
+from .pack_text import (
+    INSTALL,
+    InputError,
+    LineReader,
+    SkipRecord,
+    TokenizerSpec,
+    _ColumnReader,
+    _pyarrow,
+    _surrogate_error,
+    _utf8_error,
+)
 
 #: The chat template file that takes priority over tokenizer_config.json's (TorchTitan's
 #: HuggingFaceTokenizer.CHAT_TEMPLATE_FILE, after transformers).
@@ -414,9 +423,9 @@ def encode_chat(spec: TokenizerSpec, template: ChatTemplate, convs: list[Any],
                     e = len(texts) + len(mine) - 1
                 parts.append((p, e))
             mine.append(template.render(msgs).rstrip("\n"))
-        except template._error as e:
+        except template._error as err:
             bad.append(SkipRecord(f"{where[c]}: the chat template ({template.where}) refuses "
-                                  f"the conversation: {e}"))
+                                  f"the conversation: {err}"))
             continue
         texts += mine
         plan.append((c, len(texts) - 1, parts))
@@ -432,10 +441,10 @@ def encode_chat(spec: TokenizerSpec, template: ChatTemplate, convs: list[Any],
         n = len(full)
         mask = np.zeros(n, dtype=np.uint8)
         prefix = True
-        for p, e in parts:
+        for p, q in parts:
             start = len(toks[p])
-            end = n if e < 0 else len(toks[e])
-            prefix &= toks[p] == full[:start] and (e < 0 or toks[e] == full[:end])
+            end = n if q < 0 else len(toks[q])
+            prefix &= toks[p] == full[:start] and (q < 0 or toks[q] == full[:end])
             mask[min(start, n):min(end, n)] = 1
         too_long = opts.max_context is not None and n - 1 > opts.max_context
         if not prefix and not too_long:
