@@ -50,6 +50,24 @@ def rows_trainer_batch(batch: torch.Tensor, *, flat: bool = False) -> tuple[dict
             labels.contiguous())
 
 
+def check_rows_length(mount: str, seq_len: int) -> None:
+    """Refuse (ValueError) a trainer of batches ``[b, seq_len]`` (TorchTitan 0.3.0) over a
+    mount of rows of another length: read from its ``/status`` first, so that it is the
+    reason given rather than a layout that follows from it. Nothing for other datasets."""
+    from .mount import read_status
+
+    st = read_status(mount)
+    if st.get("layout") == "rows":
+        check_rows(_Rows(int(st["row_len"]), int(st["max_context_length"])), seq_len=seq_len)
+
+
+class _Rows:
+    """What :func:`check_rows` reads of a loader."""
+
+    def __init__(self, row_len: int, max_context_length: int) -> None:
+        self.row_len, self.max_context_length = row_len, max_context_length
+
+
 def check_rows(loader: Any, *, seq_len: int | None = None,
                max_context_length: int | None = None, eod_token: int | None = None) -> None:
     """Refuse (ValueError) a trainer that the rows of ``loader`` (a

@@ -67,7 +67,7 @@ import torch
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
-from .sft import check_rows, rows_trainer_batch
+from .sft import check_rows, check_rows_length, rows_trainer_batch
 from .torch import ZephonLoader, ZephonValidationLoader
 
 # The contract this process runs against, found once, by where TorchTitan keeps it:
@@ -219,6 +219,8 @@ class ZephonDataLoader(BaseDataLoader):
                                  "nor num_tokens_per_batch; cannot size the batches")
             self.flat = False
             self.seq_len, micro = int(seq_len), int(local_batch_size)
+            # rows of another length: say so before any refusal of the micro-batch
+            check_rows_length(mount, self.seq_len)
             if num_tokens_per_batch is not None and \
                     int(num_tokens_per_batch) != micro * self.seq_len:
                 raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
