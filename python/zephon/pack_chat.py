@@ -214,7 +214,7 @@ def check_messages(msgs: Any, where: str) -> SkipRecord | None:
         bad = _surrogate_error(content, f"{where}: message {i}")
         if bad:
             return bad
-        expect = ["assistant"] if role in ("system", "user") else ["user"]
+        expect = ["assistant"] if role == "user" else ["user"]
     if msgs[-1]["role"] != "assistant":
         return SkipRecord(f"{where}: the conversation ends with a {msgs[-1]['role']} "
                           "message; it must end with the assistant's response")

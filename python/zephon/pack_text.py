@@ -813,4 +813,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as zephon.pack_text, the module zephon.pack_chat imports (not a second copy of
+    # it named __main__, whose InputError and SkipRecord would be other classes)
+    from zephon.pack_text import main as _main
+    sys.exit(_main())

@@ -58,7 +58,8 @@ def test_every_input_kind_gives_the_same_rows(qa, tmp_path):
     recs, src = qa
     ref = pack(tmp_path / 'ref', '--tokenizer', TOK, *QA, '--seq-len', 256, src)
     fp = info(tmp_path / 'ref')['fingerprint']
-    assert '400 documents' in ref.stdout
+    i = info(tmp_path / 'ref')
+    assert i['documents'] + i['documents_dropped'] == 400 and i['documents_dropped'] < 10
     msgs = [[{'role': 'user', 'content': r['question']},
              {'role': 'assistant', 'content': r['answer']}] for r in recs]
     # the same conversations as a messages field, zstd- and gzip-compressed
@@ -227,7 +228,7 @@ def test_info_state_cat_numpy_and_a_legacy_reader(qa, tmp_path):
     table = zrun('info', ds).decode()
     assert 'layout        rows of 256 positions' in table and 'chat          prompt-response' in table
     with zephon.mount(ds, tmp_path / 'z', world_size=2, global_batch=4, seed=3,
-                      journal=tmp_path / 'j.sqlite') as m:
+                      journal=tmp_path / 'j.sqlite'):
         st = json.loads((tmp_path / 'z' / 'status').read_text())
         assert (st['layout'], st['row_len'], st['window'], st['sample_tokens']) == \
             ('rows', 256, 768, 256)
@@ -248,7 +249,6 @@ def test_info_state_cat_numpy_and_a_legacy_reader(qa, tmp_path):
             batch_size=None, collate_fn=lambda p: torch.from_numpy(np.load(p)))
         steps = list(loader)
         assert steps[0].shape == (2, 3, 256)
-        assert m.world_size == 2
     ref = zrun('batch', ds, '-o', 'world_size=2,global_batch=4,seed=3,format=bin', '--rank', 1,
                '--step', 2)
     assert np.array_equal(np.frombuffer(ref, '<i4').reshape(2, 3, 256), steps[2].numpy())
@@ -363,7 +363,8 @@ def test_a_tokenizer_without_a_chat_template_is_refused(qa, tmp_path):
     tok = tokenizer_copy(tmp_path / 'b', '{% for m in messages %}{{ m.role }')
     p = pack(tmp_path / 'ds', '--tokenizer', tok, *QA, '--seq-len', 256, src, ok=False)
     assert '%s: the chat template does not compile' % (tok / 'chat_template.jinja') in p.stderr
-    tok = tokenizer_copy(tmp_path / 'c', "{% if messages[1].content.startswith('a') %}"
+    tok = tokenizer_copy(tmp_path / 'c', "{% if messages|length > 1 and "
+                         "messages[1].content.startswith('a') %}"
                          "{{ raise_exception('no answers in a') }}{% endif %}" + TURNS)
     (tmp_path / 'a.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in recs[:40]))
     line = next(n for n, r in enumerate(recs[:40], 1) if r['answer'].startswith('a'))
