@@ -24,8 +24,9 @@
  *             u32 nfiles, then per file: u32 name_len, name bytes, u64 size, data bytes
  *           (little-endian; names are "<key>.<ext>" as packed)
  *   tokens  seq_len tokens of dtype, little-endian; in a dataset of rows (row_len L,
- *           meta layout=rows: docs/design.md §4.3) seq_len = 3 L int32, the planes
- *           inputs[L], labels[L], positions[L] of one row of whole documents
+ *           meta layout=rows: docs/design.md §4, "Datasets of rows") seq_len = 3 L
+ *           int32, the planes inputs[L], labels[L], positions[L] of one row of whole
+ *           documents
  *
  * Several packed datasets open as one (dataset_open_sources(), for a mixture): their
  * sources. Source s's sample i is sample offset_s + i of the whole, offset_s the sum of

@@ -5,7 +5,8 @@
  * the pack (core/pack/pack_rows.c); read for lineage (`zephon info --sample ID`, a
  * mount's /rank/<r>/state) and checked by `zephon verify`.
  *
- * A row (docs/design.md §4.3) is one sample of 3 L little-endian int32, L = row_len:
+ * A row (docs/design.md §4, "Datasets of rows") is one sample of 3 L little-endian
+ * int32, L = row_len:
  *   inputs[L]     the documents' tokens, each document of n tokens giving its first n - 1
  *   labels[L]     the next token of the same document, or -100 (IGNORE_INDEX) where no
  *                 loss is taken: a masked label (a chat prompt) or padding

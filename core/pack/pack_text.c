@@ -370,6 +370,9 @@ static int begin_input(struct packer *p, struct tdreader *r, struct catalog_sour
 	}
 	free(*path);
 	*path = text;
+	if (row->size > INT64_MAX) /* the catalog holds sizes as SQLite integers */
+		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input of %" PRIu64
+				 " bytes (broken stream)", row->size);
 	if (!(row->format = strchr(*path, '\t')))
 		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input without its "
 				 "format (broken stream)");

@@ -1,7 +1,8 @@
 /*
  * rowplan.h: the global packing plan of a dataset of rows (`zephon pack
- * --whole-documents`, `--chat`; docs/design.md §4.3): whole documents placed into rows
- * of a fixed number of positions, once, over the whole dataset, before any row is written.
+ * --whole-documents`, `--chat`; docs/design.md §4, "Datasets of rows"): whole documents
+ * placed into rows of a fixed number of positions, once, over the whole dataset, before
+ * any row is written.
  *
  * Algorithm: best-fit decreasing (BFD; Johnson, "Near-optimal bin packing algorithms",
  * MIT 1973; Johnson et al., SIAM J. Comput. 3(4), 1974: at most 11/9 OPT + 1 rows).

@@ -23,10 +23,13 @@ num_tokens_per_batch 8 x 2048 = 16384 with documents up to 2048), in one run:
   (a) TorchTitan main's SFT pipeline as its GrainDataLoader builds it for sft_debugmodel:
       SingleDatasetConfig(HuggingFaceRandomAccessSource json, ChatProcessor, the None
       filter) under FirstFitPackingConfig (num_packing_bins 8, its default), seed 42,
-      shuffled, one epoch, DP 1 (one packer sees every sample: its best case); padding is
-      the positions of its rows that hold no document (input 0, label -100, position 0);
+      shuffled, one epoch; at DP 1 (one packer sees every sample: its best case) and at
+      DP 8 (each rank packs its own shard, as in an 8-GPU run: rows and padding summed);
+      padding is the positions of its rows that hold no document (input 0, label -100,
+      position 0);
   (b) `zephon pack --tokenizer TOK --chat --seq-len R [--max-context-length 2048]`: its
-      catalog's padding (rows x R - the documents' positions).
+      catalog's padding (rows x R - the documents' positions); beside it the fewest rows
+      any plan can use (the documents' positions / R, rounded up) and their padding.
 Both drop the same samples (more than 2048 inputs). Wall seconds, CPU seconds (user +
 system of the process tree) and peak RSS (the largest sum of VmRSS over the process tree,
 sampled every 50 ms) of each. A benchmark: it prints, it never fails on a number.
@@ -119,7 +122,7 @@ from torchtitan.components.data.types import DatasetBuildContext, DatasetIterati
 from torchtitan.components.tokenizer import HuggingFaceTokenizer
 from torchtitan.hf_datasets.text_datasets import ChatProcessor
 
-data, tok, row = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data, tok, row, dp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
 def process_sample(sample):         # sft_debugmodel's
     return [{"role": "user", "content": sample["question"]},
@@ -133,14 +136,15 @@ cfg = FirstFitPackingConfig(dataset=SingleDatasetConfig(
 ctx = DatasetBuildContext(tokenizer=HuggingFaceTokenizer(tokenizer_path=tok),
                           max_context_length=2048, num_tokens_per_batch=row,
                           read_options=grain.ReadOptions())
-policy = DatasetIterationPolicy(seed=42, shuffle=True, repeat=False, dp_rank=0,
-                                dp_world_size=1, streaming_shuffle_buffer_size=1000)
 rows = pad = docs = 0
-for r in cfg.build(context=ctx, dataset_iteration_policy=policy):
-    rows += 1
-    p = (r.positions == 0) & (r.input_ids == 0) & (r.labels == -100)
-    pad += int(p.sum())
-    docs += int(((r.positions == 0) & ~p).sum())
+for rank in range(dp):              # each DP rank packs its own shard, as in training
+    policy = DatasetIterationPolicy(seed=42, shuffle=True, repeat=False, dp_rank=rank,
+                                    dp_world_size=dp, streaming_shuffle_buffer_size=1000)
+    for r in cfg.build(context=ctx, dataset_iteration_policy=policy):
+        rows += 1
+        p = (r.positions == 0) & (r.input_ids == 0) & (r.labels == -100)
+        pad += int(p.sum())
+        docs += int(((r.positions == 0) & ~p).sum())
 print(json.dumps({"rows": rows, "padding": pad, "documents": docs}))
 '''
 
@@ -151,6 +155,8 @@ def main():
     ap.add_argument('--titan-python', default=sys.executable)
     ap.add_argument('--work', default='/tmp/zephon-bench-sft')
     ap.add_argument('--every', type=int, default=3, help='every K-th lemma (3)')
+    ap.add_argument('--dp', type=int, nargs='+', default=[1, 8],
+                    help="TorchTitan's data-parallel degrees (1 8): each rank packs its shard")
     ap.add_argument('--tokenizer', default=str(ROOT.parent / 'shared' / 'data' / 'tokenizer' /
                                               'torchtitan-test'))
     a = ap.parse_args()
@@ -166,13 +172,16 @@ def main():
     print('%-7s %-34s %9s %9s %8s %8s %8s %9s' % ('row', 'packer', 'rows', 'padding', 'pad %',
                                                    'wall s', 'CPU s', 'peak RSS'))
     for row in (2048, 16384):
-        tw, tc, tm, out = measure([a.titan_python, '-c', TITAN, str(data), a.tokenizer,
-                                   str(row)], env=env)
-        t = json.loads(out.strip().splitlines()[-1])
-        tf = t['padding'] / (t['rows'] * row)
-        print('%-7d %-34s %9d %9d %7.2f%% %8.1f %8.1f %6.0f MiB' % (
-            row, 'TorchTitan main FirstFit (8 bins)', t['rows'], t['padding'], 100 * tf, tw,
-            tc, tm / 2**20))
+        for dp in a.dp:
+            tw, tc, tm, out = measure([a.titan_python, '-c', TITAN, str(data), a.tokenizer,
+                                       str(row), str(dp)], env=env)
+            t = json.loads(out.strip().splitlines()[-1])
+            f = t['padding'] / (t['rows'] * row)
+            if dp == a.dp[0]:
+                tf = f
+            print('%-7d %-34s %9d %9d %7.2f%% %8.1f %8.1f %6.0f MiB' % (
+                row, 'TorchTitan main FirstFit, DP %d' % dp, t['rows'], t['padding'],
+                100 * f, tw, tc, tm / 2**20))
         ds = work / ('ds%d' % row)
         extra = ['--max-context-length', '2048'] if row > 2048 else []
         zw, zc, zm, _ = measure([a.zephon, 'pack', '-q', '--force', '--tokenizer', a.tokenizer,
@@ -185,9 +194,12 @@ def main():
         print('%-7d %-34s %9d %9d %7.2f%% %8.1f %8.1f %6.0f MiB' % (
             row, 'zephon pack --chat (BFD plan)', i['samples'], i['padding'], 100 * zf, zw,
             zc, zm / 2**20))
+        need = -(-(i['samples'] * row - i['padding']) // row)
         print('%-7d documents: TorchTitan %d, Zephon %d (%d dropped); padding Zephon / '
-              'TorchTitan = %.3f' % (row, t['documents'], i['documents'],
-                                     i['documents_dropped'], zf / tf if tf else float('nan')))
+              'TorchTitan DP %d = %.3f; fewest rows possible %d, lowest padding %d' % (
+                  row, t['documents'], i['documents'], i['documents_dropped'], a.dp[0],
+                  zf / tf if tf else float('nan'), need, need * row - (i['samples'] * row -
+                                                                       i['padding'])))
 
 
 if __name__ == '__main__':
