@@ -110,6 +110,8 @@ static void notice(void *ctx, const char *msg)
 	fprintf(stderr, "zephon: pack: warning: %s\n", msg);
 }
 
+static void usage_rows(FILE *f);
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -174,6 +176,16 @@ static void usage(FILE *f)
 		"folder saved by datasets' save_to_disk, a folder of Parquet shards, a folder of\n"
 		"text files. --dtype defaults to uint16 below 65,536 ids, else uint32.\n"
 		"\n"
+		"Bad input stops the pack with an error naming the file and position; nothing is\n"
+		"left behind. A progress bar is drawn when stderr is a terminal.\n",
+		PACK_LEVEL_DEFAULT, PACK_DICT_SIZE_DEFAULT);
+	usage_rows(f);
+}
+
+/* The options of fine-tuning data, the end of usage(). */
+static void usage_rows(FILE *f)
+{
+	fputs("\n"
 		"fine-tuning data (docs/fine-tuning.md): rows of whole documents, placed by one\n"
 		"plan over the whole dataset; each sample is int32 inputs, labels (-100: no loss)\n"
 		"and positions of --seq-len positions, padded as TorchTitan pads:\n"
@@ -188,11 +200,7 @@ static void usage(FILE *f)
 		"                        - 1); longer ones are dropped and counted (default --seq-len)\n"
 		"  --prompt-mismatch drop|keep  --chat: a sample whose prompt alone does not\n"
 		"                        tokenize to a prefix of the whole: drop it (default) or\n"
-		"                        keep TorchTitan's mask; counted either way\n"
-		"\n"
-		"Bad input stops the pack with an error naming the file and position; nothing is\n"
-		"left behind. A progress bar is drawn when stderr is a terminal.\n",
-		PACK_LEVEL_DEFAULT, PACK_DICT_SIZE_DEFAULT);
+		"                        keep TorchTitan's mask; counted either way\n", f);
 }
 
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
@@ -578,11 +586,24 @@ static int rows_options(struct front_end *fe, struct pack_opts *o)
 	return -1;
 }
 
-/* pack_option() for the options of rows and chat samples; -1 to go on, 2 after the
- * message of a bad value, 3 for an option that is not one of them. */
-static int rows_option(int opt, struct front_end *fe, struct pack_opts *o)
+/* pack_option() for the options of the --tokenizer front end, of rows and of chat
+ * samples; -1 to go on, 2 after the message of a bad value, 3 for an option that is not
+ * one of them. */
+static int front_end_option(int opt, struct front_end *fe, struct pack_opts *o)
 {
 	switch (opt) {
+	case OPT_TOKENIZER:
+		fe->tokenizer = optarg;
+		return -1;
+	case OPT_TEXT_FIELD:
+		fe->text_field = optarg;
+		return -1;
+	case OPT_COLUMN:
+		fe->column = optarg;
+		return -1;
+	case OPT_SPLIT:
+		fe->split = optarg;
+		return -1;
 	case OPT_WHOLE_DOCS:
 		o->rows = 1;
 		return -1;
@@ -707,25 +728,13 @@ int cmd_pack(int argc, char **argv)
 		case '?':
 			bad_option(argv);
 			return 2;
-		case OPT_TOKENIZER:
-			fe.tokenizer = optarg;
-			break;
-		case OPT_TEXT_FIELD:
-			fe.text_field = optarg;
-			break;
-		case OPT_COLUMN:
-			fe.column = optarg;
-			break;
-		case OPT_SPLIT:
-			fe.split = optarg;
-			break;
 		case OPT_DECODE_LINES:
 			return decode_lines(optarg);
 		case OPT_FORMAT: /* its names depend on --tokenizer, which may come later */
 			format_name = optarg;
 			break;
 		default:
-			if ((rc = rows_option(opt, &fe, &o)) == 3)
+			if ((rc = front_end_option(opt, &fe, &o)) == 3)
 				rc = pack_option(opt, &o);
 			if (rc >= 0)
 				return rc;

@@ -100,8 +100,6 @@ static int read_meta(const struct catalog *c, struct dataset_info *in, char *err
 				    dtype_name(in->dtype));
 			in->have_max_token_id = 1;
 		}
-		if ((i = rowindex_meta(c, in, err, errlen)))
-			return i;
 		v = catalog_meta_get(c, "tokenizer_sha256");
 		if (v && (strlen(v) != 64 || strspn(v, "0123456789abcdef") != 64))
 			BAD("catalog meta 'tokenizer_sha256' is not 64 hex digits");
@@ -349,6 +347,10 @@ static int load_source(struct ds_source *src, const char *dir, int *dirfd, char 
 		return rc;
 	}
 	rc = read_meta(&src->cat, &src->info, why, sizeof(why));
+	if (!rc && src->info.kind == DATASET_TOKENS)     /* a dataset of rows: rowindex.h */
+		rc = rowindex_meta(&src->cat, src->info.dtype, src->info.seq_len,
+				   src->info.overlap, &src->info.row_len, &src->info.max_context,
+				   why, sizeof(why));
 	if (rc)
 		err_printf(err, errlen, "%s: %s", dir, why);
 	return rc;

@@ -16,18 +16,20 @@
 
 #define WRITER_BUF (1u << 20)
 
-int rowindex_meta(const struct catalog *c, struct dataset_info *in, char *err,
+int rowindex_meta(const struct catalog *c, enum token_dtype dtype, uint64_t seq_len,
+		  uint64_t overlap, uint64_t *row_len, uint64_t *max_context, char *err,
 		  size_t errlen)
 {
 	const char *v = catalog_meta_get(c, "layout");
 
+	*row_len = *max_context = 0;
 	if (!v)
 		return 0;
-	if (strcmp(v, "rows") || catalog_meta_u64(c, "row_len", &in->row_len) ||
-	    in->row_len == 0 || in->dtype != DTYPE_INT32 || in->overlap ||
-	    in->seq_len / ROW_PLANES != in->row_len || in->seq_len % ROW_PLANES ||
-	    catalog_meta_u64(c, "max_context_length", &in->max_context) ||
-	    in->max_context == 0 || in->max_context > in->row_len)
+	if (strcmp(v, "rows") || catalog_meta_u64(c, "row_len", row_len) ||
+	    *row_len == 0 || dtype != DTYPE_INT32 || overlap ||
+	    seq_len / ROW_PLANES != *row_len || seq_len % ROW_PLANES ||
+	    catalog_meta_u64(c, "max_context_length", max_context) ||
+	    *max_context == 0 || *max_context > *row_len)
 		return err_set(err, errlen, -EBADMSG, "catalog meta 'layout', 'row_len' or "
 			       "'max_context_length' does not describe rows (int32, seq_len = 3 x "
 			       "row_len, no overlap, max_context_length up to row_len)");

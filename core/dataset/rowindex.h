@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "catalog.h"
-#include "dataset.h"
+#include "dtype.h"
 
 #define ROWINDEX_FILE "rows.idx"
 #define ROWINDEX_MAGIC "ZPHROWS\1" /* 8 bytes */
@@ -56,12 +56,13 @@ struct rowindex_entry {
 };
 _Static_assert(sizeof(struct rowindex_entry) == 16, "row index entry is 16 bytes");
 
-/* The rows meta of catalog c (layout=rows, row_len, max_context_length) into
- * in->row_len and in->max_context, for a token dataset whose dtype, seq_len and overlap
- * in holds already; nothing for a dataset without meta 'layout'. 0, or -EBADMSG with a
- * reason in err (the meta does not describe rows of int32, seq_len = 3 row_len, overlap
- * 0, 1 <= max_context_length <= row_len). */
-int rowindex_meta(const struct catalog *c, struct dataset_info *in, char *err,
+/* The rows meta of catalog c (layout=rows, row_len, max_context_length) into *row_len
+ * and *max_context, for a token dataset of dtype, seq_len and overlap (its catalog's);
+ * both 0 for a dataset without meta 'layout' (windows). 0, or -EBADMSG with a reason in
+ * err (the meta does not describe rows of int32, seq_len = 3 row_len, overlap 0,
+ * 1 <= max_context_length <= row_len). */
+int rowindex_meta(const struct catalog *c, enum token_dtype dtype, uint64_t seq_len,
+		  uint64_t overlap, uint64_t *row_len, uint64_t *max_context, char *err,
 		  size_t errlen);
 
 struct rowindex_writer;

@@ -129,14 +129,22 @@ int pack_rows_add(struct packer *p, const uint8_t *ids, const uint8_t *mask, uin
 		p->dropped++;
 		if (p->o->notice) {
 			where(at, sizeof(at), p->cur_path, format, record);
-			snprintf(msg, sizeof(msg), "%s: a document of %" PRIu32 " tokens makes %" PRIu32
-				 " inputs, %s --max-context-length %" PRIu64 "; dropped (counted in "
-				 "zephon info: documents_dropped)", at, n, n - 1,
-				 n < 2 ? "none: fewer than one for" : "more than", max);
+			if (n < 2)
+				snprintf(msg, sizeof(msg), "%s: a document of one token has no input "
+					 "with a label; dropped (counted in zephon info: "
+					 "documents_dropped)", at);
+			else
+				snprintf(msg, sizeof(msg), "%s: a document of %" PRIu32 " tokens makes %"
+					 PRIu32 " inputs, more than --max-context-length %" PRIu64
+					 "; dropped (counted in zephon info: documents_dropped)", at, n,
+					 n - 1, max);
 			p->o->notice(p->o->ctx, msg);
 		}
 		return 0;
 	}
+	for (uint32_t k = 0; k < n; k++) /* the largest id of the documents kept */
+		if (le32_get(ids + 4 * (size_t)k) > p->max_token)
+			p->max_token = le32_get(ids + 4 * (size_t)k);
 	if (r->n == r->cap) {
 		/* parallel arrays of one capacity: each grows from r->cap to want */
 		size_t want = r->cap ? 2 * r->cap : 4096, c;
@@ -269,6 +277,12 @@ int pack_rows_finish(struct packer *p)
 	memset(&plan, 0, sizeof(plan));
 	if (!sizes)
 		return -ENOMEM;
+	if (r->n == 0) {
+		free(sizes);
+		return pack_fail(p, -ENODATA, "no document fits a row: all %" PRIu64 " were longer "
+				 "than --max-context-length %" PRIu64 " inputs (or of one token)",
+				 p->dropped, p->o->max_context ? p->o->max_context : p->o->seq_len);
+	}
 	for (size_t d = 0; d < r->n; d++)
 		sizes[d] = r->len[d] - 1;
 	if ((rc = spill_flush(p, r)) || (rc = rowplan_make(sizes, r->n, (uint32_t)p->o->seq_len,

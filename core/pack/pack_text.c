@@ -311,7 +311,7 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
 					 "tokenizer's vocabulary of %" PRIu64, path, id,
 					 dtype_name(p->dtype), p->vocab_size);
-		if (id > p->max_token)
+		if (id > p->max_token && !p->o->rows) /* rows: of the documents kept */
 			p->max_token = id;
 		if (p->itemsize == 2)
 			le16_put(ids + 2 * t, (uint16_t)id);

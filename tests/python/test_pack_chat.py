@@ -391,6 +391,9 @@ def test_a_tokenizer_without_a_chat_template_is_refused(qa, tmp_path):
      'rows are int32'),
     (['--tokenizer', TOK, '--whole-documents', '--overlap', 1, '--seq-len', 64],
      'rows of whole documents take none'),
+    (['--tokenizer', TOK, '--chat', '--prompt-field', 'question', '--response-field',
+      'answer', '--seq-len', 16],
+     'no document fits a row: all 400 were longer than --max-context-length 16 inputs'),
 ])
 def test_bad_options_are_refused(qa, tmp_path, args, message):
     recs, src = qa
