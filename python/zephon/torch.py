@@ -46,12 +46,15 @@ import io
 import mmap
 import os
 import warnings
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
 
 from .mount import read_status
+
+if TYPE_CHECKING:
+    from .torchft import TorchFTPosition
 
 STATE_VERSION = 1
 
@@ -223,6 +226,12 @@ class ZephonLoader(TokenMount):
             ids (uncompressed token shards that this process can map), ``True`` requires
             it (``ValueError`` where the mount does not serve ids, ``OSError`` where a
             shard cannot be mapped), ``False`` never. The attribute ``direct`` says which.
+        torchft: a ``torchft.Manager``: torchft mode (:mod:`zephon.torchft`, docs/torchft.md).
+            ``dp_rank`` and ``dp_world_size`` are then the DP rank and degree within this
+            replica group, and the mount's ``world_size`` is the job's at full strength
+            (the DP degree x the most groups); each step serves this rank its part of
+            the next samples of the global stream for the step's participants, the
+            position moves when the step commits and travels to healing groups.
 
     Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
     (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
@@ -249,7 +258,13 @@ class ZephonLoader(TokenMount):
     def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
                  micro_batch: int | None = None, tokens_per_batch: int | None = None,
                  global_batch: int | None = None, vocab_size: int | None = None,
-                 write_marks: bool = True, direct: bool | None = None) -> None:
+                 write_marks: bool = True, direct: bool | None = None,
+                 torchft: Any = None) -> None:
+        group = (int(dp_rank), int(dp_world_size))
+        if torchft is not None:
+            # torchft mode (zephon.torchft): dp_rank and dp_world_size are the replica
+            # group's; the mount's layout is the whole job's
+            dp_world_size = int(read_status(mount)["world_size"])
         super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
                          micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
                          global_batch=global_batch, vocab_size=vocab_size)
@@ -282,6 +297,13 @@ class ZephonLoader(TokenMount):
         self._offset = 0
         self._run: _Run | None = None
         self._pending_mark: tuple[int, int] | None = None
+        self.torchft: TorchFTPosition | None = None
+        """The shared position of torchft mode (``torchft=`` given), else None."""
+        if torchft is not None:
+            from .torchft import TorchFTPosition
+            self.dp_rank, self.dp_world_size = group
+            self.torchft = TorchFTPosition(torchft, self, group_rank=group[0],
+                                           group_degree=group[1])
 
     # ---- iteration ----
 
@@ -296,6 +318,8 @@ class ZephonLoader(TokenMount):
         if self._pending_mark is not None:
             self._write_mark(*self._pending_mark)
             self._pending_mark = None
+        if self.torchft is not None:
+            return self.torchft.batch()
         try:
             share = self._read_share(self._gsn)
         except FileNotFoundError:
@@ -353,8 +377,12 @@ class ZephonLoader(TokenMount):
 
         Reads and writes nothing (torch.distributed.checkpoint calls it to plan a load);
         it notes the position, and the next batch taken writes it as a mark to the
-        mount's journal."""
-        self._pending_mark = (self._gsn, self._step)
+        mount's journal. In torchft mode it is the committed position (``step``:
+        torchft's step count), whose mark each committed step writes already."""
+        if self.torchft is not None:
+            (self._gsn, self._step), self._offset = self.torchft.committed(), 0
+        else:
+            self._pending_mark = (self._gsn, self._step)
         return {
             "version": STATE_VERSION,
             "consumed_samples": self._gsn,
@@ -413,6 +441,13 @@ class ZephonLoader(TokenMount):
             if offset % self.micro_batch or offset >= self.share:
                 raise ValueError(f"the state was saved {offset} samples into a step; "
                                  f"micro_batch {self.micro_batch} cannot continue from there")
+        if self.torchft is not None:
+            if offset:
+                raise ValueError(f"the state was saved inside step {step} ({offset} samples "
+                                 "into each rank's share); torchft mode resumes at a step "
+                                 "boundary: resume from a checkpoint taken at one")
+            self.torchft.load(gsn)      # provisional: a peer's position replaces it
+            return
         self._gsn, self._step, self._offset = gsn, step, offset
         self._pending_mark = None
         self._write_mark(gsn, step)

@@ -203,6 +203,13 @@ class ZephonDataLoader(BaseDataLoader):
         (``max_token_id`` in ``zephon info``) is refused with a ``ValueError`` at build
         time. ``zephon.recipes.use_zephon`` sets it from the model's config."""
 
+        torchft: bool = False
+        """torchft loader mode (docs/torchft.md): each step serves the next samples of
+        the global stream to the quorum's participating replica groups, and the position
+        travels with the model to a group that heals. Needs the trainer's
+        ``fault_tolerance`` to be ``zephon.torchtitan_ft.ZephonTorchFTManager.Config``
+        (``zephon.torchtitan_ft.use_torchft`` sets both)."""
+
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
                  tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
                  local_batch_size: int | None = None, max_context_length: int | None = None,
@@ -213,6 +220,11 @@ class ZephonDataLoader(BaseDataLoader):
                              "(--dataloader.mount PATH) or ZEPHON_MOUNT")
         self.config = config
         self.dp_rank, self.dp_world_size = int(dp_rank), int(dp_world_size)
+        ft: dict[str, Any] = {}
+        if config.torchft and self._loader_cls is ZephonLoader:
+            from .torchtitan_ft import replica_group  # zephon.torchft's mode
+            self.dp_rank, self.dp_world_size, ft["torchft"] = replica_group(
+                self.dp_rank, self.dp_world_size)
         if local_batch_size is not None or num_tokens_per_batch is None:
             if seq_len is None or local_batch_size is None:
                 raise ValueError("the trainer passed neither seq_len and local_batch_size "
@@ -227,7 +239,7 @@ class ZephonDataLoader(BaseDataLoader):
                                  f"local_batch_size {micro} x seq_len {self.seq_len}")
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
                                             dp_world_size=self.dp_world_size, micro_batch=micro,
-                                            vocab_size=config.vocab_size)
+                                            vocab_size=config.vocab_size, **ft)
         else:
             # 1-D batches of num_tokens_per_batch tokens: a whole number of samples of the
             # pack's --seq-len (the mount's sample_tokens; the loader refuses another)
@@ -235,7 +247,7 @@ class ZephonDataLoader(BaseDataLoader):
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
                                             dp_world_size=self.dp_world_size,
                                             tokens_per_batch=int(num_tokens_per_batch),
-                                            vocab_size=config.vocab_size)
+                                            vocab_size=config.vocab_size, **ft)
             self.seq_len = self._loader.seq_len
             if self._loader.row_len:
                 pass           # rows: check_rows below bounds their documents instead
