@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "docindex.h"
 #include "layout_json.h"
+#include "rows_json.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -143,9 +144,12 @@ static json_t *mixture_json(struct zmount *z, const uint64_t *used, const uint64
 }
 
 /* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next
- * window's first); 0 for a dataset of another kind. */
+ * window's first; a row's positions, of its three planes); 0 for a dataset of another
+ * kind. */
 static uint64_t sample_tokens(const struct zmount *z)
 {
+	if (z->info->row_len)
+		return z->info->row_len;
 	return z->info->kind == DATASET_TOKENS ? z->info->seq_len - z->info->overlap : 0;
 }
 
@@ -380,6 +384,8 @@ static void token_fields(struct zmount *z, json_t *root)
 	/* loaders refuse a dataset whose ids a model's embedding cannot hold */
 	json_object_set_new(root, "max_token_id", z->info->have_max_token_id ?
 			    json_u64(z->info->max_token_id) : json_null());
+	/* layout, and a dataset of rows' row_len, max_context_length, padding, chat */
+	rows_json_meta(root, z->ds);
 }
 
 int render_status(struct zmount *z, struct buf *out)
@@ -505,6 +511,29 @@ static void add_sources(json_t *jlast, struct zmount *z, const struct claim_info
 	json_object_set_new(jlast, "source_epochs", epochs);
 }
 
+/* A dataset of rows: for each sample of the claim, its documents, where they lie in the
+ * row and which of their labels it trains (rows_json_row; its stored mask). A row that
+ * cannot be read gives {"error": reason}. */
+static void add_rows(json_t *jlast, struct zmount *z, const struct claim_info *last)
+{
+	struct rows_lineage *rl;
+	json_t *all;
+	char err[256];
+
+	if (rows_lineage_open(z->ds, &rl, err, sizeof(err)))
+		return;
+	all = json_array();
+	for (uint64_t i = 0; i < last->count && last->ids; i++) {
+		json_t *row = rows_json_row(rl, last->ids[i], err, sizeof(err));
+
+		json_array_append_new(all, row ? json_incref(json_object_get(row, "documents")) :
+				      json_pack("{s:s}", "error", err));
+		json_decref(row);
+	}
+	rows_lineage_close(rl);
+	json_object_set_new(jlast, "documents", all);
+}
+
 /* A dataset packed with --tokenizer: for each sample of the claim, the documents its
  * window holds, as [{"path", "record"}, ...] (lineage; docindex.h). Nothing for other
  * datasets, mixtures, or an index that does not open. */
@@ -517,6 +546,10 @@ static void add_documents(json_t *jlast, struct zmount *z, const struct claim_in
 	json_t *all;
 	char err[256];
 
+	if (in->row_len && !z->served->is_mixture) {
+		add_rows(jlast, z, last);
+		return;
+	}
 	if (z->served->is_mixture || in->kind != DATASET_TOKENS || !in->tokenizer_sha256[0] ||
 	    docindex_open(dataset_dir(z->ds), &di, err, sizeof(err)))
 		return;

@@ -3,6 +3,7 @@
  * are. Reading the samples is dataset_read.c's. */
 #include "dataset.h"
 #include "dataset_int.h"
+#include "rowindex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -312,6 +313,10 @@ static int load_source(struct dataset *ds, struct ds_source *src, const char *di
 		return rc;
 	}
 	rc = read_meta(&src->cat, &src->info, why, sizeof(why));
+	if (!rc && src->info.kind == DATASET_TOKENS)     /* a dataset of rows: rowindex.h */
+		rc = rowindex_meta(&src->cat, src->info.dtype, src->info.seq_len,
+				   src->info.overlap, &src->info.row_len, &src->info.max_context,
+				   why, sizeof(why));
 	if (rc)
 		err_printf(err, errlen, "%s: %s", dir, why);
 	return rc;
@@ -350,6 +355,8 @@ static int check_compatible(const struct ds_source *a, const struct ds_source *b
 		vy = dtype_name(y->dtype);
 	} else if (x->kind == DATASET_TOKENS && x->seq_len != y->seq_len) {
 		DIFF_U64("seq_len", x->seq_len, y->seq_len);
+	} else if (x->kind == DATASET_TOKENS && x->row_len != y->row_len) {
+		DIFF_U64("row_len", x->row_len, y->row_len);
 	} else if (x->kind == DATASET_TOKENS && x->overlap != y->overlap) {
 		DIFF_U64("overlap", x->overlap, y->overlap);
 	} else if (x->kind == DATASET_TOKENS && (x->have_eod_token != y->have_eod_token ||
@@ -410,6 +417,8 @@ static int union_info(struct dataset *ds)
 		in->have_max_token_id &= si->have_max_token_id;
 		if (si->max_token_id > in->max_token_id)
 			in->max_token_id = si->max_token_id;
+		if (si->max_context > in->max_context)
+			in->max_context = si->max_context;
 		fps[s] = si->fingerprint;
 	}
 	rc = dataset_union_fingerprint(fps, ds->nsrc, in->fingerprint);
@@ -703,6 +712,10 @@ size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size
 	if (n >= 0 && (size_t)n < len && tokens && info->tokenizer_sha256[0])
 		n += snprintf(out + n, len - (size_t)n, "tokenizer_sha256=%s\n",
 			      info->tokenizer_sha256);
+	if (n >= 0 && (size_t)n < len && tokens && info->row_len)
+		n += snprintf(out + n, len - (size_t)n, "layout=rows\nrow_len=%" PRIu64
+			      "\nmax_context_length=%" PRIu64 "\n", info->row_len,
+			      info->max_context);
 	return n < 0 ? 0 : (size_t)n;
 }
 

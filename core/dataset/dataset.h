@@ -12,6 +12,8 @@
  *   DIR/shard-NNNNN.idx     struct shard_index_header, then `count` struct shard_index_entry,
  *                           all little-endian, mmap-able
  *   DIR/documents.idx       (packs with --tokenizer only) the document index, docindex.h
+ *   DIR/rows.idx            (datasets of rows only) which documents each row holds,
+ *                           rowindex.h
  * Sample ids [first_sample, first_sample + count) of a shard are consecutive; shards
  * tile [0, N) in order. Lookup by id: binary search over the (few) shards, then one
  * index entry: O(log shards) = O(1) in practice.
@@ -21,7 +23,10 @@
  *   files   a "file group" (WebDataset sample, or one file of a directory):
  *             u32 nfiles, then per file: u32 name_len, name bytes, u64 size, data bytes
  *           (little-endian; names are "<key>.<ext>" as packed)
- *   tokens  seq_len tokens of dtype, little-endian
+ *   tokens  seq_len tokens of dtype, little-endian; in a dataset of rows (row_len L,
+ *           meta layout=rows: docs/design.md §4, "Datasets of rows") seq_len = 3 L
+ *           int32, the planes inputs[L], labels[L], positions[L] of one row of whole
+ *           documents
  *
  * Several packed datasets open as one (dataset_open_sources(), for a mixture): their
  * sources. Source s's sample i is sample offset_s + i of the whole, offset_s the sum of
@@ -64,6 +69,14 @@ struct dataset_info {
 	uint32_t eod_token;        /* the end-of-document token id; fits dtype */
 	int have_max_token_id;     /* tokens only: meta 'max_token_id', absent before it */
 	uint64_t max_token_id;     /* the largest token id in the dataset */
+	uint64_t row_len;          /* tokens only: 0 for windows cut from the token stream;
+	                            * L for a dataset of rows (pack --whole-documents, --chat):
+	                            * each sample is three planes of L int32, inputs, labels
+	                            * (-100 where no loss is taken) and positions, and seq_len
+	                            * is 3 L. Meta 'layout' = "rows" and 'row_len', absent in
+	                            * older datasets (0) */
+	uint64_t max_context;      /* rows: the most input tokens of one document in a row
+	                            * (meta 'max_context_length'; positions stay below it) */
 	char tokenizer_sha256[65]; /* pack --tokenizer: sha256 of its files (meta
 	                            * 'tokenizer_sha256'); "" otherwise. In the fingerprint */
 	int compressed;            /* 1 for compress=zstd */
@@ -102,7 +115,8 @@ int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen
  * the first source that fails (its message names its directory); -EINVAL for count == 0,
  * or for two sources that serve different batches: kind, content, record_ext, dtype,
  * seq_len, overlap or eod_token differ (the message names both directories, the field
- * and both values); -EOVERFLOW when the samples add up to DATASET_SAMPLES_MAX or more
+ * and both values; row_len is one of the fields, and the union's max_context is the
+ * largest); -EOVERFLOW when the samples add up to DATASET_SAMPLES_MAX or more
  * (count >= 2). *out is set only on success; free with dataset_close(). dirs is not
  * kept (the strings are copied). */
 int dataset_open_sources(const char *const *dirs, size_t count, struct dataset **out,
@@ -288,7 +302,8 @@ const char *sample_reader_last_error(const struct sample_reader *r);
 /* The metadata text that closes a dataset's fingerprint (pack.h states the whole rule):
  * "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\nseq_len=L\nsamples=N\n",
  * with E, D empty and L 0 where they do not apply, then "tokenizer_sha256=H\n" for a
- * dataset packed with --tokenizer (info->tokenizer_sha256). Writes at most len bytes (NUL
+ * dataset packed with --tokenizer (info->tokenizer_sha256), then, for a dataset of rows,
+ * "layout=rows\nrow_len=R\nmax_context_length=C\n". Writes at most len bytes (NUL
  * included); returns the text's length. */
 size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len);
 

@@ -104,6 +104,13 @@ class TokenMount:
         self.overlap: int = int(st.get("overlap", 0))
         self.window: int = int(st["window"])           # tokens per sample as stored
         self.seq_len: int = int(st["sample_tokens"])    # the pack's --seq-len
+        # a dataset of rows (pack --whole-documents, --chat): each sample [3, row_len],
+        # inputs, labels and positions (zephon.sft); 0 for windows
+        self.row_len: int = int(st.get("row_len") or 0) if st.get("layout") == "rows" else 0
+        self.max_context_length: int | None = int(st["max_context_length"]) \
+            if self.row_len else None
+        self.sample_shape: tuple[int, ...] = (3, self.row_len) if self.row_len else \
+            (self.window,)
         self.dtype: np.dtype[Any] = np.dtype(st["npy_descr"])
         eod = st.get("eod_token")
         self.eod_token: int | None = None if eod is None else int(eod)
@@ -180,8 +187,8 @@ class TokenMount:
             shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
         else:
             raise OSError(f"{path}: npy version {version} is not read")
-        if tuple(shape) != (self.share, self.window) or np.dtype(dtype) != self.dtype:
-            raise OSError(f"{path}: expected {self.share} x {self.window} {self.dtype}, "
+        if tuple(shape) != (self.share, *self.sample_shape) or np.dtype(dtype) != self.dtype:
+            raise OSError(f"{path}: expected {(self.share, *self.sample_shape)} {self.dtype}, "
                           f"got {shape} {dtype}")
         return fp.tell()
 
@@ -236,6 +243,11 @@ class ZephonLoader(TokenMount):
     recorded). Windows are raw: across a document boundary the label after an EOS is the
     next document's first token; TorchTitan's loader (:mod:`zephon.torchtitan`) masks it,
     mask it yourself (``labels[inputs == eod_token] = -100``) to train as TorchTitan does.
+
+    A dataset of rows (``zephon pack --whole-documents`` or ``--chat``: ``row_len`` is
+    not 0) yields ``[micro_batch, 3, row_len]``: each row's inputs, labels (-100 where
+    no loss is taken) and positions, as stored (:func:`zephon.sft.split_rows`); its
+    ``seq_len`` is ``row_len``, the tokens a micro-batch trains per row.
 
     Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
     fit the trainer's configuration, the dataset is not a token dataset or holds ids the
@@ -297,7 +309,8 @@ class ZephonLoader(TokenMount):
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         """The loader itself: each ``next()`` yields the next micro-batch, an ``int64``
-        tensor ``[micro_batch, window]``, and moves the position. Ends (StopIteration) at
+        tensor ``[micro_batch, window]`` (rows: ``[micro_batch, 3, row_len]``), and moves
+        the position. Ends (StopIteration) at
         the end of a finite stream (``epochs=E``)."""
         return self
 
@@ -316,7 +329,7 @@ class ZephonLoader(TokenMount):
         rows = share[self._offset:self._offset + self.micro_batch]
         if self._shards is not None:       # ids: gather the windows from the shards
             rows = self._shards.gather(rows)
-        out = torch.from_numpy(rows.astype(np.int64))
+        out = torch.from_numpy(rows.astype(np.int64).reshape(-1, *self.sample_shape))
         self._offset += self.micro_batch
         if self._offset == self.share:
             self._gsn += self.global_batch
@@ -641,4 +654,5 @@ class ZephonValidationLoader(TokenMount):
         for t in range(self.steps):
             share = self._read(self.path(t))
             for k in range(0, self.share, self.micro_batch):
-                yield torch.from_numpy(share[k:k + self.micro_batch].astype(np.int64))
+                yield torch.from_numpy(share[k:k + self.micro_batch].astype(np.int64)
+                                       .reshape(-1, *self.sample_shape))

@@ -323,4 +323,5 @@ class TorchFTPosition:
         assert self._share is not None
         rows = self._share[self._offset:self._offset + ld.micro_batch]
         self._offset += ld.micro_batch
-        return torch.from_numpy(rows.astype(np.int64))
+        # a dataset of rows: [m, 3, row_len] (zephon.sft), as the loader yields it
+        return torch.from_numpy(rows.astype(np.int64).reshape(-1, *ld.sample_shape))
