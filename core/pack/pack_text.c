@@ -8,15 +8,21 @@
  *   "ZTOKDOC1", u32 n, n bytes of "key=value\n" lines: dtype, eod (the end-of-document
  *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional),
  *   tokenizer_path (optional: its absolute path, recorded for the loaders, not part of
- *   the fingerprint), input_bytes (the inputs' total size, for progress), or only error
- *   (the front end cannot start: the message); then records, each a tag byte:
+ *   the fingerprint), input_bytes (the inputs' total size, for progress), masks (1: every
+ *   'B' carries a label mask; --chat), chat ("messages" or "prompt-response") and
+ *   prompt_mismatch ("drop" or "keep": what the front end did with such samples), or
+ *   only error (the front end cannot start: the message); then records, each a tag byte:
  *   'I' u32 n, "FORMAT\tPATH" (n bytes), u64 size      a new input (catalog row)
- *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id
+ *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id,
+ *       and with masks=1 tokens x u8 mask (1: the token is trained as a label, 0: not)
  *                                                     documents of the current input
  *   'C' u64 tokens, tokens x u32 id                   the first tokens of a document too
  *                                                     long for one batch: the next 'B'
  *                                                     record's first document ends it
- *                                                     (its length there counts the rest)
+ *                                                     (its length there counts the rest;
+ *                                                     never with masks=1)
+ *   'W' u32 n, message                                a chat sample whose prompt's tokens
+ *                                                     are not a prefix of its own (counted)
  *   'P' u64 bytes                                     bytes of the current input read
  *   'S' u32 n, message                                a record skipped (--skip-bad)
  *   'X' u32 n, message                                the front end failed: the message
@@ -153,6 +159,28 @@ static int header_u64(const char *text, const char *key, uint64_t *out)
 	return *end || errno ? -EINVAL : 0;
 }
 
+/* The header's chat keys, and the dtype of rows (int32 planes, whatever the front end
+ * chose: *dt). 0, or -EBADMSG (a mask without rows: the front end and packer disagree). */
+static int header_rows(struct packer *p, const char *text, enum token_dtype *dt)
+{
+	uint64_t masks = 0;
+
+	header_u64(text, "masks", &masks);
+	p->masked = masks == 1;
+	header_get(text, "chat", p->chat, sizeof(p->chat));
+	header_get(text, "prompt_mismatch", p->mismatch_policy, sizeof(p->mismatch_policy));
+	if (p->masked && !p->o->rows)
+		return pack_fail(p, -EBADMSG, "internal: the front end sends label masks but the "
+				 "pack makes no rows");
+	if (!p->o->rows)
+		return 0;
+	if (p->vocab_size - 1 > dtype_max(DTYPE_INT32))
+		return pack_fail(p, -EINVAL, "rows hold int32 token ids, but the tokenizer's "
+				 "vocabulary has %" PRIu64 " ids", p->vocab_size);
+	*dt = DTYPE_INT32;
+	return 0;
+}
+
 static int read_header(struct packer *p, struct tdreader *r)
 {
 	char magic[8], *text = NULL, v[256];
@@ -182,6 +210,8 @@ static int read_header(struct packer *p, struct tdreader *r)
 	    !header_get(text, "tokenizer_sha256", p->tok_sha256, sizeof(p->tok_sha256)) ||
 	    strspn(p->tok_sha256, "0123456789abcdef") != 64 || p->tok_sha256[64] ||
 	    p->eod > dtype_max(dt) || p->eod >= p->vocab_size)
+		goto out;
+	if ((rc = header_rows(p, text, &dt)))
 		goto out;
 	p->have_bos = header_u64(text, "bos", &p->bos) == 0;
 	/* a path too long for the buffer would be recorded cut: none instead */
@@ -229,14 +259,12 @@ static int finish_input(struct packer *p, struct tdreader *r, struct catalog_sou
 	return rc;
 }
 
-/* ntok ids (u32, little-endian, at ids) of the input at path: each checked against the
- * dtype and the vocabulary, narrowed to the dtype in place (the output never outruns the
- * input: itemsize <= 4) and appended to the window, whose full windows are cut. 0, or
- * -EINVAL (an id out of range, with the reason), -ENOMEM, or what cutting returns. */
-static int take_ids(struct packer *p, const char *path, uint8_t *ids, uint64_t ntok)
+/* ntok ids (u32, little-endian, at ids) of the input at path, each checked against the
+ * dtype and the vocabulary and narrowed to the dtype in place (the output never outruns
+ * the input: itemsize <= 4). 0, or -EINVAL (an id out of range, with the reason). */
+static int narrow_ids(struct packer *p, const char *path, uint8_t *ids, uint64_t ntok)
 {
 	uint64_t max = dtype_max(p->dtype);
-	int rc;
 
 	for (uint64_t t = 0; t < ntok; t++) {
 		uint32_t id = le32_get(ids + 4 * t);
@@ -245,7 +273,7 @@ static int take_ids(struct packer *p, const char *path, uint8_t *ids, uint64_t n
 			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
 					 "tokenizer's vocabulary of %" PRIu64, path, id,
 					 dtype_name(p->dtype), p->vocab_size);
-		if (id > p->max_token)
+		if (id > p->max_token && !p->o->rows) /* rows: of the documents kept */
 			p->max_token = id;
 		if (p->itemsize == 2)
 			le16_put(ids + 2 * t, (uint16_t)id);
@@ -253,16 +281,73 @@ static int take_ids(struct packer *p, const char *path, uint8_t *ids, uint64_t n
 			ids[t] = (uint8_t)id;
 	}
 	p->have_max_token = 1;
+	return 0;
+}
+
+/* ntok narrowed ids into the window, whose full windows are cut. */
+static int window_ids(struct packer *p, const uint8_t *ids, uint64_t ntok)
+{
+	int rc;
+
 	p->tokens += ntok;
 	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
 		return rc;
 	return pack_cut_windows(p);
 }
 
-/* One 'B' record: documents into the window and the document index; the first one ends
- * the document that 'C' records began, if any (p->doc_part tokens of it before). */
+/* Rows: a document whose first p->doc_part tokens came in 'C' records (kept in
+ * p->doc_buf while a row could still take it) and whose last n are at ids. A document
+ * longer than a row takes is dropped by pack_rows_add (which reads no ids then). */
+static int rows_end_part(struct packer *p, const uint8_t *ids, uint32_t n, uint64_t record,
+			 uint32_t source, const char *format)
+{
+	uint64_t total = p->doc_part + n;
+	int rc;
+
+	if (p->doc_over || total > UINT32_MAX)
+		return pack_rows_add(p, ids, NULL, total > UINT32_MAX ? UINT32_MAX : (uint32_t)total,
+				     record, source, format);
+	if ((rc = buf_append(&p->doc_buf, ids, (size_t)n * 4)))
+		return rc;
+	rc = pack_rows_add(p, p->doc_buf.data, NULL, (uint32_t)total, record, source, format);
+	p->doc_buf.len = 0;
+	return rc;
+}
+
+/* The documents of a batch (ids: their tokens as u32, masks: theirs or past the ids
+ * when the front end sends none) into rows (pack_rows.c); the first one ends the
+ * document 'C' records began, if any. */
+static int add_to_rows(struct packer *p, uint32_t docs, const uint64_t *records,
+		       const uint32_t *lens, const uint8_t *ids, const uint8_t *masks,
+		       uint32_t source, const char *format)
+{
+	int rc;
+
+	for (uint32_t d = 0; d < docs; d++) {
+		uint32_t n = le32_get(&lens[d]);
+
+		if (n == 0 && !(d == 0 && p->doc_part))
+			return pack_fail(p, -EBADMSG, "the tokenizer front end sent an empty document "
+					 "(broken stream)");
+		if (d == 0 && p->doc_part)
+			rc = rows_end_part(p, ids, n, le64_get(&records[d]), source, format);
+		else
+			rc = pack_rows_add(p, ids, p->masked ? masks : NULL, n,
+					   le64_get(&records[d]), source, format);
+		if (rc)
+			return rc;
+		ids += (size_t)n * 4;
+		masks += n;
+	}
+	p->doc_part = 0;
+	p->doc_over = 0;
+	return 0;
+}
+
+/* One 'B' record: documents into the window and the document index, or into rows; the
+ * first one ends the document that 'C' records began, if any (p->doc_part tokens). */
 static int read_batch(struct packer *p, struct tdreader *r, const char *path, uint32_t source,
-		      struct buf *tmp)
+		      const char *format, struct buf *tmp)
 {
 	uint32_t docs;
 	uint64_t ntok, sum = 0;
@@ -277,20 +362,24 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a batch of %" PRIu32
 				 " documents and %" PRIu64 " tokens (broken stream)", docs, ntok);
 	tmp->len = 0;
-	if ((rc = buf_reserve(tmp, (size_t)docs * 12 + (size_t)ntok * 4)))
+	if ((rc = buf_reserve(tmp, (size_t)docs * 12 + (size_t)ntok * (p->masked ? 5 : 4))))
 		return rc;
 	records = (uint64_t *)tmp->data;
 	lens = (uint32_t *)(tmp->data + (size_t)docs * 8);
 	ids = tmp->data + (size_t)docs * 12;
-	if ((rc = td_read(p, r, tmp->data, (size_t)docs * 12 + (size_t)ntok * 4)))
+	if ((rc = td_read(p, r, tmp->data, (size_t)docs * 12 + (size_t)ntok *
+			  (p->masked ? 5 : 4))))
 		return rc;
 	for (uint32_t d = 0; d < docs; d++)
 		sum += le32_get(&lens[d]);
 	if (sum != ntok)
 		return pack_fail(p, -EBADMSG, "the tokenizer front end's batch lengths do not add "
 				 "up (broken stream)");
-	if ((rc = take_ids(p, path, ids, ntok)))
+	if ((rc = narrow_ids(p, path, ids, ntok)))
 		return rc;
+	if (p->o->rows)
+		return add_to_rows(p, docs, records, lens, ids, ids + (size_t)ntok * 4, source,
+				   format);
 	for (uint32_t d = 0; d < docs; d++) {
 		uint64_t n = le32_get(&lens[d]) + (d == 0 ? p->doc_part : 0);
 
@@ -303,28 +392,36 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 			return rc;
 	}
 	p->doc_part = 0;
-	return 0;
+	return window_ids(p, ids, ntok);
 }
 
 /* One 'C' record: the first tokens of a document that a later 'B' record ends, into the
- * window (the document index learns the document's length from that 'B'). */
+ * window (the document index learns the document's length from that 'B'), or, for rows,
+ * kept until then while a row can still take the document. */
 static int read_part(struct packer *p, struct tdreader *r, const char *path, struct buf *tmp)
 {
-	uint64_t ntok;
+	uint64_t ntok, row_max = p->o->max_context ? p->o->max_context : p->o->seq_len;
 	int rc;
 
 	if ((rc = td_u64(p, r, &ntok)))
 		return rc;
-	if (ntok == 0 || ntok > BATCH_TOKENS_MAX)
+	if (ntok == 0 || ntok > BATCH_TOKENS_MAX || p->masked)
 		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a document part of %"
-				 PRIu64 " tokens (broken stream)", ntok);
+				 PRIu64 " tokens%s (broken stream)", ntok, p->masked ? " with masks" : "");
 	tmp->len = 0;
 	if ((rc = buf_reserve(tmp, (size_t)ntok * 4)) ||
 	    (rc = td_read(p, r, tmp->data, (size_t)ntok * 4)) ||
-	    (rc = take_ids(p, path, tmp->data, ntok)))
+	    (rc = narrow_ids(p, path, tmp->data, ntok)))
 		return rc;
 	p->doc_part += ntok;
-	return 0;
+	if (!p->o->rows)
+		return window_ids(p, tmp->data, ntok);
+	if (p->doc_over || p->doc_part > row_max + 1) { /* longer than a row: dropped at 'B' */
+		p->doc_over = 1;
+		p->doc_buf.len = 0;
+		return 0;
+	}
+	return buf_append(&p->doc_buf, tmp->data, (size_t)ntok * 4);
 }
 
 /* The document index of this pack, in its temporary directory. */
@@ -358,6 +455,9 @@ static int begin_input(struct packer *p, struct tdreader *r, struct catalog_sour
 	}
 	free(*path);
 	*path = text;
+	if (row->size > INT64_MAX) /* the catalog holds sizes as SQLite integers */
+		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input of %" PRIu64
+				 " bytes (broken stream)", row->size);
 	if (!(row->format = strchr(*path, '\t')))
 		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input without its "
 				 "format (broken stream)");
@@ -394,6 +494,10 @@ static int read_message(struct packer *p, struct tdreader *r, uint8_t tag, uint6
 	}
 	if (tag == 'X') {
 		rc = pack_fail(p, -EINVAL, "%s", text);
+	} else if (tag == 'W') {
+		p->prompt_mismatch++;
+		if (p->o->notice)
+			p->o->notice(p->o->ctx, text);
 	} else {
 		p->skipped++;
 		if (p->o->notice)
@@ -401,6 +505,20 @@ static int read_message(struct packer *p, struct tdreader *r, uint8_t tag, uint6
 	}
 	free(text);
 	return rc;
+}
+
+/* Whether record `tag` may come now: documents only after an input names their file
+ * (path), and no new input nor the end while a document begun by 'C' records is open.
+ * 0 or -EBADMSG (the reason in p->err). */
+static int tag_in_order(struct packer *p, uint8_t tag, const char *path)
+{
+	if ((tag == 'I' || tag == 'Z') && p->doc_part)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end left a document of %s "
+				 "unfinished (broken stream)", path ? path : "?");
+	if ((tag == 'B' || tag == 'C') && !path)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end sent documents before "
+				 "naming their input (broken stream)");
+	return 0;
 }
 
 int pack_tokdocs(struct packer *p)
@@ -420,35 +538,30 @@ int pack_tokdocs(struct packer *p)
 		goto out;
 	}
 	XXH3_128bits_reset(r.hash); /* the header and records before the first input too */
-	if ((rc = read_header(p, &r)) || (rc = pack_open_docindex(p)))
+	if ((rc = read_header(p, &r)) || (rc = pack_open_docindex(p)) ||
+	    (p->o->rows && (rc = pack_rows_open(p))))
 		goto out;
 	while (!done) {
 		uint8_t tag;
 
 		if ((rc = td_read(p, &r, &tag, 1)))
 			break;
-		if ((tag == 'I' || tag == 'Z') && p->doc_part) {
-			rc = pack_fail(p, -EBADMSG, "the tokenizer front end left a document of %s "
-				       "unfinished (broken stream)", row.path ? row.path : "?");
+		if ((rc = tag_in_order(p, tag, row.path)))
 			break;
-		}
-		if ((tag == 'B' || tag == 'C') && !row.path) {
-			rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent documents before "
-				       "naming their input (broken stream)");
-			break;
-		}
 		switch (tag) {
 		case 'I':
 			rc = begin_input(p, &r, &row, &path, &tokens_before);
 			break;
 		case 'B':
-			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, &tmp);
+			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, row.format,
+					&tmp);
 			break;
 		case 'C':
 			rc = read_part(p, &r, row.path, &tmp);
 			break;
 		case 'P':
 		case 'S':
+		case 'W':
 		case 'X':
 			rc = read_message(p, &r, tag, row.size);
 			break;
@@ -469,13 +582,14 @@ int pack_tokdocs(struct packer *p)
 	if (!rc && p->cat.nsources == 0)
 		rc = pack_fail(p, -ENODATA, "the inputs hold no documents");
 	if (!rc)
-		rc = pack_batch_flush(p);
+		rc = p->o->rows ? pack_rows_finish(p) : pack_batch_flush(p);
 out:
 	if (rc == -ECANCELED)
 		pack_fail(p, rc, "pack interrupted; nothing was written to %s", p->o->out);
 	free(row.path);
 	free(path);
 	buf_release(&tmp);
+	buf_release(&p->doc_buf);
 	free(r.buf);
 	XXH3_freeState(r.hash);
 	return rc;

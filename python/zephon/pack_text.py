@@ -102,7 +102,8 @@ def _config_token(config: dict, key: str) -> str | None:
     return tok if isinstance(tok, str) else None
 
 
-def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
+def load_tokenizer(path: str, eod_token: int | None = None,
+                   extra: tuple[str, ...] = ()) -> TokenizerSpec:
     """Load ``path`` the way TorchTitan 0.3.0's ``HuggingFaceTokenizer`` does.
 
     - A folder: ``tokenizer.json`` in it, and ``tokenizer_config.json`` when present: its
@@ -119,7 +120,8 @@ def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
       is then appended after every document (Megatron's ``--append-eod``); an
       ``eod_token`` other than an EOS is refused.
     - ``sha256`` is over the bytes of ``tokenizer.json``, then those of
-      ``tokenizer_config.json`` when it was read.
+      ``tokenizer_config.json`` when it was read, then those of the files ``extra`` names
+      (``--chat``: the ``chat_template.jinja`` read).
 
     Raises :class:`InputError` with the reason (a missing file, a file that does not
     parse, a bad config).
@@ -179,6 +181,9 @@ def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
                 added.append(_added_token(AddedToken, conf["content"], conf))
         if added:
             tok.add_special_tokens(added)
+    for x in extra:
+        with open(x, "rb") as f:
+            digest.update(f.read())
     bos_id = tok.token_to_id(bos_tok) if bos_tok is not None else None
     eos_id = tok.token_to_id(eos_tok) if eos_tok is not None else None
     empty = tok.encode("").ids
@@ -282,6 +287,7 @@ class Options:
     format: str = "auto"
     skip_bad: bool = False
     zephon: str = "zephon"
+    chat: Any = None          # --chat: a zephon.pack_chat.ChatOptions
 
 
 def _kind_by_name(path: str, fmt: str) -> str:
@@ -656,12 +662,12 @@ class Batch:
 
     unit: int
     records: list[int] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
+    texts: list[Any] = field(default_factory=list)     # str, or a conversation (--chat)
     starts: list[bool] = field(default_factory=list)   # the item begins its document
     ends: list[bool] = field(default_factory=list)     # the item ends its document
     done: int = 0
 
-    def add(self, record: int, text: str, start: bool = True, end: bool = True) -> None:
+    def add(self, record: int, text: Any, start: bool = True, end: bool = True) -> None:
         self.records.append(record)
         self.texts.append(text)
         self.starts.append(start)
@@ -686,11 +692,16 @@ class Writer:
         self._text(b"I", f"{unit.kind}\t{unit.path}")
         self.out.write(struct.pack("<Q", unit.size))
 
-    def batch(self, records: Any, lens: Any, ids: Any) -> None:
+    def batch(self, records: Any, lens: Any, ids: Any, masks: Any = None) -> None:
         self.out.write(b"B" + struct.pack("<IQ", len(lens), len(ids)))
         self.out.write(records.tobytes())
         self.out.write(lens.tobytes())
         self.out.write(ids.tobytes())
+        if masks is not None:
+            self.out.write(masks.tobytes())
+
+    def mismatch(self, msg: str) -> None:
+        self._text(b"W", msg)
 
     def cont(self, ids: Any) -> None:
         """The first tokens of a document that the next 'B' record's first one ends."""
@@ -832,10 +843,29 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
     w = Writer(out)
     opts = Options(text_field=args.text_field, column=args.column, split=args.split,
                    format=args.format, skip_bad=args.skip_bad, zephon=args.zephon)
+    template = None
+    head: dict[str, Any] = {}
     try:
-        spec = load_tokenizer(args.tokenizer, args.eod_token)
+        extra: tuple[str, ...] = ()
+        if args.chat:
+            from . import pack_chat
+            opts.chat = pack_chat.ChatOptions(
+                messages_field=args.messages_field or "messages",
+                prompt_field=args.prompt_field, response_field=args.response_field,
+                mismatch=args.prompt_mismatch, max_context=args.max_context_length)
+            template, jinja = pack_chat.load_template(os.path.normpath(args.tokenizer))
+            extra = (jinja,) if jinja else ()
+            head = {"masks": 1, "chat": opts.chat.form, "prompt_mismatch": opts.chat.mismatch}
+        spec = load_tokenizer(args.tokenizer, args.eod_token, extra)
+        if args.chat and spec.eos_id is None:
+            raise InputError("--chat needs a tokenizer with an EOS token (TorchTitan's "
+                             "ChatProcessor refuses one without): its tokenizer_config.json "
+                             "names no eos_token")
         dtype = choose_dtype(spec.vocab_size, args.dtype)
         units = plan_inputs(args.inputs, opts)
+        if args.chat:
+            for u in units:
+                pack_chat.chat_reader(u.kind)
     except InputError as e:
         w.header({"error": str(e).replace("\n", " ")})
         out.flush()
@@ -845,7 +875,7 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
               # where it was (zephon.recipes sets the model's hf_assets_path from it); a
               # path the header's lines cannot carry is not recorded
               "tokenizer_path": None if "\n" in spec.path else spec.path,
-              "input_bytes": sum(u.size for u in units)})
+              "input_bytes": sum(u.size for u in units), **head})
     q: queue.Queue = queue.Queue(maxsize=2)
 
     def produce() -> None:
@@ -875,11 +905,41 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
             continue
         # the bytes first: the packer redraws its bar when the batch is in
         w.progress(item.done)
-        if item.texts:
+        if item.texts and template is not None:
+            try:
+                chat_batch(w, spec, template, units[item.unit], item, opts)
+            except InputError as e:
+                w.error(str(e))
+                out.flush()
+                return 1
+        elif item.texts:
             lens, ids = encode_batch(spec, item.texts, item.starts, item.ends)
             send_batch(w, item, lens, ids)
     w.end()
     return 0
+
+
+def chat_batch(w: Writer, spec: TokenizerSpec, template: Any, unit: Unit, item: Batch,
+               opts: Options) -> None:
+    """A batch of conversations (--chat) tokenized with their masks onto w, each sample
+    whose prompt is not a prefix reported; a conversation the template refuses is a bad
+    record (InputError, or skipped with --skip-bad)."""
+    import numpy as np
+
+    from .pack_chat import encode_chat
+
+    sep = ": row " if unit.kind in ("parquet", "arrow") else ":"
+    where = [f"{unit.path}{sep}{r}" for r in item.records]
+    enc = encode_chat(spec, template, item.texts, where, opts.chat)
+    for bad in enc.bad:
+        if not opts.skip_bad:
+            raise bad
+        w.skipped(f"{bad}; skipped")
+    for msg in enc.warnings:
+        w.mismatch(msg)
+    if enc.keep:
+        records = np.asarray([item.records[c] for c in enc.keep], dtype="<u8")
+        w.batch(records, enc.lens, enc.ids, enc.masks)
 
 
 def read_batches(units: list[Unit], opts: Options, put: Any,
@@ -892,9 +952,12 @@ def read_batches(units: list[Unit], opts: Options, put: Any,
     any machine. A bad record without --skip-bad raises its SkipRecord."""
     for k, unit in enumerate(units):
         put(("input", k))
-        reader = READERS[unit.kind](unit, opts)
-        b = Batch(k)
-        chars = 0
+        if opts.chat is not None:
+            from .pack_chat import chat_reader
+            reader = chat_reader(unit.kind)(unit, opts)
+        else:
+            reader = READERS[unit.kind](unit, opts)
+        b, chars = Batch(k), 0
         for item in reader.docs():
             if isinstance(item, SkipRecord):
                 if not opts.skip_bad:
@@ -902,6 +965,16 @@ def read_batches(units: list[Unit], opts: Options, put: Any,
                 put(("skip", f"{item}; skipped"))
                 continue
             rec, text = item
+            if opts.chat is not None or not isinstance(text, str):
+                # a conversation (--chat), whole: it counts its messages' text
+                b.add(rec, text)
+                chars += len(text) if isinstance(text, str) else sum(len(m["content"])
+                                                                     for m in text)
+                if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
+                    b.done = reader.done
+                    put(b)
+                    b, chars = Batch(k), 0
+                continue
             bounds = [0, *(piece_cuts(spec, text, PIECE_CHARS) if spec else []), len(text)]
             last = len(bounds) - 2
             for j in range(last + 1):
@@ -934,6 +1007,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, choices=sorted(DTYPE_MAX))
     ap.add_argument("--eod-token", type=int, default=None)
     ap.add_argument("--skip-bad", action="store_true")
+    ap.add_argument("--chat", action="store_true")
+    ap.add_argument("--messages-field", default=None)
+    ap.add_argument("--prompt-field", default=None)
+    ap.add_argument("--response-field", default=None)
+    ap.add_argument("--prompt-mismatch", default="drop", choices=["drop", "keep"])
+    ap.add_argument("--max-context-length", type=int, default=None)
     ap.add_argument("inputs", nargs="+")
     args = ap.parse_args(argv)
     out = sys.stdout.buffer
@@ -942,4 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as zephon.pack_text, the module zephon.pack_chat imports (not a second copy of
+    # it named __main__, whose InputError and SkipRecord would be other classes)
+    from zephon.pack_text import main as _main
+    sys.exit(_main())
