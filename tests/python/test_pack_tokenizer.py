@@ -526,14 +526,17 @@ def test_readme_torchtitan_walkthrough_from_raw_text(tmp_path):
     from torchtitan.components.loss import IGNORE_INDEX
     from torchtitan.config import ConfigManager
 
-    block = readme_block('zephon pack --tokenizer torchtitan/tests/assets/tokenizer')
+    block = readme_block('git clone --depth 1 https://github.com/pytorch/torchtitan ')
     # the pack, the mount, the GPU job and the unmount (test_torchtitan_readme.py runs the
-    # block whole, with its dry run, at 8 DP ranks): here at 1 DP rank, batches checked
-    lines = [block[0], next(c for c in block if c.startswith('zephon mount')),
+    # block whole, with its dry run, at 8 DP ranks): here at 1 DP rank, batches checked;
+    # the clone's tokenizer is ../shared/data's, linked where the clone puts it
+    lines = [block[1], next(c for c in block if c.startswith('zephon mount')),
              next(c for c in block if 'torchtitan.train' in c), block[-1]]
+    assert lines[0].startswith('zephon pack --tokenizer /tmp/torchtitan/tests/assets/tokenizer')
     assert lines[3].startswith('fusermount3 -u'), block
+    (tmp_path / 'torchtitan' / 'tests' / 'assets').mkdir(parents=True)
+    (tmp_path / 'torchtitan' / 'tests' / 'assets' / 'tokenizer').symlink_to(TOK)
     subst = [('/tmp/', '%s/' % tmp_path),  # first: tmp_path itself may lie in /tmp/
-             ('torchtitan/tests/assets/tokenizer', str(TOK)),
              ('tinyshakespeare.txt', str(SHAKESPEARE)),
              ('world_size=8,global_batch=64', 'world_size=1,global_batch=8')]
 
@@ -882,3 +885,23 @@ def test_the_readme_block_makes_a_venv_installs_and_packs(tmp_path):
     assert p.returncode == 0, p.stdout[-4000:]
     assert (tmp_path / 'venv-zephon' / 'bin' / 'activate').is_file()
     assert info(tmp_path / 'ds')['documents'] == len(jsonl_texts(CC))
+
+
+def test_a_document_in_parts_goes_into_rows_whole_or_is_dropped(tmp_path):
+    """With --whole-documents the parts of a long document ('C' records) are kept until its
+    end and the document goes into a row whole, or, once longer than a row takes, is
+    dropped and counted, as any such document (its ids count nowhere)."""
+    (tmp_path / 'x.txt').write_text('x')
+    start = 'w.input(Unit("text", "x.txt", 1))\n'
+    end = 'w.batch(u([0, 7]).astype("<u8"), u([2, 3]), u([6, 3, 7, 8, 3]))\nw.end()'
+    for name, part, docs, dropped in (('fits', 'w.cont(u([1, 2, 4]))\n', 2, 0),
+                                      ('too long', 'w.cont(u([9] * 5))\nw.cont(u([9] * 5))\n',
+                                       1, 1)):
+        ds = tmp_path / name.replace(' ', '-')
+        p = pack(ds, '--tokenizer', 'unused', '--whole-documents', '--seq-len', 8,
+                 tmp_path / 'x.txt', env=fake_front_end(tmp_path, start + part + end))
+        i = info(ds)
+        assert (i['documents'], i.get('documents_dropped', 0), i['max_token_id']) == \
+            (docs, dropped, 8), (name, i, p.stderr)
+        if dropped:
+            assert 'x.txt: a document of 12 tokens makes 11 inputs' in p.stderr, p.stderr
