@@ -212,6 +212,8 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 		die_msg("%s", err);
 		return 1;
 	}
+	if (*err) /* what the open repaired */
+		zmount_log(LOG_WARNING, "%s", err);
 	if ((rc = prepare_mixture(z)))
 		return rc;
 	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
@@ -743,6 +745,10 @@ int cmd_mount(int argc, char **argv)
 	if (mount_config_from(&o, &cfg, why, sizeof(why))) {
 		die_msg("invalid mount options: %s", why);
 		goto out_opts;
+	}
+	if (mount_fault_arm(why, sizeof(why))) {
+		die_msg("%s", why);
+		goto out_cfg;
 	}
 	if (!o.foreground && !o.check_only && daemon_fork()) {
 		status = 1;

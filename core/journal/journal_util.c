@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* journal_set_clock()'s clock (NULL: CLOCK_REALTIME), and the last time given out. */
@@ -117,3 +119,23 @@ int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out)
 	return 0;
 }
 
+/* "file:" URI for sqlite3_open_v2 (https://www.sqlite.org/uri.html): '%', '?', '#' of
+ * the path are escaped. */
+char *jnl_file_uri(const char *path, const char *query)
+{
+	size_t n = strlen(path), q = strlen(query);
+	char *u = malloc(5 + 3 * n + 1 + q + 1), *o = u;
+
+	if (!u)
+		return NULL;
+	o += sprintf(o, "file:");
+	for (const char *c = path; *c; c++) {
+		if (*c == '%' || *c == '?' || *c == '#')
+			o += sprintf(o, "%%%02X", (unsigned char)*c);
+		else
+			*o++ = *c;
+	}
+	*o++ = '?';
+	memcpy(o, query, q + 1);
+	return u;
+}

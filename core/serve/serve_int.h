@@ -73,6 +73,10 @@ struct rank_state {
 	uint64_t generation;     /* bumped by a rewind: in-flight decodes and deliveries of
 	                          * earlier claims are dropped */
 	struct delivery dv;      /* which claims reached their reader */
+	int closing;             /* closes of the rank's claims being answered whose delivery
+	                          * is not recorded yet (atomic; claim.c): a claim waits for
+	                          * them, so that its commit holds the delivery of a close
+	                          * its opener saw return (server_claim) */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
 	double last_release;     /* when a handle of next was last closed (clock_mono_s) */
