@@ -25,6 +25,7 @@
 #include "cmd.h"
 #include "log.h"
 #include "jobq.h"
+#include "s3.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -646,12 +647,14 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	pthread_mutex_init(&z->lock, NULL);
 }
 
-/* o's DATASET and MOUNTPOINT as absolute paths, each PATH_MAX bytes: 0, or -1 after a
- * message. A stale FUSE mountpoint (ENOTCONN) stays as written, for check_mountpoint(). */
+/* o's DATASET (an s3:// URL as given) and MOUNTPOINT as absolute paths, each PATH_MAX bytes:
+ * 0, or -1 after a message. A stale FUSE mountpoint (ENOTCONN) stays as written. */
 static int resolve_paths(const struct mount_options *o, char *dataset, char *mp)
 {
-	if (!realpath(o->dataset, dataset)) {
-		die_msg("cannot open dataset %s: %s", o->dataset, strerror(errno));
+	if (s3_is_url(o->dataset) ? snprintf(dataset, PATH_MAX, "%s", o->dataset) >= PATH_MAX :
+	    !realpath(o->dataset, dataset)) {
+		die_msg("cannot open dataset %s: %s", o->dataset, strerror(s3_is_url(o->dataset) ?
+			ENAMETOOLONG : errno));
 		return -1;
 	}
 	if (!o->check_only && !realpath(o->mountpoint, mp)) {
@@ -673,9 +676,10 @@ static int open_served(struct mount_config *cfg, struct served *st, const char *
 	char why[512];
 	int rc;
 
-	if (served_open(dataset, st, why, sizeof(why))) {
+	if ((rc = served_open(dataset, st, why, sizeof(why)))) {
 		die_msg("cannot open dataset %s: %s", dataset, why);
-		return 1;
+		/* s3://: credentials, bucket, prefix, URL: the user's to fix, as an option */
+		return (s3_is_url(dataset) && (rc == -EACCES || rc == -ENOENT || rc == -EINVAL)) + 1;
 	}
 	rc = served_set_order(st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation, why,
 			      sizeof(why));

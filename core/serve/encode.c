@@ -138,6 +138,16 @@ static int encode_lines(struct sample_reader *r, const uint64_t *ids, size_t cou
 	return 0;
 }
 
+/* The npy header of count token samples: (count, seq_len), or, for a dataset of rows,
+ * (count, 3, row_len): each sample's planes inputs, labels, positions (rowindex.h). */
+static int npy_head(struct buf *out, const struct dataset_info *info, size_t count)
+{
+	if (info->row_len)
+		return npy_header_write_3d(out, info->dtype, count, info->seq_len / info->row_len,
+					   info->row_len);
+	return npy_header_write(out, info->dtype, count, info->seq_len);
+}
+
 /* The bytes of count token samples (npy or bin, header aside) and of one of them.
  * 0, -EINVAL (not a token dataset), -EOVERFLOW (more than a buffer can hold). */
 static int tokens_bytes(const struct dataset_info *info, size_t count,
@@ -164,7 +174,7 @@ static int encode_tokens(struct sample_reader *r, const struct dataset_info *inf
 	if (rc)
 		return rc;
 	if (with_header) {
-		rc = npy_header_write(out, info->dtype, count, info->seq_len);
+		rc = npy_head(out, info, count);
 		if (rc)
 			return rc;
 	}
@@ -391,7 +401,7 @@ int encode_batch_views(struct sample_reader *r, const struct dataset_info *info,
 		return -ENOTSUP;
 	sample_reader_warm(r, ids, count);
 	if (f == FORMAT_NPY)
-		rc = npy_header_write(head, info->dtype, count, info->seq_len);
+		rc = npy_head(head, info, count);
 	if (!rc)
 		rc = sample_reader_views(r, ids, count, views, bad_id);
 	if (rc)
@@ -425,7 +435,7 @@ int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
 		if (f == FORMAT_NPY) {
 			struct buf head = BUF_INIT;
 
-			rc = npy_header_write(&head, info->dtype, count, info->seq_len);
+			rc = npy_head(&head, info, count);
 			n = head.len;
 			buf_release(&head);
 			if (rc)

@@ -52,7 +52,16 @@ void srv_log(struct server *s, int prio, const char *fmt, ...)
 
 void srv_log_decode_error(struct server *s, const char *what, int err, uint64_t bad)
 {
-	if (err == -EIO)
+	struct dataset_fetch_stats f;
+
+	/* in object storage: the read may have failed at the fetch, whose error says why
+	 * (the object changed, the server gave no answer) */
+	if (err == -EIO && !dataset_fetch_stats(s->ds, &f) && f.last_error[0])
+		srv_log(s, LOG_ERR, "%s: sample %" PRIu64 " in %s could not be fetched or failed its "
+			"check; nothing was served (the last fetch error: %s)", what, bad,
+			dataset_shard_name(s->ds, bad) ? dataset_shard_name(s->ds, bad) : "?",
+			f.last_error);
+	else if (err == -EIO)
 		srv_log(s, LOG_ERR, "%s: sample %" PRIu64 " in %s failed its checksum; nothing "
 			"was served (run zephon verify on the dataset)", what, bad,
 			dataset_shard_name(s->ds, bad) ? dataset_shard_name(s->ds, bad) : "?");

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any, Iterable, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
 
 from ._exe import PathLike, ZephonError, find_executable, require_fuse
 
@@ -183,6 +183,12 @@ def _fraction(text: str) -> fractions.Fraction:
     return fractions.Fraction(text.strip())
 
 
+def _dataset_path(dataset: PathLike, resolve: Callable[[str], str]) -> str:
+    """A dataset path made absolute with ``resolve``; an ``s3://`` URL as given."""
+    text = os.fspath(dataset)
+    return text if text.startswith("s3://") else resolve(text)
+
+
 def _split_options(text: str) -> dict[str, str]:
     """An option string as :func:`format_options` writes it, back into a dict (a bare
     rank after ``ranks=`` continues the rank list, as in ``zephon mount``)."""
@@ -227,7 +233,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
     reads them (prefetch, workers, sync, allow_other...) are not compared. Defaults are
     ``zephon mount``'s."""
     o = _split_options(options if isinstance(options, str) else format_options(options))
-    ds = os.path.realpath(os.fspath(dataset))
+    ds = _dataset_path(dataset, os.path.realpath)
     diffs: list[str] = []
 
     def cmp(what: str, there: Any, asked: Any) -> None:
@@ -240,7 +246,7 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
         except ValueError:
             return o[key]
 
-    cmp("dataset", os.path.realpath(str(status.get("dataset"))), ds)
+    cmp("dataset", _dataset_path(str(status.get("dataset")), os.path.realpath), ds)
     if fingerprint is not None:
         cmp("fingerprint", status.get("fingerprint"), fingerprint)
     w = num("world_size", 1)
@@ -264,6 +270,8 @@ def stream_differences(dataset: PathLike, options: str | Mapping[str, Any],
         cmp("format", status.get("format"), o["format"])
     if "journal" in o:
         journal = os.path.realpath(o["journal"])
+    elif ds.startswith("s3://"):  # on the node, under the mount's cache: its own to say
+        journal = os.path.realpath(str(status.get("journal")))
     elif os.path.isdir(ds):
         journal = os.path.join(ds, "journal.sqlite")
     else:
@@ -418,7 +426,7 @@ class Mount:
                  workers: int | None = None, max_threads: int | None = None,
                  allow_other: bool = False, default_permissions: bool = False,
                  fuse_options: Sequence[str] = ()) -> None:
-        self.dataset = os.path.abspath(os.fspath(dataset))
+        self.dataset = _dataset_path(dataset, os.path.abspath)
         self.path = os.path.abspath(os.fspath(mountpoint))
         self.options: str = mount_options(
             world_size=world_size, global_batch=global_batch, micro_batch=micro_batch,
