@@ -10,8 +10,13 @@ at most three batches of about :data:`BATCH_CHARS` characters of text are held, 
 them encoded, whatever the corpus size and the documents' sizes: a document longer than
 :data:`PIECE_CHARS` is encoded in pieces, cut where the tokenizer gives the ids it gives
 the whole document (:func:`piece_cuts`), and streamed to the packer piece by piece ('C'
-records). The text of the document being read is held whole (a JSON line is parsed at
-once).
+records). A JSONL line longer than :data:`STREAM_BYTES` is not parsed whole: its text is
+found in the line's bytes, checked, and decoded part by part (:class:`TextChunks`), and cut
+into pieces as it comes (:func:`stream_pieces`), so that the line's bytes and the piece
+being cut are all that is held of it. That bound is for tokenizers with a pre-tokenizer:
+one without (``spec.prefix`` None) gets every document whole, and so does a text with no
+place to cut (no space or line break, :func:`_candidates`) for a whole piece. A text file
+(one document) and a Parquet or Arrow row are held whole as read.
 
 Documents are what TorchTitan's ``HuggingFaceTokenizer`` makes of them in its pretraining
 datasets, ``encode(text, add_bos=True, add_eos=True)``: the tokenizer's own ids, then BOS
@@ -550,7 +555,9 @@ DECODE_BYTES = 1 << 20
 #: part instead.
 LONG_STRING_BYTES = 4096
 
-_JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
+#: Bytes of a long line searched for quotes at once (:func:`_string_tokens`).
+QUOTE_WINDOW = 4 << 20
+
 _ESCAPE = re.compile(rb'\\(?:u[0-9a-fA-F]{4}|.)', re.S)
 _HIGH_SURROGATE_ESCAPE = re.compile(rb'\\u[dD][89abAB][0-9a-fA-F]{2}')
 _JSON_WS = b" \t\r\n"
@@ -611,6 +618,13 @@ def _string_cuts(line: bytes, start: int, end: int, size: int | None = None) -> 
     return cuts
 
 
+def _may_hold_surrogates(line: bytes, a: int, b: int) -> bool:
+    """Whether the JSON string content ``line[a:b]`` may decode to a surrogate: it holds
+    a \\u escape, or the byte 0xED that starts a surrogate's UTF-8 form (which json.loads
+    lets through). Two byte searches, faster than searching the decoded text."""
+    return line.find(b"\xed", a, b) >= 0 or line.find(b"\\u", a, b) >= 0
+
+
 def _check_string(line: bytes, start: int, end: int) -> bool:
     """Whether ``line[start:end]`` (a string's content) is what json.loads takes."""
     cuts = _string_cuts(line, start, end)
@@ -641,14 +655,16 @@ def _long_record(line: bytes, field_: str, where: str) -> (
     text: tuple[int, int] | None = None   # the last top-level field_'s string token
     longs: list[tuple[int, int]] = []     # string values to take out: start, end
     limit = 12 * len(field_) + 2          # the longest spelling of field_ as a key
-    tokens = _JSON_STRING.finditer(line)
+    tokens = _string_tokens(line)
     prev: tuple[int, int, int] | None = None   # the string token before: start, end, depth
     while True:
         m = next(tokens, None)
-        s0, e0 = m.span() if m else (len(line), len(line))
-        gap = line[end:s0]
-        if b'"' in gap:
+        s0, e0 = m if m else (len(line), len(line))
+        if s0 < 0:
             return None                   # an unterminated string
+        gap = line[end:s0]
+        if b"\\" in gap:
+            return None                   # a backslash outside strings: not JSON
         if prev is not None:              # what the gap after it says the one before is
             a, b, d = prev
             if gap.lstrip(_JSON_WS).startswith(b":"):                  # a key
@@ -689,10 +705,39 @@ def _long_record(line: bytes, field_: str, where: str) -> (
             return e, a
         except ValueError:
             return None                 # a bad escape: parsed whole, for its message
-        if lone is None:
+        if lone is None and _may_hold_surrogates(line, a, b):
             lone = _surrogate_error(part, where, chars)
         chars += len(part)
     return lone if lone is not None else TextChunks(line, cuts, chars)
+
+
+def _string_tokens(line: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each JSON string token of ``line`` (its quotes included), in order,
+    as a JSON parser reads them from the line's start; (-1, -1) last where a string is not
+    closed. A '"' closes a string unless an odd number of backslashes comes before it.
+    The quotes are found by numpy a window at a time, and those with one backslash before
+    them and no other before that (all but the closing one, in a text's string) are
+    passed over there: a loop over each quote would take longer than the parsing."""
+    import numpy as np
+
+    view = np.frombuffer(line, dtype=np.uint8)
+    start = -1                                  # the open string's quote
+    for x in range(0, len(line), QUOTE_WINDOW):
+        q = np.flatnonzero(view[x:x + QUOTE_WINDOW] == 0x22) + x
+        # (q >= 1: a line starts with '{' or white space; view[0] is no backslash)
+        esc = (view[q - 1] == 0x5C) & (view[np.maximum(q - 2, 0)] != 0x5C)
+        for j in q[~esc].tolist():
+            if start < 0:
+                start = j                       # outside strings a '"' opens one
+                continue
+            k = j                               # the backslashes before it: k..j
+            while line[k - 1] == 0x5C:          # stops at the opening quote at the latest
+                k -= 1
+            if not (j - k) & 1:
+                yield start, j + 1
+                start = -1
+    if start >= 0:
+        yield -1, -1
 
 
 def _key_equals(token: bytes, key: str) -> bool:

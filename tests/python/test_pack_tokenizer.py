@@ -955,14 +955,17 @@ def test_a_text_cut_as_it_comes_is_cut_where_the_whole_text_is():
 def test_a_long_lines_text_decoded_in_parts_is_what_json_loads_gives(monkeypatch):
     """_long_record finds the text of a line's last top-level 'text' key and decodes it in
     parts of DECODE_BYTES cut at every offset of escapes (\\n, \\", \\\\, \\u00e9), surrogate
-    pairs (\\ud83d\\ude00) and UTF-8 sequences of 2, 3 and 4 bytes: the parts join to
-    json.loads' text. Anything else (no such key, a value that is not a string, bad JSON)
-    is left to json.loads (None)."""
+    pairs (\\ud83d\\ude00) and UTF-8 sequences of 2, 3 and 4 bytes, quotes searched for in
+    windows of a few bytes, other strings taken out of the record checked or not: the
+    parts join to json.loads' text. Anything else (no such key, a value that is not a
+    string, bad JSON anywhere) is left to json.loads (None)."""
     import random
     from zephon import pack_text
     rng = random.Random(34)
     for size in range(32, 48):
         monkeypatch.setattr(pack_text, 'DECODE_BYTES', size)
+        monkeypatch.setattr(pack_text, 'QUOTE_WINDOW', size - 29)   # quotes found 3-18 a go
+        monkeypatch.setattr(pack_text, 'LONG_STRING_BYTES', (0, 4, 4096)[size % 3])
         for _ in range(40):
             text = random_text(rng, rng.randrange(0, 120))
             rec = {'id': 1, 'meta': {'text': 'nested'}, 'text': 'first', 'tags': ['a', '"'],
@@ -978,16 +981,19 @@ def test_a_long_lines_text_decoded_in_parts_is_what_json_loads_gives(monkeypatch
     monkeypatch.setattr(pack_text, 'DECODE_BYTES', 32)
     dup = b'{"text": "' + b'a' * 100 + b'", "text": "last"}'
     assert ''.join(pack_text._long_record(dup, 'text', 'w')) == 'last'
-    for line in (b'{"text": 5, "x": "' + b'a' * 100 + b'"}',
-                 b'{"text": "' + b'a' * 100 + b'", "text": null}',
-                 b'{"other": "' + b'a' * 100 + b'"}',
-                 b'{"o": {"text": "' + b'a' * 100 + b'"}}',
-                 b'["text", "' + b'a' * 100 + b'"]',
-                 b'{"text": "' + b'a' * 100 + b'", "x": }',
-                 b'{"text": "' + b'a' * 100 + b'\\q"}',
-                 b'{"text": "' + b'a' * 100,
-                 b'{"text": "ok", "x": "' + b'a' * 100 + b'\xff"}'):
-        assert pack_text._long_record(line, 'text', 'w') is None, line
+    for long_string in (4, 4096):
+        monkeypatch.setattr(pack_text, 'LONG_STRING_BYTES', long_string)
+        for line in (b'{"text": 5, "x": "' + b'a' * 100 + b'"}',
+                     b'{"text": "' + b'a' * 100 + b'", "text": null}',
+                     b'{"other": "' + b'a' * 100 + b'"}',
+                     b'{"o": {"text": "' + b'a' * 100 + b'"}}',
+                     b'["text", "' + b'a' * 100 + b'"]',
+                     b'{"text": "' + b'a' * 100 + b'", "x": }',
+                     b'{"text": "' + b'a' * 100 + b'\\q"}',
+                     b'{"text": "' + b'a' * 100,
+                     b'{"text": "ok", "x": "' + b'a' * 100 + b'\xff"}',
+                     b'{"text": "' + b'a' * 100 + b'", \\"x": 1}'):
+            assert pack_text._long_record(line, 'text', 'w') is None, line
 
 
 def parts_python(tmp_path, stream_bytes, decode_bytes=32, piece_chars=None):
