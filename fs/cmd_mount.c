@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "cmd.h"
+#include "config_json.h"
 #include "log.h"
 #include "jobq.h"
 #include "zmount.h"
@@ -48,7 +49,7 @@ static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 static void mount_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s] [--check]\n"
+		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s] [--check [--json]]\n"
 		"       zephon DATASET MOUNTPOINT [-o OPTIONS]     (what mount.fuse3 and fstab call)\n"
 		"\n"
 		"Mount a packed dataset: rank r reads /rank/<r>/next, and every open of it hands\n"
@@ -62,6 +63,9 @@ static void mount_usage(FILE *f)
 		"              (the mountpoint and the journal are not looked at). On stdout, a\n"
 		"              mixture's weights= as integers and the validation split as\n"
 		"              /status would show them (weights=7,3; validation=1/100)\n"
+		"  --json      with --check: print the configuration the mount would serve as\n"
+		"              JSON, with /status's keys (start_step and start_samples, and a\n"
+		"              mixture's weights, null where the journal decides them)\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -619,6 +623,10 @@ static int parse_command_line(struct fuse_args *args, struct mount_options *o)
 		printf("zephon %s (libfuse %s)\n", ZEPHON_VERSION, fuse_pkgversion());
 		return 1;
 	}
+	if (o->check_json && !o->check_only) {
+		die_msg("--json goes with --check (zephon mount DATASET MOUNTPOINT --check --json)");
+		return -1;
+	}
 	if (!o->dataset || !o->mountpoint || o->extra_nonopt) {
 		die_msg(o->extra_nonopt ? "mount takes two arguments, DATASET and MOUNTPOINT, and "
 			"-o OPTIONS; see zephon mount --help" : "mount needs DATASET and MOUNTPOINT; "
@@ -724,6 +732,35 @@ out_session:
 	return status;
 }
 
+/* --check's output: what a launcher compares with a live mount's /status before reusing
+ * it. With --json the whole configuration (config_json); else mixture.weights and
+ * validation.split as lines, the values this mount would serve. The exit status. */
+static int print_check(const struct mount_options *o, const struct mount_config *cfg,
+		       const struct served *st, const char *dataset)
+{
+	struct mount_view view = { dataset, st, cfg, &cfg->layout, 0 };
+	json_t *j;
+	char *text;
+
+	if (!o->check_json) {
+		if (st->is_mixture && cfg->weights)
+			printf("weights=%s\n", st->weights_text);
+		if (st->split[0])
+			printf("validation=%s\n", st->split + strlen("validation="));
+		return 0;
+	}
+	j = config_json(&view);
+	text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(j);
+	if (!text) {
+		die_msg("out of memory");
+		return 1;
+	}
+	printf("%s\n", text);
+	free(text);
+	return 0;
+}
+
 int cmd_mount(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -755,12 +792,7 @@ int cmd_mount(int argc, char **argv)
 	if (status)
 		goto out_cfg;
 	if (o.check_only) {
-		/* what a launcher compares with a live mount's /status before reusing it
-		 * (mixture.weights, validation.split): the values this mount would serve */
-		if (st.is_mixture && cfg.weights)
-			printf("weights=%s\n", st.weights_text);
-		if (st.split[0])
-			printf("validation=%s\n", st.split + strlen("validation="));
+		status = print_check(&o, &cfg, &st, dataset);
 		goto out_ds;
 	}
 	status = 1;

@@ -14,7 +14,7 @@
 
 enum {
 	KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION,
-	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS, KEY_CHECK,
+	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS, KEY_CHECK, KEY_JSON,
 };
 
 #define OPT(t, field) { t, offsetof(struct mount_options, field), 0 }
@@ -45,6 +45,7 @@ static const struct fuse_opt option_table[] = {
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_KEY("--check", KEY_CHECK),
+	FUSE_OPT_KEY("--json", KEY_JSON),
 	FUSE_OPT_KEY("ranks=", KEY_RANKS),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
@@ -122,6 +123,11 @@ static int option_proc(void *data, const char *arg, int key, struct fuse_args *o
 		if (o->batch_mode && !o->bad_option)
 			o->bad_option = strdup(arg);
 		o->check_only = 1;
+		return 0;
+	case KEY_JSON:
+		if (o->batch_mode && !o->bad_option)
+			o->bad_option = strdup(arg);
+		o->check_json = 1;
 		return 0;
 	case KEY_ALLOW_OTHER: o->allow_other = 1; return 0;
 	case KEY_DEFAULT_PERMISSIONS: o->default_permissions = 1; return 0;

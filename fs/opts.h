@@ -29,6 +29,7 @@ struct mount_options {
 	char *watch_fd;               /* watch_fd=N: stop when that pipe's writers are gone */
 	int foreground, debug, singlethread, show_help, show_version;
 	int check_only;               /* --check: validate against the dataset, mount nothing */
+	int check_json;               /* --json (with --check): print the resolved configuration */
 	int allow_other, default_permissions;
 	char *dataset, *mountpoint;   /* the first two non-option arguments */
 	int extra_nonopt;             /* a third non-option argument: a usage error */

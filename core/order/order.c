@@ -104,6 +104,36 @@ int layout_check(const struct layout *l, char *why_buf, size_t why_len)
 
 #undef WHY
 
+uint64_t layout_world_size(const struct layout *l)
+{
+	return l->world_size;
+}
+
+uint64_t layout_global_batch(const struct layout *l)
+{
+	return l->global_batch;
+}
+
+uint64_t layout_micro_batch(const struct layout *l)
+{
+	return l->micro_batch;
+}
+
+uint64_t layout_start_step(const struct layout *l)
+{
+	return l->start_step;
+}
+
+uint64_t layout_start_samples(const struct layout *l)
+{
+	return l->start_samples;
+}
+
+uint64_t layout_whole_steps(const struct layout *l, uint64_t n)
+{
+	return n / l->global_batch;
+}
+
 uint64_t layout_share(const struct layout *l)
 {
 	return l->global_batch / l->world_size;

@@ -58,6 +58,16 @@ struct layout {
  * m >= 1; (B/W) % m == 0; G0 < ORDER_MAX_GSN; the gsn of step S0 + 2^62/B fits. */
 int layout_check(const struct layout *l, char *why_buf, size_t why_len);
 
+/* The five values a layout was made of (what the journal records and /status shows). */
+uint64_t layout_world_size(const struct layout *l);
+uint64_t layout_global_batch(const struct layout *l);
+uint64_t layout_micro_batch(const struct layout *l);
+uint64_t layout_start_step(const struct layout *l);
+uint64_t layout_start_samples(const struct layout *l);
+
+/* Whole steps of B samples in n samples: n / B (a validation split's steps). */
+uint64_t layout_whole_steps(const struct layout *l, uint64_t n);
+
 /* B / W: samples of one rank per step. */
 uint64_t layout_share(const struct layout *l);
 /* A = B / (W * m): micro-batches of one rank per step. */

@@ -373,10 +373,14 @@ out:
 	return rc;
 }
 
+int encode_format_fixed(enum encode_format f)
+{
+	return f == FORMAT_NPY || f == FORMAT_BIN;
+}
+
 int encode_views_possible(const struct dataset_info *info, enum encode_format f)
 {
-	return info->kind == DATASET_TOKENS && !info->compressed &&
-	       (f == FORMAT_NPY || f == FORMAT_BIN) &&
+	return info->kind == DATASET_TOKENS && !info->compressed && encode_format_fixed(f) &&
 	       info->seq_len * info->itemsize >= BATCH_VIEW_MIN;
 }
 

@@ -60,6 +60,10 @@ int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
 /* Can batches of format f of this dataset be served as views? 1 or 0. */
 int encode_views_possible(const struct dataset_info *info, enum encode_format f);
 
+/* 1 when every batch of `count` samples has one length in format f, whatever its samples
+ * (npy and bin), else 0 (lines, tar). */
+int encode_format_fixed(enum encode_format f);
+
 /* The views encoding of samples ids[0..count): the header appended to head, then
  * views[i] = sample ids[i] (count entries, checksums verified). 0, or -ENOTSUP (not
  * possible here: encode with encode_batch), -EIO (*bad_id names the sample; head is left

@@ -305,6 +305,9 @@ void share_run_ahead(struct share_run *r, uint64_t off, uint64_t len, uint64_t u
 /* 1 when the mount's dataset has the samples of every shard back to back, uncompressed
  * (dataset_flat_shard() of each shard): ids/ exists; 0 otherwise. Fixed at mount. */
 int server_ids_served(const struct server *s);
+/* The rule of server_ids_served() before a server exists: a format whose shares have one
+ * size (encode_format_fixed) over a dataset whose shards are flat (dataset_flat()). */
+int server_ids_possible(enum encode_format format, int flat);
 /* Bytes of ids/<gsn> of rank: 8 * share_samples per step of from/<gsn>; an endless
  * stream is cut where the size would pass 2^62. Errors as server_run_size, -EOVERFLOW
  * (8 * share_samples past 2^64). */

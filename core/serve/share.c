@@ -126,7 +126,7 @@ static int fixed_share_len(struct server *s, uint64_t *len)
 
 int server_shares_fixed(const struct server *s)
 {
-	return s->cfg.format == FORMAT_NPY || s->cfg.format == FORMAT_BIN;
+	return encode_format_fixed(s->cfg.format);
 }
 
 uint64_t server_validation_steps(const struct server *s)
@@ -325,9 +325,14 @@ void share_run_read_end(struct share_run *r, struct share_read *rd, int ok)
 	memset(rd, 0, sizeof(*rd));
 }
 
+int server_ids_possible(enum encode_format format, int flat)
+{
+	return encode_format_fixed(format) && flat;
+}
+
 int server_ids_served(const struct server *s)
 {
-	return server_shares_fixed(s) && s->flat;
+	return server_ids_possible(s->cfg.format, s->flat);
 }
 
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size)
