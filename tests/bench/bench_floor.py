@@ -41,7 +41,7 @@ import torch
 # the package of this tree, not whichever one the venv had installed last
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import zephon  # noqa: E402
-from zephon.torch import ZephonLoader  # noqa: E402
+from zephon.torch import ZephonLoader, _IdsRun  # noqa: E402
 
 WINDOW, MICRO, SEED = 2049, 8, 1234
 
@@ -131,9 +131,12 @@ def getitems(path: str, n: int):
 def zephon_loader(mount: str, direct: bool, block: int = 0):
     ld = ZephonLoader(mount, dp_rank=0, dp_world_size=1, direct=direct)
     assert ld.direct == direct and ld.window == WINDOW
-    yield next(ld)
-    if block:                  # a variant: blocks of `block` shares of ids after the first
-        ld._run.limit = block  # type: ignore[union-attr]
+    if block:                  # a variant: blocks of up to `block` shares of ids
+
+        class Blocks(_IdsRun):
+            MAX_SHARES, MAX_BYTES = block, block * 8 * ld.share
+
+        ld._ids_run = Blocks
     while True:
         yield next(ld)
 
