@@ -220,7 +220,7 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 		return rc;
 	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
 			   z->resume_applied, sizeof(z->resume_applied));
-	if (!rc && served_start(z->served, z->cfg->layout.start_samples))
+	if (!rc && served_start(z->served, layout_start_samples(&z->cfg->layout)))
 		rc = -ENOMEM;
 	if (rc) {
 		char rule[64];
@@ -249,11 +249,12 @@ static void warn_if_stream_over(const struct mount_config *cfg, const struct ord
 	if (!cfg->epochs)
 		return;
 	limit = order_limit(ord, cfg->epochs);
-	if (!layout_step_in_stream(&cfg->layout, limit, cfg->layout.start_step))
+	if (!layout_step_in_stream(&cfg->layout, limit, layout_start_step(&cfg->layout)))
 		zmount_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
 			", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
 			": no full step is left, every open of next will fail with ENODATA",
-			cfg->epochs, limit, cfg->layout.start_samples, cfg->layout.global_batch);
+			cfg->epochs, limit, layout_start_samples(&cfg->layout),
+			layout_global_batch(&cfg->layout));
 }
 
 /*
@@ -544,8 +545,8 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	if (o->singlethread)
 		z->cfg->max_threads = 1; /* -s: the one thread must never wait in a claim */
 	rc = server_new(z->ds, &sc, z->journal, &z->srv);
-	if (!rc && (rc = progress_new(z->cfg->ranks.ranks, z->cfg->ranks.count,
-				      sc.layout.global_batch, &z->progress)))
+	if (!rc && (rc = progress_new(z->cfg->ranks.ranks, z->cfg->ranks.count, &sc.layout,
+				      &z->progress)))
 		server_free(z->srv);
 	if (rc) {
 		zmount_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
@@ -565,8 +566,8 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	zmount_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
 		" micro_batch=%" PRIu64 ", %s; %u decode workers, %u request threads, up to %u "
 		"offload threads",
-		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
-		sc.layout.micro_batch, z->resume_applied, sc.workers,
+		z->dataset_path, layout_world_size(&sc.layout), layout_global_batch(&sc.layout),
+		layout_micro_batch(&sc.layout), z->resume_applied, sc.workers,
 		z->cfg->max_threads,
 		(z->journal_queue ? OFFLOAD_THREADS : 0) + (z->build_queue ? OFFLOAD_THREADS : 0));
 	stopper_start(&stopper);
@@ -732,35 +733,6 @@ out_session:
 	return status;
 }
 
-/* --check's output: what a launcher compares with a live mount's /status before reusing
- * it. With --json the whole configuration (config_json); else mixture.weights and
- * validation.split as lines, the values this mount would serve. The exit status. */
-static int print_check(const struct mount_options *o, const struct mount_config *cfg,
-		       const struct served *st, const char *dataset)
-{
-	struct mount_view view = { dataset, st, cfg, &cfg->layout, 0 };
-	json_t *j;
-	char *text;
-
-	if (!o->check_json) {
-		if (st->is_mixture && cfg->weights)
-			printf("weights=%s\n", st->weights_text);
-		if (st->split[0])
-			printf("validation=%s\n", st->split + strlen("validation="));
-		return 0;
-	}
-	j = config_json(&view);
-	text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(j);
-	if (!text) {
-		die_msg("out of memory");
-		return 1;
-	}
-	printf("%s\n", text);
-	free(text);
-	return 0;
-}
-
 int cmd_mount(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -792,7 +764,10 @@ int cmd_mount(int argc, char **argv)
 	if (status)
 		goto out_cfg;
 	if (o.check_only) {
-		status = print_check(&o, &cfg, &st, dataset);
+		status = config_check_print(&(struct mount_view){ dataset, &st, &cfg, &cfg.layout, 0 },
+					    o.check_json, stdout);
+		if (status)
+			die_msg("out of memory");
 		goto out_ds;
 	}
 	status = 1;

@@ -168,3 +168,26 @@ json_t *config_json(const struct mount_view *v)
 		token_fields(info, root);
 	return root;
 }
+
+int config_check_print(const struct mount_view *v, int json, FILE *f)
+{
+	const struct served *st = v->served;
+	json_t *j;
+	char *text;
+
+	if (!json) {
+		if (st->is_mixture && v->cfg->weights)
+			fprintf(f, "weights=%s\n", st->weights_text);
+		if (st->split[0])
+			fprintf(f, "validation=%s\n", st->split + strlen("validation="));
+		return 0;
+	}
+	j = config_json(v);
+	text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(j);
+	if (!text)
+		return 1;
+	fprintf(f, "%s\n", text);
+	free(text);
+	return 0;
+}

@@ -9,6 +9,7 @@
 #define ZEPHON_CONFIG_JSON_H
 
 #include <jansson.h>
+#include <stdio.h>
 
 #include "opts.h"
 #include "served.h"
@@ -32,6 +33,12 @@ struct mount_view {
  * dtype_bytes, seq_len, window, sample_tokens, overlap, eod_token, max_token_id, in
  * that order. A new reference, or NULL (ENOMEM). */
 json_t *config_json(const struct mount_view *v);
+
+/* --check's output on f: what a launcher compares with a live mount's /status before
+ * reusing it. With json the whole configuration (config_json()); else a mixture's
+ * weights= (when given) and the validation split as lines ("weights=7,3",
+ * "validation=1/100"), the values this mount would serve. 0, or 1 (ENOMEM). */
+int config_check_print(const struct mount_view *v, int json, FILE *f);
 
 /* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next
  * window's first); 0 for a dataset of another kind. */

@@ -60,11 +60,12 @@ int render_readme(struct zmount *z, struct buf *out)
 		"read them. A failed mmap of next still claimed its batch (numpy's\n"
 		"np.load(mmap_mode='r') opens it three times). Unmount with fusermount3 -u.\n",
 		ZEPHON_VERSION, z->dataset_path, z->info->samples, dataset_kind_name(z->info->kind),
-		z->info->fingerprint, c->layout.world_size, c->layout.global_batch,
-		c->layout.micro_batch, ranks, c->layout.start_step, c->layout.start_samples,
+		z->info->fingerprint, layout_world_size(&c->layout), layout_global_batch(&c->layout),
+		layout_micro_batch(&c->layout), ranks, layout_start_step(&c->layout),
+		layout_start_samples(&c->layout),
 		z->resume_applied, c->order.seed, order_shuffle_name(c->order.shuffle), z->cfg->epochs,
 		z->cfg->epochs ? "" : " (endless)", encode_format_name(c->format), z->cfg->journal,
-		c->layout.micro_batch);
+		layout_micro_batch(&c->layout));
 }
 
 static int dump_json(json_t *root, struct buf *out)
@@ -159,7 +160,8 @@ static void job_progress(struct zmount *z, const struct server_stats *st, struct
 	uint64_t reads;
 
 	jp->now = clock_mono_s();
-	jp->any_read = progress_total(z->progress, server_get_config(z->srv)->layout.start_samples,
+	jp->any_read = progress_total(z->progress,
+				      layout_start_samples(&server_get_config(z->srv)->layout),
 				      jp->now, &reads, &jp->samples_per_s, &jp->last_read_s);
 	if (st->claims || !jp->any_read) {
 		jp->consumed = server_consumed(z->srv);
@@ -173,7 +175,6 @@ static void job_progress(struct zmount *z, const struct server_stats *st, struct
 /* /status' progress: the job's rates and each served rank's reads (core/serve/progress.h). */
 static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 {
-	const struct layout *l = &server_get_config(z->srv)->layout;
 	uint64_t tokens = config_sample_tokens(z->info);
 	json_t *ranks = json_object();
 
@@ -187,7 +188,7 @@ static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 		snprintf(key, sizeof(key), "%" PRIu64, r);
 		json_object_set_new(ranks, key, json_pack(
 			"{s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-			"step", in.have_position && !progress_step_number(l, in.step_gsn, &step) ?
+			"step", in.have_position && !progress_step_number(z->progress, in.step_gsn, &step) ?
 				json_u64(step) : json_null(),
 			"gsn", in.have_position ? json_u64(in.step_gsn) : json_null(),
 			"consumed_samples", in.have_position ? json_u64(in.position) : json_null(),
@@ -275,7 +276,7 @@ int render_status(struct zmount *z, struct buf *out)
 	json_t *root, *layouts, *overlaps;
 	struct server_stats st;
 	struct job_progress jp;
-	uint64_t consumed, used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
+	uint64_t consumed, step, used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
 
 	server_get_stats(z->srv, &st);
 	job_progress(z, &st, &jp);
@@ -294,6 +295,10 @@ int render_status(struct zmount *z, struct buf *out)
 	overlaps = json_object();
 	json_object_set_new(root, "pid", json_integer((json_int_t)getpid()));
 	json_object_set_new(root, "consumed_samples", json_u64(consumed));
+	/* the step that starts there (null off the layout's steps: a reader elsewhere) */
+	json_object_set_new(root, "consumed_step",
+			    layout_step_number(&c->layout, consumed, &step) ? json_null() :
+			    json_u64(step));
 	/* the epoch of a batch at consumed (a mixture's: mixture_epoch's, as in
 	 * /rank/<r>/state) */
 	json_object_set_new(root, "epoch", json_u64(order_epoch(&c->order, consumed)));

@@ -126,7 +126,7 @@ static int check_unmoved(struct journal *j, int every_time)
 		/* From the cursors: the deliveries this handle knows, written or not (the
 		 * history only has those written with each rank's last claim). */
 		if (j->moved_known && j->moved_point.basis == JOURNAL_POINT_CURSORS &&
-		    j->cur.id && j->nranks == j->cur.layout.world_size) {
+		    j->cur.id && j->nranks == layout_world_size(&j->cur.layout)) {
 			j->moved_point.samples = consumed_locked(j, &minstep);
 			j->moved_point.step = minstep;
 			err_printf(j->moved_point.why, sizeof(j->moved_point.why), "every rank of the "
@@ -475,9 +475,10 @@ static int step_check(struct journal *j, const char *what, uint64_t step, uint64
 	for (size_t i = 0; i < j->nranks; i++)
 		if (j->pos[i].step > far)
 			far = j->pos[i].step;
-	if (step < j->cur.layout.start_step)
+	if (step < layout_start_step(&j->cur.layout))
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": the step is before step %" PRIu64
-			     ", where this mount started", what, step, j->cur.layout.start_step);
+			     ", where this mount started", what, step,
+			     layout_start_step(&j->cur.layout));
 	if (step > far)
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": no served rank has reached that step "
 			     "yet (the furthest, by next or step/, is step %" PRIu64 ")", what, step, far);

@@ -116,6 +116,12 @@ int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
 /* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
 int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
 
+/* The layout of a row whose columns w, b, m, s0 and g0 hold its world_size, global_batch,
+ * micro_batch, start_step and start_samples: 0, or -EBADMSG when they make no layout
+ * (layout_make refuses them: a corrupt or edited row). */
+int jnl_layout_cols(sqlite3_stmt *st, int w, int b, int m, int s0, int g0,
+		    struct layout *out);
+
 /* ---- schema and identity (journal_schema.c) ---- */
 
 /* An existing file SQLite cannot read as a journal (src: SQLite's rc): a reason in err,

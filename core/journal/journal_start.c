@@ -55,6 +55,7 @@ static int insert_layout(struct journal *j, const struct layout *l, const char *
 			 const char *host, const char *rule, const char *applied, int64_t t,
 			 int64_t *id)
 {
+	struct layout_values v;
 	sqlite3_stmt *st;
 	int rc = sqlite3_prepare_v2(j->db,
 		"INSERT INTO layout (seq, world_size, global_batch, micro_batch, ranks, "
@@ -63,13 +64,14 @@ static int insert_layout(struct journal *j, const struct layout *l, const char *
 
 	if (rc != SQLITE_OK)
 		return rc;
+	layout_get(l, &v);
 	sqlite3_bind_int64(st, 1, j->next_seq);
-	sqlite3_bind_int64(st, 2, (int64_t)l->world_size);
-	sqlite3_bind_int64(st, 3, (int64_t)l->global_batch);
-	sqlite3_bind_int64(st, 4, (int64_t)l->micro_batch);
+	sqlite3_bind_int64(st, 2, (int64_t)v.world_size);
+	sqlite3_bind_int64(st, 3, (int64_t)v.global_batch);
+	sqlite3_bind_int64(st, 4, (int64_t)v.micro_batch);
 	sqlite3_bind_text(st, 5, ranks, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 6, (int64_t)l->start_step);
-	sqlite3_bind_int64(st, 7, (int64_t)l->start_samples);
+	sqlite3_bind_int64(st, 6, (int64_t)v.start_step);
+	sqlite3_bind_int64(st, 7, (int64_t)v.start_samples);
 	sqlite3_bind_int64(st, 8, t);
 	sqlite3_bind_text(st, 9, host, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 10, rule, -1, SQLITE_STATIC);
@@ -133,24 +135,20 @@ static void start_state_free(struct start_state *st)
 static int start_check(struct journal *j, const struct journal_resume *rule,
 		       const struct rankset *ranks, const struct layout *l)
 {
-	struct layout nl;
-	char why[128] = "";
+	uint64_t w;
 
 	if (j->readonly)
 		return jfail(j, -EROFS, "journal %s is open read-only", j->path);
-	if (!rule || !l)
-		return jfail(j, -EINVAL, "journal_start: no rule or layout given");
+	if (!rule || !l || !layout_valid(l))
+		return jfail(j, -EINVAL, "journal_start: no rule or no layout given (one "
+			     "layout_make() made)");
 	if (!ranks || !ranks->count)
 		return jfail(j, -EINVAL, "a mount must serve at least one rank");
-	nl = *l;
-	nl.start_step = 0;
-	nl.start_samples = 0;
-	if (layout_check(&nl, why, sizeof(why)))
-		return jfail(j, -EINVAL, "%s", why);
+	w = layout_world_size(l);
 	for (size_t i = 0; i < ranks->count; i++)
-		if (ranks->ranks[i] >= nl.world_size || (i && ranks->ranks[i] <= ranks->ranks[i - 1]))
+		if (ranks->ranks[i] >= w || (i && ranks->ranks[i] <= ranks->ranks[i - 1]))
 			return jfail(j, -EINVAL, "ranks must be sorted, unique and below world_size "
-				     "(%" PRIu64 ")", nl.world_size);
+				     "(%" PRIu64 ")", w);
 	return 0;
 }
 
@@ -252,7 +250,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	rc = start_resolve(j, rule, ranks->count, &nl, desc, sizeof(desc));
 	if (rc)
 		goto out;
-	if (start_state_new(ranks, nl.start_step, &st)) {
+	if (start_state_new(ranks, layout_start_step(&nl), &st)) {
 		rc = jfail(j, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -264,7 +262,7 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 	if (rc == SQLITE_OK)
 		rc = insert_layout(j, &nl, st.ranks_text, host, rule_text, desc, t, &id);
 	if (rc == SQLITE_OK)
-		rc = insert_cursors(j, id, st.ranks, ranks->count, nl.start_step);
+		rc = insert_cursors(j, id, st.ranks, ranks->count, layout_start_step(&nl));
 	if (rc == SQLITE_OK)
 		rc = jnl_exec(j->db, "COMMIT");
 	if (rc != SQLITE_OK) {

@@ -117,3 +117,15 @@ int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out)
 	return 0;
 }
 
+int jnl_layout_cols(sqlite3_stmt *st, int w, int b, int m, int s0, int g0,
+		    struct layout *out)
+{
+	struct layout_values v;
+
+	if (jnl_u64_col(st, w, &v.world_size) || jnl_u64_col(st, b, &v.global_batch) ||
+	    jnl_u64_col(st, m, &v.micro_batch) || jnl_u64_col(st, s0, &v.start_step) ||
+	    jnl_u64_col(st, g0, &v.start_samples) || layout_make(&v, out, NULL, 0))
+		return -EBADMSG;
+	return 0;
+}
+

@@ -58,7 +58,7 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		return -EINVAL;
 	}
 	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
-	count = micros * l->micro_batch; /* <= B/W < 2^62 */
+	count = layout_micros_samples(l, micros); /* <= B/W < 2^62 */
 	if (!rc && count > SIZE_MAX / sizeof(uint64_t))
 		rc = -ENOMEM;
 	b = rc ? NULL : calloc(1, sizeof(*b));

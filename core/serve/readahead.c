@@ -19,6 +19,7 @@
  * srv_ahead_step), never before it.
  */
 #include "serve_int.h"
+#include "run.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -47,13 +48,22 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
 	return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
 
+/* The first gsn of the k-th step after the one at gsn, ORDER_MAX_GSN when past it (a
+ * bound of the hints: nothing is hinted past the end of the stream). */
+static uint64_t gsn_after_sat(const struct server *s, uint64_t gsn, uint64_t k)
+{
+	uint64_t g;
+
+	return layout_gsn_after(&s->cfg.layout, gsn, k, &g) ? ORDER_MAX_GSN : g;
+}
+
 /* The ids of rank's shares of the steps from gsn g below end into ids (room for at least
  * one share): as many whole steps as fit in s->ahead_chunk ids (one at least). *count: the ids;
  * returns the gsn after the last step taken (end when past the stream). */
 static uint64_t ahead_ids(struct server *s, struct rank_state *rs, uint64_t g, uint64_t end,
 			  uint64_t *ids, size_t *count)
 {
-	uint64_t b = s->cfg.layout.global_batch, share = layout_share(&s->cfg.layout);
+	uint64_t share = layout_share(&s->cfg.layout);
 
 	*count = 0;
 	while (g < end && (*count == 0 || *count + share <= s->ahead_chunk)) {
@@ -63,7 +73,8 @@ static uint64_t ahead_ids(struct server *s, struct rank_state *rs, uint64_t g, u
 		    server_share_ids(s, rs->rank, g, ids + *count))
 			return end; /* past the end of the stream: nothing more to hint */
 		*count += share;
-		g += b;
+		if (layout_gsn_after(&s->cfg.layout, g, 1, &g))
+			return end;
 	}
 	return g;
 }
@@ -162,13 +173,13 @@ void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t s
 	       int checked)
 {
 	struct rank_ahead *a = &rs->ahead;
-	uint64_t b = s->cfg.layout.global_batch, to, half;
+	uint64_t to, half;
 	int submit = 0;
 
 	if (!s->ahead)
 		return;
-	to = add_sat(gsn, mul_sat(add_sat(steps, s->ahead_steps), b));
-	half = add_sat(gsn, mul_sat(add_sat(steps, s->ahead_steps / 2), b));
+	to = gsn_after_sat(s, gsn, add_sat(steps, s->ahead_steps));
+	half = gsn_after_sat(s, gsn, add_sat(steps, s->ahead_steps / 2));
 	pthread_mutex_lock(&a->lock);
 	if (gsn < a->at || gsn > a->done) {
 		a->done = gsn; /* moved back (a rewind, another loader) or past the hints */
@@ -231,7 +242,7 @@ int srv_ahead_start(struct server *s)
 	/* a rank's share of a step in bytes on disk, from the mean stored sample */
 	share_bytes = mul_sat(layout_share(&s->cfg.layout),
 			      info->stored_bytes / info->samples ? info->stored_bytes / info->samples : 1);
-	s->ahead_steps = s->cfg.readahead / share_bytes + (s->cfg.readahead % share_bytes != 0);
+	s->ahead_steps = run_shares_up(share_bytes, s->cfg.readahead);
 	s->ahead_chunk = AHEAD_CHUNK / (share_bytes / layout_share(&s->cfg.layout));
 	s->ahead_chunk = s->ahead_chunk > AHEAD_IDS ? AHEAD_IDS : s->ahead_chunk;
 	s->ahead_last = UINT64_MAX;

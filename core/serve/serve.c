@@ -36,16 +36,15 @@ int server_new(const struct dataset *ds, const struct server_config *cfg,
 	       struct journal *j, struct server **out)
 {
 	struct server *s;
-	char why[256];
 	int rc = -ENOMEM;
 
-	if (layout_check(&cfg->layout, why, sizeof(why)) || !cfg->ranks || !cfg->ranks->count ||
+	if (!layout_valid(&cfg->layout) || !cfg->ranks || !cfg->ranks->count ||
 	    cfg->prefetch > SERVER_MAX_PREFETCH || cfg->workers < 1 ||
 	    cfg->workers > SERVER_MAX_WORKERS ||
 	    cfg->order.n + cfg->order.holdout != dataset_info(ds)->samples)
 		return -EINVAL;
 	for (size_t i = 0; i < cfg->ranks->count; i++)
-		if (cfg->ranks->ranks[i] >= cfg->layout.world_size)
+		if (cfg->ranks->ranks[i] >= layout_world_size(&cfg->layout))
 			return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -564,9 +563,14 @@ void server_get_stats(struct server *s, struct server_stats *out)
 uint64_t server_progress_step(const struct server *s, const struct batch *b)
 {
 	const struct layout *l = &s->cfg.layout;
+	uint64_t g;
 
-	return progress_step_of(b->rank, b->gsn, b->micro, b->micros, layout_share(l),
-				l->micro_batch);
+	/* reading b completes the rank's share of its step when its micro-batches reach the
+	 * step's last (a step share: 0 and A); W, B and m are the mount's for every share */
+	if (!b->micros || b->micro + b->micros != layout_micros(l) ||
+	    layout_micro_step_gsn(l, b->rank, b->micro, b->gsn, &g))
+		return PROGRESS_NO_STEP;
+	return g;
 }
 
 const struct server_config *server_get_config(const struct server *s)

@@ -6,6 +6,7 @@
  * the first three; nothing here claims, moves a cursor or notes anything in the journal.
  */
 #include "serve_int.h"
+#include "run.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -131,7 +132,7 @@ int server_shares_fixed(const struct server *s)
 
 uint64_t server_validation_steps(const struct server *s)
 {
-	return s->cfg.validation.n / s->cfg.layout.global_batch;
+	return layout_whole_steps(&s->cfg.layout, s->cfg.validation.n);
 }
 
 
@@ -142,13 +143,15 @@ uint64_t server_validation_steps(const struct server *s)
 static int share_locate(struct server *s, const struct share *sh, const struct order **o,
 			struct layout *l, uint64_t *step, char *what, size_t cap)
 {
+	uint64_t g;
+
 	if (!srv_find_rank(s, sh->rank))
 		return -ENOENT;
 	*o = &s->cfg.order;
 	*step = 0;
 	switch (sh->kind) {
 	case SHARE_STEP:
-		if (sh->n < s->cfg.layout.start_step)
+		if (sh->n < layout_start_step(&s->cfg.layout))
 			return -EINVAL;
 		*l = s->cfg.layout;
 		*step = sh->n;
@@ -162,7 +165,10 @@ static int share_locate(struct server *s, const struct share *sh, const struct o
 			return -ENOENT;
 		*o = &s->cfg.validation;
 		snprintf(what, cap, "validation step %" PRIu64, sh->n);
-		return layout_at(&s->cfg.layout, sh->n * s->cfg.layout.global_batch, l);
+		/* validation step t: positions [t * B, (t + 1) * B) of the split, below V */
+		if (layout_gsn_after(&s->cfg.layout, 0, sh->n, &g))
+			return -EOVERFLOW;
+		return layout_at(&s->cfg.layout, g, l);
 	}
 	return -EINVAL;
 }
@@ -216,10 +222,8 @@ int server_run_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *sha
 
 	if (rc)
 		return rc;
-	steps = s->limit > gsn ? (s->limit - gsn) / s->cfg.layout.global_batch : 0;
-	if (*share && steps > (UINT64_C(1) << 62) / *share)
-		steps = (UINT64_C(1) << 62) / *share;
-	*size = steps * *share;
+	steps = layout_steps_below(&s->cfg.layout, gsn, s->limit);
+	*size = run_bytes(*share, steps);
 	return 0;
 }
 
@@ -264,8 +268,10 @@ static int run_slice(struct share_run *r, struct share_read *rd, uint64_t k,
 	int rc;
 
 	if (!sh) {
-		struct share at = { SHARE_AT, r->rank, r->gsn + k * r->s->cfg.layout.global_batch };
+		struct share at = { SHARE_AT, r->rank, 0 };
 
+		if (layout_gsn_after(&r->s->cfg.layout, r->gsn, k, &at.n))
+			return -EOVERFLOW;
 		if (ARRAY_GROW(rd->held, rd->cap_held, rd->nheld + 1))
 			return -ENOMEM;
 		rc = server_share(r->s, &at, &sh);
@@ -298,11 +304,11 @@ int share_run_read(struct share_run *r, uint64_t off, size_t size, size_t max_io
 		return 0;
 	end = r->size - pos < size ? r->size : pos + size;
 	while (pos < end && !rc && rd->niov < max_iov) {
-		uint64_t k = pos / r->share, within = pos % r->share;
-		size_t take = (size_t)(r->share - within < end - pos ? r->share - within : end - pos);
+		struct run_piece piece;
 		size_t before = rd->bytes;
 
-		rc = run_slice(r, rd, k, within, take, max_iov);
+		run_piece(r->share, pos, end, &piece);
+		rc = run_slice(r, rd, piece.share, piece.within, (size_t)piece.len, max_iov);
 		pos += rd->bytes - before;
 	}
 	rd->end = pos;
@@ -315,7 +321,7 @@ void share_run_read_end(struct share_run *r, struct share_read *rd, int ok)
 	if (rd->nheld && ok) {
 		server_batch_free(r->s, r->kept);
 		r->kept = rd->held[--rd->nheld];
-		r->kept_k = (rd->end - 1) / r->share;
+		r->kept_k = run_shares(r->share, rd->end - 1);
 	}
 	pthread_mutex_unlock(&r->mu);
 	for (size_t i = 0; i < rd->nheld; i++)
@@ -335,6 +341,11 @@ int server_ids_served(const struct server *s)
 	return server_ids_possible(s->cfg.format, s->flat);
 }
 
+uint64_t server_ids_share_bytes(const struct server *s)
+{
+	return layout_share(&s->cfg.layout) * sizeof(uint64_t);
+}
+
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size)
 {
 	uint64_t share, run, per, steps;
@@ -342,25 +353,33 @@ int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *siz
 
 	if (rc)
 		return rc;
-	if (layout_share(&s->cfg.layout) > UINT64_MAX / 8)
+	if (layout_share(&s->cfg.layout) > UINT64_MAX / sizeof(uint64_t))
 		return -EOVERFLOW;
-	per = layout_share(&s->cfg.layout) * 8;
-	steps = share ? run / share : 0;
-	if (per && steps > (UINT64_C(1) << 62) / per)
-		steps = (UINT64_C(1) << 62) / per; /* an endless stream, cut as from/ is */
-	*size = steps * per;
+	per = server_ids_share_bytes(s);
+	steps = run_shares(share, run);
+	*size = run_bytes(per, steps); /* an endless stream, cut as from/ is */
 	return 0;
 }
 
 int share_run_ids(struct share_run *r, uint64_t k, uint64_t *ids)
 {
-	return server_share_ids(r->s, r->rank, r->gsn + k * r->s->cfg.layout.global_batch, ids);
+	uint64_t g;
+
+	if (layout_gsn_after(&r->s->cfg.layout, r->gsn, k, &g))
+		return -EOVERFLOW;
+	return server_share_ids(r->s, r->rank, g, ids);
 }
 
 void share_run_ahead(struct share_run *r, uint64_t off, uint64_t len, uint64_t unit,
 		     int checked)
 {
-	if (unit)
-		server_readahead(r->s, r->rank, r->gsn + off / unit * r->s->cfg.layout.global_batch,
-				 (len + unit - 1) / unit + 1, checked);
+	struct run_piece first;
+	uint64_t g;
+
+	if (!unit || !len)
+		return;
+	/* the steps the read spans, and one more */
+	run_piece(unit, off, off + len, &first);
+	if (!layout_gsn_after(&r->s->cfg.layout, r->gsn, first.share, &g))
+		server_readahead(r->s, r->rank, g, run_shares_up(unit, len) + 1, checked);
 }
