@@ -201,7 +201,7 @@ static int replay_journal(struct served *st, const char *path, const struct layo
 	if (!rc)
 		rc = served_replay(st, rows, n, why, why_len);
 	if (!rc)
-		rc = served_check_change(st, rows, n, layout_start_samples(l), 0, why, why_len);
+		rc = served_check_change(st, rows, n, layout_start_samples(l), why, why_len);
 	if (!rc)
 		rc = served_start(st, layout_start_samples(l));
 	free(rows);
@@ -228,7 +228,8 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		return 1;
 	}
 	ds = st.ds;
-	rc = served_set_order(&st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation,
+	rc = served_set_order(&st, &(struct served_options){ cfg->seed, cfg->shuffle, cfg->weights,
+			      cfg->validation },
 			      why, sizeof(why));
 	if (!rc)
 		rc = mount_config_check_dataset(cfg, ds, why, sizeof(why));
@@ -250,8 +251,9 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		die_msg("batch: out of memory");
 		goto out_ds;
 	}
-	rc = batch_build(r, dataset_info(ds), &st.order, &cfg->layout, cfg->format, a->rank, a->step,
-			 a->have_micro ? a->micro : 0, a->have_micro ? 1 : a_micros, &b, &bad);
+	rc = batch_build(r, &(struct batch_spec){ dataset_info(ds), &st.order, &cfg->layout,
+			 cfg->format, a->rank, a->step, a->have_micro ? a->micro : 0,
+			 a->have_micro ? 1 : a_micros }, &b, &bad);
 	if (rc == -EIO) {
 		die_msg("batch: sample %" PRIu64 " in %s failed its checksum; run zephon verify %s",
 			bad, dataset_shard_name(ds, bad) ? dataset_shard_name(ds, bad) : "?", o->dataset);

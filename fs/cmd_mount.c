@@ -185,9 +185,8 @@ static int prepare_mixture(struct zmount *z)
 	if (!rc) {
 		int64_t g = planned_start(z->journal, &z->cfg->resume);
 
-		if (g >= 0)
-			rc = served_check_change(z->served, rows, n, (uint64_t)g,
-						 z->cfg->resume.rule == RESUME_FRESH, why, sizeof(why));
+		if (g >= 0 && z->cfg->resume.rule != RESUME_FRESH)
+			rc = served_check_change(z->served, rows, n, (uint64_t)g, why, sizeof(why));
 	}
 	/* a row records weights only where this mount sets them */
 	if (!rc && (rc = journal_set_weights(z->journal, served_records_weights(z->served) ?
@@ -684,7 +683,8 @@ static int open_served(struct mount_config *cfg, struct served *st, const char *
 		die_msg("cannot open dataset %s: %s", dataset, why);
 		return 1;
 	}
-	rc = served_set_order(st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation, why,
+	rc = served_set_order(st, &(struct served_options){ cfg->seed, cfg->shuffle, cfg->weights,
+			      cfg->validation }, why,
 			      sizeof(why));
 	if (!rc && st->is_mixture && !cfg->journal)
 		rc = mount_config_mixture_journal(cfg, dataset);

@@ -333,10 +333,12 @@ int hist_point(const struct hist *hs, size_t n, const char *const *names,
 /* ---- where a new layout starts ---- */
 
 /* S0 for samples:G, G0 for step:S, from the history. 0 or -EINVAL (why). */
-static int map_rule(const struct hist *h, const struct journal_resume *r,
-		    hist_reached_fn reached_fn, void *ctx, const char *path,
-		    struct layout_values *l, char *applied, size_t alen, char *why, size_t wlen)
+static int map_rule(const struct hist *h, const struct hist_start *start,
+		    struct layout_values *l, char *why, size_t wlen)
 {
+	const struct journal_resume *r = start->rule;
+	char *applied = start->desc;
+	size_t alen = start->desc_len;
 	const struct hev *best = NULL, *reached = NULL;
 
 	for (size_t k = 0; k < h->nev; k++) {
@@ -347,7 +349,7 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 		if (r->rule == RESUME_SAMPLES ? e->gsn <= r->value : e->step <= r->value)
 			best = e; /* events are in seq order: the latest wins */
 		if (r->rule == RESUME_STEP && e->step <= r->value &&
-		    (e->step == r->value || reached_fn(ctx, e, r->value)))
+		    (e->step == r->value || start->reached(start->ctx, e, r->value)))
 			reached = e;
 	}
 	/* step:S names a step of the run that saved the checkpoint: the latest layout that
@@ -373,7 +375,7 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 	if (!best) {
 		err_printf(why, wlen, "resume=step:%" PRIu64 " cannot be mapped to a sample position: "
 		    "journal %s has no layout starting at or before step %" PRIu64 "; use "
-		    "resume=samples:G", r->value, path, r->value);
+		    "resume=samples:G", r->value, start->path, r->value);
 		return -EINVAL;
 	}
 	l->start_step = r->value;
@@ -389,9 +391,10 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 
 /* resume=auto: the resume point, which one journal knows only when it holds every
  * rank. 0, -EINVAL (why), -ENOMEM. */
-static int resolve_auto(const struct hist *h, size_t nranks, struct layout_values *l,
-			char *desc, size_t dlen, char *why, size_t wlen)
+static int resolve_auto(const struct hist *h, const struct hist_start *start,
+			struct layout_values *l, char *why, size_t wlen)
 {
+	size_t nranks = start->nranks;
 	struct journal_point p;
 	int rc;
 
@@ -411,15 +414,18 @@ static int resolve_auto(const struct hist *h, size_t nranks, struct layout_value
 		return rc;
 	l->start_step = p.step;
 	l->start_samples = p.samples;
-	err_printf(desc, dlen, "auto: %s -> step %" PRIu64 ", samples:%" PRIu64 "%s%s", p.why, p.step,
+	err_printf(start->desc, start->desc_len, "auto: %s -> step %" PRIu64 ", samples:%" PRIu64
+	    "%s%s", p.why, p.step,
 	    p.samples, p.warning[0] ? "; " : "", p.warning);
 	return 0;
 }
 
-int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t nranks,
-		 hist_reached_fn reached, void *ctx, const char *path, struct layout *l,
-		 char *desc, size_t desc_len, char *why, size_t why_len)
+int hist_resolve(const struct hist *h, const struct hist_start *start, struct layout *l,
+		 char *why, size_t why_len)
 {
+	const struct journal_resume *rule = start->rule;
+	char *desc = start->desc;
+	size_t desc_len = start->desc_len;
 	struct layout_values nl;
 	struct layout started;
 	char bad[128] = "";
@@ -431,7 +437,7 @@ int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t
 	err_printf(desc, desc_len, "%s", "");
 	switch (rule->rule) {
 	case RESUME_AUTO:
-		rc = resolve_auto(h, nranks, &nl, desc, desc_len, why, why_len);
+		rc = resolve_auto(h, start, &nl, why, why_len);
 		break;
 	case RESUME_FRESH:
 		snprintf(desc, desc_len, "fresh: step 0, samples:0%s",
@@ -443,7 +449,7 @@ int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t
 			err_printf(why, why_len, "resume value %" PRIu64 " is not below 2^62", rule->value);
 			return -EINVAL;
 		}
-		rc = map_rule(h, rule, reached, ctx, path, &nl, desc, desc_len, why, why_len);
+		rc = map_rule(h, start, &nl, why, why_len);
 		break;
 	default:
 		err_printf(why, why_len, "unknown resume rule");

@@ -134,10 +134,10 @@ static int resolve_weights(struct served *st, const char *weights_opt, uint64_t 
 	return 0;
 }
 
-int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffle,
-		     const char *weights_opt, const char *validation_opt,
-		     char *why, size_t why_len)
+int served_set_order(struct served *st, const struct served_options *opt, char *why,
+		     size_t why_len)
 {
+	const char *weights_opt = opt->weights, *validation_opt = opt->validation;
 	struct order src[MIX_MAX_SOURCES];
 	uint64_t off[MIX_MAX_SOURCES];
 	int rc;
@@ -173,8 +173,8 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 			v = si->samples - 1; /* a source keeps a training sample */
 		st->holdout[s] = (uint64_t)v;
 		st->holdout_total += st->holdout[s];
-		order_init(&src[s], si->samples, st->is_mixture ? mixture_source_seed(seed, s) : seed,
-			   shuffle);
+		order_init(&src[s], si->samples, st->is_mixture ? mixture_source_seed(opt->seed, s) :
+			   opt->seed, opt->shuffle);
 		if (st->holdout[s])
 			order_set_holdout(&src[s], st->holdout[s], order_split_key(si->fingerprint));
 		off[s] = st->is_mixture ? dataset_source_offset(st->ds, s) : 0;
@@ -203,7 +203,7 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 	if (rc)
 		return err_set(why, why_len, -EINVAL, "cannot build the mixture's schedule "
 				"(%s)", strerror(-rc));
-	order_init(&st->order, dataset_info(st->ds)->samples, seed, shuffle);
+	order_init(&st->order, dataset_info(st->ds)->samples, opt->seed, opt->shuffle);
 	st->order.mix = st->mix;
 	return 0;
 }
@@ -278,12 +278,12 @@ int served_start(struct served *st, uint64_t g0)
 }
 
 int served_check_change(const struct served *st, const struct journal_layout *rows,
-			size_t n, uint64_t g, int fresh, char *why, size_t why_len)
+			size_t n, uint64_t g, char *why, size_t why_len)
 {
 	const struct journal_layout *prev = NULL;
 	uint64_t step, lo, hi, at;
 
-	if (fresh || !served_changes_weights(st, g))
+	if (!served_changes_weights(st, g))
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(rows[i].rule, "fresh"))

@@ -233,7 +233,8 @@ static int resolve(struct hb *b, const char *rule_text, size_t nranks, struct la
 
 	REQUIRE(journal_resume_parse(rule_text, &r) == 0);
 	hb_fix_last(b);
-	return hist_resolve(&b->h, &r, nranks, reached, NULL, "J", l, desc, 256, why, 256);
+	return hist_resolve(&b->h, &(struct hist_start){ &r, nranks, reached, NULL, "J", desc,
+			    256 }, l, why, 256);
 }
 
 static void test_resolve(void)

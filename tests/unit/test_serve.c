@@ -132,8 +132,8 @@ static int same_as_built(struct fixture *fx, const struct batch *b, const struct
 	uint64_t bad;
 	int same;
 
-	REQUIRE(batch_build(fx->r, dataset_info(fx->ds), o, l, fx->cfg.format, rank, step, micro,
-			    micros, &want, &bad) == 0);
+	REQUIRE(batch_build(fx->r, &(struct batch_spec){ dataset_info(fx->ds), o, l,
+			    fx->cfg.format, rank, step, micro, micros }, &want, &bad) == 0);
 	bytes_of(b, &x);
 	bytes_of(want, &y);
 	same = x.len == y.len && !memcmp(x.data, y.data, x.len) && b->gsn == want->gsn &&
