@@ -136,8 +136,8 @@ def test_a_live_mount_of_another_stream_is_refused_and_left_alone(tokens, tmp_pa
                          (dict(micro_batch=2, global_batch=2), 'global_batch 1 there'),
                          (dict(shuffle='none'), 'shuffle global there, none asked'),
                          (dict(epochs=2), 'epochs 0 there, 2 asked'),
-                         (dict(validation=0.1), 'validation none there, 0.1 asked'),
-                         (dict(weights=[1]), 'no mixture there'),
+                         (dict(validation=0.1), 'validation none there, 1/10 asked'),
+                         (dict(weights=[1]), 'weights= applies to a mixture spec only'),
                          (dict(resume='samples:8@8'), 'start_samples 0 there, 8 asked')]:
             opts = dict(dict(world_size=1, seed=1, journal=j1), **kw)
             with pytest.raises(zephon.ZephonError, match=part.replace('(', r'\(')):
@@ -285,6 +285,7 @@ def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
             zephon.node_mount(tmp_path, tmp_path / 'mnt', dp_degree=2, dp_ranks=[0], **kw)
     with pytest.raises(TypeError, match="mount_options.. got an unexpected keyword"):
         mount_options(rank=[0])
+    assert not (tmp_path / 'mnt').exists()
 
 
 def test_the_options_are_one_typed_definition():
@@ -300,4 +301,3 @@ def test_the_options_are_one_typed_definition():
         params = inspect.signature(fn).parameters
         assert not set(params) & set(OPTION_NAMES), fn         # none restated
         assert [p.kind for p in params.values()][-1] == inspect.Parameter.VAR_KEYWORD, fn
-    assert not (tmp_path / 'mnt').exists()
