@@ -63,9 +63,8 @@ static void mount_usage(FILE *f)
 		"              (the mountpoint and the journal are not looked at). On stdout, a\n"
 		"              mixture's weights= as integers and the validation split as\n"
 		"              /status would show them (weights=7,3; validation=1/100)\n"
-		"  --json      with --check: print the configuration the mount would serve as\n"
-		"              JSON, with /status's keys (start_step and start_samples, and a\n"
-		"              mixture's weights, null where the journal decides them)\n"
+		"  --json      with --check: the configuration the mount would serve, as JSON\n"
+		"              with /status's keys (null where only the journal can tell)\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -215,6 +214,8 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 		die_msg("%s", err);
 		return 1;
 	}
+	if (*err) /* what the open repaired */
+		zmount_log(LOG_WARNING, "%s", err);
 	if ((rc = prepare_mixture(z)))
 		return rc;
 	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
@@ -753,6 +754,10 @@ int cmd_mount(int argc, char **argv)
 		die_msg("invalid mount options: %s", why);
 		goto out_opts;
 	}
+	if (mount_fault_arm(why, sizeof(why))) {
+		die_msg("%s", why);
+		goto out_cfg;
+	}
 	if (!o.foreground && !o.check_only && daemon_fork()) {
 		status = 1;
 		goto out_cfg;
@@ -766,8 +771,6 @@ int cmd_mount(int argc, char **argv)
 	if (o.check_only) {
 		status = config_check_print(&(struct mount_view){ dataset, &st, &cfg, &cfg.layout, 0 },
 					    o.check_json, stdout);
-		if (status)
-			die_msg("out of memory");
 		goto out_ds;
 	}
 	status = 1;

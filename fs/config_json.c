@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmd.h"
 #include "layout_json.h"
 #include "serve.h"
 
@@ -185,8 +186,10 @@ int config_check_print(const struct mount_view *v, int json, FILE *f)
 	j = config_json(v);
 	text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
 	json_decref(j);
-	if (!text)
+	if (!text) {
+		die_msg("out of memory");
 		return 1;
+	}
 	fprintf(f, "%s\n", text);
 	free(text);
 	return 0;

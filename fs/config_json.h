@@ -37,7 +37,8 @@ json_t *config_json(const struct mount_view *v);
 /* --check's output on f: what a launcher compares with a live mount's /status before
  * reusing it. With json the whole configuration (config_json()); else a mixture's
  * weights= (when given) and the validation split as lines ("weights=7,3",
- * "validation=1/100"), the values this mount would serve. 0, or 1 (ENOMEM). */
+ * "validation=1/100"), the values this mount would serve. 0, or 1 (out of memory, said
+ * on stderr). */
 int config_check_print(const struct mount_view *v, int json, FILE *f);
 
 /* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next

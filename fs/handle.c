@@ -82,19 +82,17 @@ uint64_t file_len(const struct open_file *f)
 	return f->batch ? batch_len(f->batch) : f->text.len;
 }
 
-/* A close of a handle of next: every close(2) of a descriptor of it, in any process
- * (a child's exec closes the ones it inherited, long before the reader is done).
- * Once a read has returned the batch's last byte, the reader has it whole: its claim's
- * delivery is made durable in the journal before this close returns
- * (server_finished), and a kill -9 of the mount after that never serves it again. A
- * close before that (a partial read, or a forked child's) changes nothing here: the
- * release, when the last descriptor goes, counts the claim as delivered, in memory.
- * Takes the handle's reference given by the caller. */
-void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f)
+/* The commit of a delivery made by a close of a handle of next (zmount_flush, after its
+ * reply: claim.h's delivery rule): the rank's delivered position is durable when this
+ * returns, and a kill -9 of the mount after that never serves the batch again. Every
+ * close(2) of a descriptor of next comes to zmount_flush, in any process; only the one
+ * of the reader that read the last byte gets here (a forked child's, a partial read's
+ * change nothing: the release, when the last descriptor goes, counts the claim as
+ * delivered, in memory). Failures are logged by the server. Takes the handle's
+ * reference given by the caller. */
+void flush_next(struct zmount *z, struct open_file *f)
 {
-	if (f->claim)
-		claim_finish(f->claim); /* failures are logged; the close succeeds */
-	fuse_reply_err(req, 0);
+	claim_finish(f->claim);
 	open_file_put(z, f);
 }
 

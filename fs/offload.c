@@ -7,7 +7,8 @@
  *   peek waits for a rank's lock, which a claim holds during that commit (a release of
  *   next never waits: core/serve/claim.h); control writes and closes of next commit (status,
  *   metrics and state read views that never wait, server_rank_state, and are answered
- *   on the request thread);
+ *   on the request thread; a close is answered at once, its delivery's commit may come
+ *   here);
  * - build_queue: what decodes: samples/ and step/ files.
  * A stalled journal file system can hold up every thread of the first, however many
  * readers wait; the builds never queue behind them. Claims stay on the request thread
@@ -136,8 +137,8 @@ static void run_job(struct jobq_job *job, void *ctx, int cancelled)
 		case JOB_WRITE:
 			control_write(j->z, j->req, j->data, j->size);
 			break;
-		case JOB_FLUSH:
-			flush_next(j->z, j->req, (struct open_file *)j->fi.fh);
+		case JOB_FLUSH: /* answered already: the delivery's commit */
+			flush_next(j->z, (struct open_file *)j->fi.fh);
 			break;
 		}
 	}

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "fault.h"
 #include "ops_int.h"
 
 static struct zmount *zmount_of(fuse_req_t req)
@@ -134,7 +135,10 @@ static void zmount_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct open_file *f = (struct open_file *)fi->fh;
 
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
-	node_kind_of(ino)->read(z, req, f, size, off);
+	if (f->claim)
+		read_next(z, req, f, size, off, fi->lock_owner);
+	else
+		node_kind_of(ino)->read(z, req, f, size, off);
 	open_file_put(z, f);
 }
 
@@ -164,30 +168,43 @@ static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_
 		control_write(z, req, data, size);
 }
 
-/* Replies: err 0 (a delivery the journal could not write is logged, and the close
- * still succeeds: the reader has its bytes). Only handles of next get flushes (open_node
- * sets noflush on every other). The commit may wait for a claim's: it runs on this
- * request thread under the same limit as claims (claim_inline_begin), else offloaded;
- * while the journal stalls it is not waited for at all (server_finished), and the
- * close is answered here, never queued behind the stalled claims. */
+/* Replies: err 0, at once: a close never waits for the journal. Only handles of next
+ * get flushes (open_node sets noflush on every other). A close answered after its
+ * reader read the last byte delivers the claim (claim_closed), and only then, once the
+ * reply is sent, is the delivery committed (claim_finish): a kill before the reply fails
+ * the reader's close, which must find the batch not counted; a kill between the reply
+ * and the commit serves that one batch again. The commit may wait for a claim's: it runs
+ * on this request thread under the same limit as claims (claim_inline_begin), else
+ * offloaded; while the journal stalls it is not waited for at all (server_finished:
+ * the delivery goes with the rank's next claim). A delivery the journal cannot write is
+ * logged. */
 static void zmount_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct zmount *z = zmount_of(req);
 	struct open_file *f = (struct open_file *)fi->fh;
+	int closing;
 
-	if (!f || inode_type(ino) != NODE_NEXT) {
+	if (!f || inode_type(ino) != NODE_NEXT || !f->claim) {
 		fuse_reply_err(req, 0);
 		return;
 	}
+	fault_point(FAULT_FLUSH);
+	/* held across the reply: the release may come, on another thread, right behind it */
 	__atomic_add_fetch(&f->refs, 1, __ATOMIC_ACQ_REL);
+	closing = claim_closing(f->claim, fi->lock_owner);
+	if (!claim_closed(f->claim, closing, fuse_reply_err(req, 0) == 0)) {
+		open_file_put(z, f); /* nothing finished, or the reply reached no one */
+		return;
+	}
+	fault_point(FAULT_FLUSH_REPLIED);
 	if (server_journal_stalled(z->srv)) {
-		flush_next(z, req, f);
+		flush_next(z, f);
 	} else if (claim_inline_begin(z)) {
-		flush_next(z, req, f);
+		flush_next(z, f);
 		claim_inline_end(z);
-	} else if (!defer(z, z->journal_queue, &(struct deferred){ JOB_FLUSH, req, ino, fi, NULL,
+	} else if (!defer(z, z->journal_queue, &(struct deferred){ JOB_FLUSH, NULL, ino, fi, NULL,
 			  0 })) {
-		flush_next(z, req, f);
+		flush_next(z, f);
 	}
 }
 
@@ -198,6 +215,7 @@ static void zmount_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 	struct open_file *f = (struct open_file *)fi->fh;
 
 	if (f && inode_type(ino) == NODE_NEXT) {
+		fault_point(FAULT_RELEASE);
 		/* first: the closer's next open may come right behind this release */
 		pthread_mutex_lock(&z->lock);
 		next_unhold_locked(z, f);

@@ -54,9 +54,10 @@ void open_file_put(struct zmount *z, struct open_file *f);
 uint64_t file_len(const struct open_file *f);
 /* The errno a failed open or read replies for core's -errno. */
 int claim_errno(int rc);
-/* A close of a handle of next (zmount_flush): the claim's durable delivery, then the
- * reply; takes the reference the caller gave. */
-void flush_next(struct zmount *z, fuse_req_t req, struct open_file *f);
+/* A close of a handle of next was answered and delivered its claim (zmount_flush,
+ * claim_closed): the delivery's commit (claim_finish). Takes the reference the caller
+ * gave. */
+void flush_next(struct zmount *z, struct open_file *f);
 
 /* overlap.c. Handle f of next (rank's claim by thread tid) is open: note it, and
  * whether another process holds the rank's next open at this moment (logged, counted). */
@@ -129,6 +130,11 @@ int parse_decimal(const char *name, uint64_t max, uint64_t *out);
 /* read.c. Reply to a read of [off, off + size) of handle f: of its batch or text, or of
  * its run of from/ shares. */
 node_read_fn read_content, read_run, read_ids;
+/* read_content of a handle of next (f->claim) read by lock owner `owner` (the kernel's
+ * id of the reader's file table; 0: not known): the close that delivers the claim is the
+ * one of the reader that read its last byte (claim_closed). */
+void read_next(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
+	       off_t off, uint64_t owner);
 
 /* offload.c. Requests that may block go to an offload thread. */
 enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_FLUSH };

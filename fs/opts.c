@@ -1,4 +1,6 @@
 #include "buf.h"
+#include "fault.h"
+#include "log.h"
 #include "opts.h"
 #include "parse.h"
 #include "serve.h"
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <unistd.h>
 
 enum {
@@ -426,4 +429,23 @@ void mount_config_release(struct mount_config *c)
 	rankset_release(&c->ranks);
 	free(c->journal);
 	c->journal = NULL;
+}
+
+int mount_fault_arm(char *why, size_t len)
+{
+	const char *spec = getenv("ZEPHON_FAULT");
+	size_t n;
+
+	if (!fault_init(spec)) {
+		if (spec && *spec)
+			zmount_log(LOG_WARNING, "ZEPHON_FAULT=%s: this mount stops itself there (a "
+				   "crash test)", spec);
+		return 0;
+	}
+	n = (size_t)snprintf(why, len, "ZEPHON_FAULT=%s: not a fault point; give one of", spec);
+	for (int p = 0; fault_name(p) && n < len; p++)
+		n += (size_t)snprintf(why + n, len - n, "%s %s", p ? "," : "", fault_name(p));
+	if (n < len)
+		snprintf(why + n, len - n, ", optionally followed by :N (stop at its N-th passage)");
+	return -EINVAL;
 }

@@ -77,6 +77,11 @@ int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 int mount_config_mixture_journal(struct mount_config *c, const char *spec);
 void mount_config_release(struct mount_config *c);
 
+/* ZEPHON_FAULT from the environment (core/util/fault.h: a crash test's point where the
+ * daemon stops itself), armed once, before any thread, and logged: 0 (also when unset or
+ * empty), or -EINVAL with why (the points there are). */
+int mount_fault_arm(char *why, size_t len);
+
 /* The option list for --help. */
 extern const char mount_options_help[];
 

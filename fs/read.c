@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "guard.h"
 #include "le.h"
 #include "ops_int.h"
@@ -162,10 +163,9 @@ void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	free(out);
 }
 
-/* Replies: buf or iov (the bytes at [off, off + size) of the handle's content; short or
- * empty at its end), EIO (a shard cut under the mount). Any offset is honoured. */
-void read_content(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
-		  off_t off)
+/* read_content, and for a claim of next the lock owner of the reader (0: not known). */
+static void read_batch(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
+		       off_t off, uint64_t owner)
 {
 	size_t n = 0;
 	int sent = -1, tail;
@@ -205,10 +205,11 @@ void read_content(struct zmount *z, fuse_req_t req, struct open_file *f, size_t 
 		read_progress(z, f, off, n);
 		sent = fuse_reply_buf(req, n ? (const char *)b->data + off : NULL, n);
 	}
-	/* The reply holds the batch's last byte (or the reader asked past it): delivered,
-	 * even if the reader dies before it closes. */
-	if (f->claim && sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f))
-		claim_delivered(f->claim);
+	/* The reply holds the batch's last byte (or the reader asked past it): the reader
+	 * can have it whole, and a close answered after this delivers it (claim.h). */
+	if (f->claim && sent == 0 && off >= 0 && (uint64_t)off + n >= file_len(f) &&
+	    claim_read_end(f->claim, owner))
+		fault_point(FAULT_READ_END);
 	if (f->claim)
 		claim_tail_end(f->claim, tail);
 	pthread_mutex_lock(&z->lock);
@@ -216,3 +217,16 @@ void read_content(struct zmount *z, fuse_req_t req, struct open_file *f, size_t 
 	pthread_mutex_unlock(&z->lock);
 }
 
+/* Replies: buf or iov (the bytes at [off, off + size) of the handle's content; short or
+ * empty at its end), EIO (a shard cut under the mount). Any offset is honoured. */
+void read_content(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
+		  off_t off)
+{
+	read_batch(z, req, f, size, off, 0);
+}
+
+void read_next(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size,
+	       off_t off, uint64_t owner)
+{
+	read_batch(z, req, f, size, off, owner);
+}

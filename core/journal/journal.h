@@ -17,7 +17,8 @@
  * and leaves the cursor where it was, both in memory and on disk. The delivered
  * position never passes the cursor handed out; what is consumed (consumed_samples, the
  * resume point) is counted from it, so a claim whose reader never had its bytes is
- * served again after a restart, never skipped.
+ * served again after a restart, never skipped. The caller reports a delivery only once
+ * its reader can no longer see an error for it (core/serve/claim.h).
  *
  * Locking: a writable journal is opened in SQLite's EXCLUSIVE locking mode: the mount
  * holds the file's lock from journal_open() to journal_close(), so a second mount of the
@@ -140,15 +141,22 @@ struct journal_event {
 void journal_set_clock(int64_t (*now_us)(void));
 
 /* Open or create the journal at path for ident, for writing. A missing or empty (0-byte)
- * file is created (the directory must exist). An existing file is validated before
- * anything is written to it: SQLite header, application_id, schema version, meta,
- * PRAGMA quick_check, identity. On failure returns -errno with a one-line reason in err
- * (which names the path):
+ * file is created (the directory must exist) whole or not at all (journal_create.c: built
+ * aside, synced, then linked at path; a kill or power cut leaves nothing, or the empty
+ * file, or a complete journal); an unfinished creation of an older zephon (our header
+ * beside a rollback journal that would empty it, no history) is discarded and created
+ * anew, and err then says so (on success err is otherwise emptied). An existing file is
+ * validated before anything is written to it (a file of another program is refused
+ * before SQLite could roll back a -journal beside it): SQLite header, application_id,
+ * schema version, meta, PRAGMA quick_check, identity. On failure returns -errno with a
+ * one-line reason in err (which names the path):
  *   -ESTALE   the journal belongs to another fingerprint/seed/shuffle/split, whatever
  *             the resume rule (err names both, and the two ways out: a new
  *             journal=PATH, or deleting this file);
  *   -EBADMSG  not a Zephon journal (not SQLite, or SQLite of another application),
- *             corrupt, or a schema version newer than this build (nothing is written);
+ *             corrupt, or a schema version newer than this build, or a journal with
+ *             history beside a rollback journal that would empty it (nothing is written);
+ *   -EEXIST   the file is missing or empty but its -wal holds records (nothing written);
  *   -EBUSY    another process (a live mount) holds the journal;
  *   -EACCES, -EROFS, -ENOENT, -ENOTDIR, -EISDIR  the path cannot be created or written
  *             (the file, and its directory for the -wal file);
@@ -162,7 +170,8 @@ int journal_open(const char *path, const struct journal_ident *ident,
 
 /* Open an existing journal read-only (for `zephon journal show`), whatever its identity
  * (journal_identity() tells it). Validates like journal_open() but never writes, never
- * migrates (an older schema is read as is). -ENOENT (no such file), -EBADMSG, -EBUSY,
+ * migrates (an older schema is read as is): an unfinished creation is -EBADMSG, empty,
+ * as a 0-byte file is, and left as it is. -ENOENT (no such file), -EBADMSG, -EBUSY,
  * -EACCES, -EIO, -ENOMEM, with err. Every writing function returns -EROFS on it. */
 int journal_open_readonly(const char *path, struct journal **out, char *err, size_t errlen);
 
@@ -296,8 +305,9 @@ int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_
  * hands the bytes over at once). After journal_track_delivery(), the caller reports
  * deliveries with journal_delivered() (in memory), and they are written with the rank's
  * next claim (the same row update, no extra commit), by journal_sync_delivered() (the
- * mount calls it when a reader closes its batch, before the close() returns: what a
- * reader finished is never served again after a kill -9) and by
+ * mount calls it right after it answered a reader's close of a finished batch, never
+ * before: a kill before the answer fails that close, and the batch must not be counted;
+ * one between the answer and this commit serves that batch again) and by
  * journal_flush_delivered() (a clean unmount). A kill loses only deliveries reported and
  * not yet written: those claims are then served again by a restart (a repeat, never a
  * skip).

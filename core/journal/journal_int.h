@@ -4,7 +4,8 @@
  * this header is its implementation's.
  *
  *   journal_open.c     opening, closing, abandoning
- *   journal_schema.c   creation, validation, migration, the identity
+ *   journal_create.c   a new journal file, made whole or not at all
+ *   journal_schema.c   the schema's creation, validation, migration, the identity
  *   journal_util.c     the helpers below (clock, error texts, one-row queries)
  *   journal_policy.c   the resume rules as pure logic (journal_policy.h)
  *   journal_start.c    journal_start(): resolving a rule and recording a layout
@@ -112,6 +113,9 @@ int jfail_sql(struct journal *j, int rc, const char *what);
 
 /* sqlite3_exec without callbacks; SQLite's rc. */
 int jnl_exec(sqlite3 *db, const char *sql);
+/* "file:" URI of path for sqlite3_open_v2 (https://www.sqlite.org/uri.html; '%', '?',
+ * '#' escaped), with query after its '?': malloc'd, NULL when out of memory. */
+char *jnl_file_uri(const char *path, const char *query);
 
 /* One integer from a one-row query; SQLite's rc (SQLITE_EMPTY: no row). */
 int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
@@ -143,6 +147,30 @@ int jnl_migrate(sqlite3 *db, int from);
  * transaction of the rollback journal. SQLite's rc (SQLITE_NOTADB: someone else wrote
  * to the empty file meanwhile); rolled back on failure. */
 int jnl_create_schema(sqlite3 *db, const struct journal_ident *id);
+
+/* journal_create.c. A new journal of identity want at path, which is missing
+ * (over_empty 0) or an empty file (1, replaced: its mode kept): built whole, synced,
+ * then linked at path and the directory synced, in WAL mode from its first byte. First
+ * jnl_birth_sides(). 0, -EAGAIN (path appeared, or the empty file was written,
+ * meanwhile: open it as it is), or -errno with err (jnl_birth_sides()'s -EEXIST among
+ * them; nothing left at path but what was there). */
+int jnl_create_file(const char *path, int over_empty, const struct journal_ident *want,
+		    char *err, size_t errlen);
+/* Whether path, a file with our header, is an unfinished creation: its rollback journal
+ * (path-journal) is hot and began on an empty file, so its rollback would empty path
+ * and nothing in it was ever committed (a creation by an older zephon, killed in it).
+ * Checked without writing: path read in SQLite's immutable mode must hold no layout (or
+ * be unreadable, half written). 1: unfinished; 0: not (no such rollback journal);
+ * -EBADMSG with err: such a rollback journal beside a journal with history (refuse,
+ * touching neither); -ENOMEM. */
+int jnl_birth_unfinished(const char *path, char *err, size_t errlen);
+/* Remove such an unfinished creation: path, then path-journal; the directory synced.
+ * 0 or -errno with err. */
+int jnl_birth_discard(const char *path, char *err, size_t errlen);
+/* Beside a path about to be created (missing or empty): remove a -journal (nothing
+ * rolls back into an empty file) and an empty -wal; a -wal holding records refuses
+ * (-EEXIST with err: it may be a journal's only copy of its latest records). */
+int jnl_birth_sides(const char *path, char *err, size_t errlen);
 
 /* Validate an existing journal inside a transaction the caller opened: application_id,
  * schema version, quick_check, identity (into *id). *version receives user_version.

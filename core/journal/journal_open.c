@@ -162,27 +162,6 @@ enum open_mode {
 	                     * no WAL: SQLite's immutable mode (nothing can be pending) */
 };
 
-/* "file:" URI for sqlite3_open_v2 (https://www.sqlite.org/uri.html): '%', '?', '#' of
- * the path are escaped. */
-static char *file_uri(const char *path, const char *query)
-{
-	size_t n = strlen(path), q = strlen(query);
-	char *u = malloc(5 + 3 * n + 1 + q + 1), *o = u;
-
-	if (!u)
-		return NULL;
-	o += sprintf(o, "file:");
-	for (const char *c = path; *c; c++) {
-		if (*c == '%' || *c == '?' || *c == '#')
-			o += sprintf(o, "%%%02X", (unsigned char)*c);
-		else
-			*o++ = *c;
-	}
-	*o++ = '?';
-	memcpy(o, query, q + 1);
-	return u;
-}
-
 static int can_write(const char *path)
 {
 	char *dir = parent_dir(path);
@@ -195,14 +174,17 @@ static int can_write(const char *path)
 	return ok;
 }
 
-/* Check what is at path before SQLite sees it. *create: nothing there (or 0 bytes). */
+/* Check what is at path before SQLite sees it. *create: nothing there (or 0 bytes), or
+ * (a writer) an unfinished creation to discard first (*unfinished). */
 static int precheck(const char *path, enum open_mode mode, int *create, int *existed,
-		    char *err, size_t errlen)
+		    int *unfinished, char *err, size_t errlen)
 {
 	struct stat st;
+	int rc;
 
 	*create = 0;
 	*existed = 1;
+	*unfinished = 0;
 	if (stat(path, &st)) {
 		int e = errno;
 
@@ -227,7 +209,19 @@ static int precheck(const char *path, enum open_mode mode, int *create, int *exi
 		*create = 1;
 		return 0;
 	}
-	return check_header(path, err, errlen);
+	rc = check_header(path, err, errlen);
+	/* Our header beside a rollback journal that would empty the file: the creation of
+	 * an older zephon, killed before it committed. SQLite would roll it back to nothing
+	 * (a reader must not: it only reads); a writer creates it anew. */
+	if (!rc && (rc = jnl_birth_unfinished(path, err, errlen)) == 1) {
+		rc = 0;
+		if (mode != OPEN_WRITE)
+			return err_set(err, errlen, -EBADMSG, "journal %s is empty: the mount that "
+				    "created it was stopped before it was complete (nothing was recorded "
+				    "in it; the next mount creates it anew)", path);
+		*create = *unfinished = 1;
+	}
+	return rc;
 }
 
 /* One journal_open*() in progress: what its steps have set up, for the next step and
@@ -235,8 +229,11 @@ static int precheck(const char *path, enum open_mode mode, int *create, int *exi
 struct opening {
 	const char *path;
 	enum open_mode mode;
-	int create;                 /* nothing at path (or 0 bytes): create the schema */
-	int existed;                /* path existed before this open */
+	int create;                 /* nothing at path (or 0 bytes): create the journal */
+	int existed;                /* path existed before this open (0 after discarding an
+	                             * unfinished creation) */
+	int unfinished;             /* an unfinished creation was there: discarded */
+	int made;                   /* this open created the file at path */
 	int wal_existed;
 	unsigned sides;             /* sides_present() before this open */
 	char *wal, *uri;
@@ -245,28 +242,47 @@ struct opening {
 	int version;
 };
 
-/* What is at the path, and for a writer, that it can be created and written (our own
- * open() first: it reports the precise errno, ENOTDIR, EROFS, ..., where SQLite would
- * only say "unable to open"). 0 or -errno with err. */
-static int open_file(struct opening *o, char *err, size_t errlen)
+/* What is at the path, and for a writer, that it can be written (our own open() first:
+ * it reports the precise errno, EACCES, EROFS, ..., where SQLite would only say "unable
+ * to open"), or a new journal created there whole (journal_create.c). 0 or -errno with
+ * err. */
+static int open_file(struct opening *o, const struct journal_ident *want, char *err,
+		     size_t errlen)
 {
-	int fd, rc = precheck(o->path, o->mode, &o->create, &o->existed, err, errlen);
+	int fd, rc;
 
-	if (rc)
+	for (int tries = 0;; tries++) {
+		rc = precheck(o->path, o->mode, &o->create, &o->existed, &o->unfinished, err, errlen);
+		if (rc)
+			return rc;
+		o->sides = sides_present(o->path);
+		if (o->mode != OPEN_WRITE)
+			return 0;
+		if (o->unfinished) {
+			if ((rc = jnl_birth_discard(o->path, err, errlen)))
+				return rc;
+			o->existed = 0;
+			o->sides = sides_present(o->path);
+		}
+		if (!o->create)
+			break;
+		rc = jnl_create_file(o->path, o->existed, want, err, errlen);
+		if (rc != -EAGAIN || tries) /* made meanwhile, by another mount: open that */
+			break;
+	}
+	if (rc == -EAGAIN)
+		rc = err_set(err, errlen, -EBUSY, "journal %s is being created by another process "
+			      "at the same time; two mounts need two journal=PATHs", o->path);
+	if (o->create) {
+		o->made = !rc;
 		return rc;
-	o->sides = sides_present(o->path);
-	if (o->mode != OPEN_WRITE)
-		return 0;
-	fd = open(o->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0 && errno == ENOENT) /* open(O_CREAT) says so only of a directory */
-		return err_set(err, errlen, -ENOENT, "cannot create journal %s: its directory "
-				"does not exist; create it, or pass another journal=PATH", o->path);
+	}
+	fd = open(o->path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 
-		return err_set(err, errlen, -e, "cannot %s journal %s: %s; pass journal=PATH on "
-				"a writable file system", o->create ? "create" : "write", o->path,
-				strerror(e));
+		return err_set(err, errlen, -e, "cannot write journal %s: %s; pass journal=PATH on "
+				"a writable file system", o->path, strerror(e));
 	}
 	close(fd);
 	return 0;
@@ -291,7 +307,7 @@ static int open_db(struct opening *o, char *err, size_t errlen)
 					"this where the journal's directory is writable", o->path, o->wal);
 		o->mode = OPEN_READ_IMMUTABLE;
 	}
-	o->uri = file_uri(o->path, o->mode == OPEN_READ_IMMUTABLE ? "immutable=1" : "");
+	o->uri = jnl_file_uri(o->path, o->mode == OPEN_READ_IMMUTABLE ? "immutable=1" : "");
 	if (!o->uri)
 		return -ENOMEM;
 	flags = SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX |
@@ -317,29 +333,9 @@ static int open_db(struct opening *o, char *err, size_t errlen)
 	return 0;
 }
 
-/* A new journal: the schema and the identity want. 0 or -errno with err. */
-static int open_create(struct opening *o, const struct journal_ident *want, char *err,
-		       size_t errlen)
-{
-	/* 1 KiB pages: a claim rewrites one page, so every claim appends one page frame to
-	 * the WAL; small frames halve the claim cost on disk */
-	int src = jnl_exec(o->db, "PRAGMA page_size = 1024");
-
-	if (src == SQLITE_OK)
-		src = jnl_create_schema(o->db, want);
-	if (src != SQLITE_OK) {
-		int rc = sqlite_errno(src);
-
-		return err_set(err, errlen, rc == -EBUSY || rc == -ENOMEM || rc == -ENOSPC ? rc :
-				-EIO, "cannot create journal %s: %s", o->path, sqlite3_errmsg(o->db));
-	}
-	o->have = *want;
-	o->version = JOURNAL_SCHEMA_VERSION;
-	return 0;
-}
-
-/* An existing journal: validated, of identity want (when given), migrated for a
- * writer, in one transaction. 0 or -errno with err (the transaction rolled back). */
+/* An existing journal (or one this open just created): validated, of identity want
+ * (when given), migrated for a writer, in one transaction. 0 or -errno with err (the
+ * transaction rolled back). */
 static int open_existing(struct opening *o, const struct journal_ident *want, char *err,
 			 size_t errlen)
 {
@@ -464,41 +460,45 @@ static int open_handle(struct opening *o, struct journal **out, char *err, size_
 }
 
 /* Undo what a failed open set up: the connection, an empty WAL it created, the file
- * when this open created it. */
+ * when this open created it (emptied again when it was an empty file). */
 static void open_unwind(struct opening *o)
 {
 	sqlite3_close_v2(o->db);
 	drop_empty_side(o->wal, o->wal_existed);
-	if (o->mode == OPEN_WRITE && !o->existed)
+	if (o->made && !o->existed)
 		unlink(o->path);
+	else if (o->made && truncate(o->path, 0) != 0) {
+		/* left as a valid journal without a layout: the next mount uses it */
+	}
 }
 
-/* Open o->path as o->mode says (o: path and mode set, the rest zero). */
-static int open_common(struct opening *op, const struct journal_ident *want,
+/* Open op->path as op->mode says (op: path and mode set, the rest zero). */
+static int open_common(const struct opening *op, const struct journal_ident *want,
 		       enum journal_sync sync, struct journal **out, char *err, size_t errlen)
 {
 	struct opening o = *op;
+	const char *path = o.path;
 	int rc;
 
 	o.existed = o.wal_existed = 1;
-	if (!o.path || !*o.path)
+	if (!path || !*path)
 		return err_set(err, errlen, -EINVAL, "journal path is empty");
-	rc = open_file(&o, err, errlen);
-	if (rc)
-		return rc;
-	if (o.mode == OPEN_WRITE)
-		rc = dir_writable(o.path, err, errlen);
+	rc = open_file(&o, want, err, errlen);
+	if (!rc && o.mode == OPEN_WRITE)
+		rc = dir_writable(path, err, errlen);
 	if (!rc)
 		rc = open_db(&o, err, errlen);
 	if (!rc)
-		rc = o.create ? open_create(&o, want, err, errlen) :
-			       open_existing(&o, want, err, errlen);
+		rc = open_existing(&o, want, err, errlen);
 	if (!rc)
 		rc = open_settings(&o, sync, err, errlen);
 	if (!rc)
 		rc = open_handle(&o, out, err, errlen);
 	if (rc)
 		open_unwind(&o);
+	else if (o.unfinished)
+		err_set(err, errlen, 0, "journal %s was left unfinished by a mount stopped while "
+			 "creating it (nothing had been recorded in it): created anew", path);
 	else if (err && errlen)
 		err[0] = 0;
 	free(o.uri);

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* journal_set_clock()'s clock (NULL: CLOCK_REALTIME), and the last time given out. */
@@ -119,7 +120,6 @@ int jnl_layout_cols(sqlite3_stmt *st, const int col[5], struct layout *out)
 	return 0;
 }
 
-
 void jnl_ranks_set(struct journal *j, struct rankset *ranks, struct jrank *rk)
 {
 	pthread_mutex_lock(&j->dmu);
@@ -130,4 +130,25 @@ void jnl_ranks_set(struct journal *j, struct rankset *ranks, struct jrank *rk)
 	pthread_mutex_unlock(&j->dmu);
 	if (ranks)
 		*ranks = (struct rankset){ NULL, 0 };
+}
+
+/* "file:" URI for sqlite3_open_v2 (https://www.sqlite.org/uri.html): '%', '?', '#' of
+ * the path are escaped. */
+char *jnl_file_uri(const char *path, const char *query)
+{
+	size_t n = strlen(path), q = strlen(query);
+	char *u = malloc(5 + 3 * n + 1 + q + 1), *o = u;
+
+	if (!u)
+		return NULL;
+	o += sprintf(o, "file:");
+	for (const char *c = path; *c; c++) {
+		if (*c == '%' || *c == '?' || *c == '#')
+			o += sprintf(o, "%%%02X", (unsigned char)*c);
+		else
+			*o++ = *c;
+	}
+	*o++ = '?';
+	memcpy(o, query, q + 1);
+	return u;
 }

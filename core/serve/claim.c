@@ -3,6 +3,7 @@
  * table of each process's latest claim are the server's claimtab (claimtab.h).
  */
 #include "claim.h"
+#include "fault.h"
 #include "serve_int.h"
 
 #include <errno.h>
@@ -46,21 +47,55 @@ void claim_tail_end(struct claim *c, int tail)
 		__atomic_sub_fetch(&c->tail_replies, 1, __ATOMIC_ACQ_REL);
 }
 
+int claim_read_end(struct claim *c, uint64_t owner)
+{
+	if (__atomic_exchange_n(&c->read_end, 1, __ATOMIC_ACQ_REL))
+		return 0;
+	/* before tail_end: a close that waited for the tail reads the owner */
+	__atomic_store_n(&c->read_owner, owner, __ATOMIC_RELEASE);
+	return 1;
+}
+
 void claim_delivered(struct claim *c)
 {
 	if (!__atomic_exchange_n(&c->delivered, 1, __ATOMIC_ACQ_REL))
 		server_delivered(c->s, c->batch);
 }
 
-int claim_finish(struct claim *c)
+int claim_closing(struct claim *c, uint64_t owner)
 {
+	struct rank_state *rs = srv_find_rank(c->s, c->rank);
+	uint64_t reader;
+
 	/* a read that holds the last byte may still be inside its reply on another thread
 	 * while the reader, which has the bytes, already closes: wait for its report */
 	while (__atomic_load_n(&c->tail_replies, __ATOMIC_ACQUIRE))
 		sched_yield();
-	if (__atomic_load_n(&c->delivered, __ATOMIC_ACQUIRE))
-		return server_finished(c->s, c->batch);
-	return 0;
+	if (!rs || !__atomic_load_n(&c->read_end, __ATOMIC_ACQUIRE))
+		return 0;
+	reader = __atomic_load_n(&c->read_owner, __ATOMIC_ACQUIRE);
+	if (owner && reader && owner != reader)
+		return 0;
+	__atomic_add_fetch(&rs->closing, 1, __ATOMIC_ACQ_REL);
+	return 1;
+}
+
+int claim_closed(struct claim *c, int closing, int replied)
+{
+	if (!closing)
+		return 0;
+	if (replied)
+		claim_delivered(c);
+	__atomic_sub_fetch(&srv_find_rank(c->s, c->rank)->closing, 1, __ATOMIC_ACQ_REL);
+	return replied;
+}
+
+int claim_finish(struct claim *c)
+{
+	int rc = server_finished(c->s, c->batch);
+
+	fault_point(FAULT_DELIVERY_COMMITTED);
+	return rc;
 }
 
 void claim_release(struct claim *c)

@@ -3,10 +3,12 @@
  * and stats (serve.h), and what the other files of the server read of it (serve_int.h).
  */
 #include "serve_int.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,9 +134,9 @@ int server_finished(struct server *s, const struct batch *b)
 	if (stalled > SERVER_JOURNAL_STALL_S) {
 		if (!srv_stall_note(s, 1))
 			srv_log(s, LOG_WARNING, "the journal has kept a commit waiting for %.1f s (its "
-				"file system stalls): closes of next return without waiting for their "
-				"delivery to be written, and a crash before it is written serves those "
-				"batches again", stalled);
+				"file system stalls): the deliveries of closes of next now go with each "
+				"rank's next claim instead of a commit of their own, and a crash before "
+				"they are written serves those batches again", stalled);
 		return -ETIMEDOUT;
 	}
 	/* Outside the rank's lock: a claim holds it during its own commit, and the
@@ -219,6 +221,11 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 	while (rc == -EAGAIN);
 	if (rc)
 		goto out;
+	/* A close whose reply may have reached its reader already (this claim's opener,
+	 * perhaps) records its delivery first: the commit below then holds it. Its thread
+	 * is between its reply and that record, which takes no lock this one holds. */
+	while (__atomic_load_n(&rs->closing, __ATOMIC_ACQUIRE))
+		sched_yield();
 	if (srv_journal(s)) {
 		double tj = clock_mono_s();
 
@@ -240,6 +247,7 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out)
 			goto out;
 		}
 	}
+	fault_point(FAULT_CLAIM); /* committed; the open not answered yet */
 	record_claim(rs, b);
 	srv_ahead_step(s, rs, b->step);
 	if (server_get_config(s)->prefetch) {

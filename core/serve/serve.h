@@ -8,10 +8,11 @@
  *    a ring of `prefetch` decoded micro-batches that worker threads keep filled
  *    (prefetch never claims). server_claim() hands over the batch at the cursor after
  *    journal_claim() committed it, then advances the cursor. The caller reports when a
- *    claimed batch reached its reader (server_delivered), and when its reader finished
- *    it (server_finished: durable in the journal before it returns); a step counts as consumed
- *    (server_consumed, the journal's resume point) only when every claim of it was
- *    delivered.
+ *    claimed batch reached its reader for good (server_delivered: its reader can no
+ *    longer see an error for it, claim.h's delivery rule), and when its reader finished
+ *    it (server_finished: durable in the journal before it returns); a step counts as
+ *    consumed (server_consumed, the journal's resume point) only when every claim of it
+ *    was delivered.
  *
  * The cursor's owner is the journal: journal_claim() is the compare-and-advance that
  * decides which claim is next, and journal_rewind() moves it. The server keeps a copy
@@ -119,8 +120,9 @@ void server_free(struct server *s);
  *   -ENOMEM. */
 int server_claim(struct server *s, uint64_t rank, struct batch **out);
 
-/* The batch b that server_claim() handed out reached its reader: read to its end, or
- * its handle closed. Each claim counts once (a second report is ignored), in any order
+/* The batch b that server_claim() handed out reached its reader for good: a close of
+ * it was answered after a read returned its last byte, or its handle was released (or
+ * its open never reached the opener): claim.h's delivery rule. Each claim counts once (a second report is ignored), in any order
  * across a rank's claims; the rank's delivered position (the claims before the first
  * one not delivered) goes to the journal lazily (journal_delivered). Never waits for a
  * claim or a commit in progress. A batch from before a rewind is ignored. 0, -EINVAL
@@ -128,13 +130,16 @@ int server_claim(struct server *s, uint64_t rank, struct batch **out);
  * recorded: logged; a restart serves it again). b stays the caller's. */
 int server_delivered(struct server *s, const struct batch *b);
 
-/* The reader of b (a claim of server_claim()) finished it: it closed its file, having
- * had every byte it asked for. As server_delivered(), and then the rank's delivered
- * position is durable in the journal before this returns (journal_sync_delivered():
- * one commit, shared by the ranks that finish at once, which also reserves the rank's
- * next claim), so a kill -9 of the mount after it never serves b again -- provided
- * every earlier claim of the rank was delivered too (the position is a prefix: with one
- * reader per rank, the rule, it is). May wait for a claim's commit and for the
+/* The reader of b (a claim of server_claim()) finished it: a close of its file was
+ * answered after a read had returned its last byte. As server_delivered(), and then the
+ * rank's delivered position is durable in the journal before this returns
+ * (journal_sync_delivered(): one commit, shared by the ranks that finish at once, which
+ * also reserves the rank's next claim), so a kill -9 of the mount after it never serves
+ * b again -- provided every earlier claim of the rank was delivered too (the position is
+ * a prefix: with one reader per rank, the rule, it is). Call it only after the close's
+ * reply was sent, never before: a kill before the reply fails the reader's close, and b
+ * must then be served again; a kill between the reply and this commit serves b again
+ * too (the one window in which a finished batch is repeated). May wait for a claim's commit and for the
  * journal's file system: call it where blocking is allowed. 0, or the errors of
  * server_delivered(), or -EIO / -ENOMEM / -EROFS when the journal could not write it
  * (logged, counted in journal_errors; the position goes with the rank's next claim,
@@ -191,9 +196,9 @@ uint64_t server_consumed(struct server *s);
 double server_journal_wait(struct server *s);
 
 /* A journal commit that has waited this long means its file system stalls (a healthy
- * one takes microseconds, or milliseconds with sync=full): closes stop waiting for
- * their deliveries' commits then (server_finished), so that a stalled journal holds up
- * claims and nothing else. */
+ * one takes microseconds, or milliseconds with sync=full): the commits of closes'
+ * deliveries are not made then (server_finished: they go with each rank's next claim),
+ * so that a stalled journal holds up claims and nothing else. */
 #define SERVER_JOURNAL_STALL_S 0.2
 /* 1 when server_journal_wait() is past SERVER_JOURNAL_STALL_S, else 0. Never waits. */
 int server_journal_stalled(struct server *s);

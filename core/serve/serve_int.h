@@ -1,7 +1,7 @@
 /*
  * serve_int.h: what the files that make up the server share (serve.h is their contract
- * with the rest). struct server is serve.c's alone (cursor, claim, delivery, rewind): the
- * others reach it through the functions below. Each of them owns a part of its own,
+ * with the rest). struct server is server.c's alone: the others (serve.c: cursor, claim,
+ * delivery, rewind) reach it through the functions below. Each of them owns a part of its own,
  * opaque to the rest and held by the server: serve_log.c the rate-limited log (struct
  * srv_log), prefetch.c the reader and buffer pools and the decoders (struct srv_pools),
  * readahead.c the page-cache hints along each rank's order (struct srv_ahead),
@@ -59,6 +59,10 @@ struct rank_state {
 	uint64_t generation;     /* bumped by a rewind: in-flight decodes and deliveries of
 	                          * earlier claims are dropped */
 	struct delivery dv;      /* which claims reached their reader */
+	int closing;             /* closes of the rank's claims being answered whose delivery
+	                          * is not recorded yet (atomic; claim.c): a claim waits for
+	                          * them, so that its commit holds the delivery of a close
+	                          * its opener saw return (server_claim) */
 	struct slot *slots;      /* prefetch entries, slot of ci is ci % prefetch */
 	struct claim_info last;
 	double last_release;     /* when a handle of next was last closed (clock_mono_s) */

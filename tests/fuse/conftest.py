@@ -131,12 +131,13 @@ class Mount:
     allow_errors=True where a test provokes them).
     """
 
-    def __init__(self, dataset, mp, opts='', allow_errors=False, extra=()):
+    def __init__(self, dataset, mp, opts='', allow_errors=False, extra=(), env=None):
         self.dataset = pathlib.Path(dataset)
         self.mp = pathlib.Path(mp)
         self.opts = opts
         self.allow_errors = allow_errors
         self.extra = list(extra)
+        self.env = dict(env or {})     # added to the daemon's environment
         self.proc = None
         self.stderr_path = self.mp.parent / (self.mp.name + '.stderr')
         self.stderr_text = ''
@@ -157,6 +158,7 @@ class Mount:
         # ASan's quarantine would make the daemon's RSS grow with every freed batch and
         # hide whether memory stays flat; keep it small (no effect on a plain build).
         env['ASAN_OPTIONS'] = env.get('ASAN_OPTIONS', '') + ':quarantine_size_mb=4'
+        env.update(self.env)
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.err, env=env)
         deadline = time.time() + timeout
         while time.time() < deadline:

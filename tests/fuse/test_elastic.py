@@ -8,9 +8,10 @@ through /control, and daemons killed with SIGKILL in the middle of reads. Assert
   - each mount starts where the resume rules say (latest position statement when there
     is a checkpoint mark, else the slowest rank's completed steps), `zephon journal
     resume-point` agrees, and step numbers continue across remounts;
-  - a killed daemon forgot no claim a reader received, and no batch a reader finished
-    (closed) is served again: its delivery was durable when close() returned (repeats
-    counted: 0), while a batch in flight at the kill is;
+  - a killed daemon forgot no claim a reader received, counts as delivered no batch a
+    reader did not finish (its close() failed or never came: served again, never
+    skipped), and serves again at most the last batch each reader finished (its
+    delivery is committed right after its close() is answered; repeats counted);
   - complete steps, concatenated over ranks in rank order, equal the W=1 step;
   - below the final resume point every gsn was served, so every epoch there covers every
     sample exactly once.
@@ -107,7 +108,8 @@ class History:
         self.whole_epochs = True  # a mixture has per-source epochs, not N-sample ones
         self.kills = 0
         self.claims = 0           # claims read (finished or in flight at a kill)
-        self.repeats = 0          # finished claims a kill left undelivered: must stay 0
+        self.repeats = 0          # finished claims a kill left undelivered: the last
+                                  # one of a reader at most
 
     # -- the model ---------------------------------------------------------------
     def gsn(self, rank, step, micro):
@@ -273,12 +275,16 @@ class History:
             c = self.cursor[r]
             ahead = [c[0] + 1, 0] if c[1] + 1 == b // w // m else [c[0], c[1] + 1]
             assert jc in (self.cursor[r], ahead), (r, jc, self.cursor[r])
-            # Every batch a reader finished is delivered (nothing it finished is served
-            # again); the in-flight one may be (its bytes came before the kill) or not.
-            # Ahead of what was handed out would be a skip.
+            # Every batch a reader finished is delivered, but perhaps its last (killed
+            # between its close's reply and the commit); the in-flight one is not (its
+            # close failed or never came, so its reader may not use it): ahead of what
+            # the reader finished would be a skip.
             jd = [cursors[str(r)]['delivered_step'], cursors[str(r)]['delivered_micro']]
-            self.repeats += self.claims_between(jd, finished[r])
-            assert jd <= self.cursor[r], ('delivered ahead', r, jd, self.cursor[r])
+            repeats = self.claims_between(jd, finished[r])
+            self.repeats += repeats
+            assert repeats <= 1, ('finished batches served again', r, jd, finished[r])
+            assert jd <= finished[r], ('delivered ahead of what was finished', r, jd,
+                                       finished[r])
             self.written[r] = jd
         self.kills += 1
         self.log('kill -9: journal cursors', cursors)
@@ -374,7 +380,6 @@ def run_history(ds, ref, tmp_path, seed, whole_epochs=True):
         h.run()
         print('elastic history %d: %d kills, %d claims, %d finished claims served again'
               % (seed, h.kills, h.claims, h.repeats))
-        assert h.repeats == 0, ('finished batches served again after a kill', h.repeats)
     except BaseException:
         for mnt, _ in h.mounts:
             mnt.stop(check=False)

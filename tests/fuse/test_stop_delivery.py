@@ -1,6 +1,9 @@
 """A step counts as consumed only when every rank had its batch: a clean stop (SIGTERM,
-SIGINT) lets the batches handed out be read, and a kill -9 repeats no batch a reader
-finished (closed: its close() returned) and serves again every one it did not.
+SIGINT) lets the batches handed out be read, and a kill -9 serves again every batch a
+reader did not finish (its close() failed, or never came) and, of those it finished
+(closed: its close() returned), at most the last one of each reader (killed between the
+close's reply and the delivery's commit); tests/fuse/test_crash_points.py kills the
+daemon at each point of that path.
 
 Each round mounts world_size=4,global_batch=4 (one sample per open of next) with
 resume=auto on one journal, runs 4 reader processes (one per rank) that read next in a
@@ -160,10 +163,11 @@ def delivered_steps(journal):
     return {int(r): c['delivered_step'] for r, c in cursors.items()}
 
 
-def test_kill9_repeats_no_finished_batch(ds, tmp_path):
-    """3 rounds of kill -9 with 4 readers: every batch a reader finished is in its rank's
-    delivered position (none is served again: repeats counted, 0), and resume=auto
-    never starts past a step some rank did not receive."""
+def test_kill9_skips_nothing_and_repeats_at_most_the_last_finished_batch(ds, tmp_path):
+    """3 rounds of kill -9 with 4 readers: no rank's delivered position passes the batches
+    its reader finished (a batch whose close failed is not counted: nothing skipped),
+    every finished batch but perhaps the last of each reader is in it, and resume=auto
+    never starts past a step some rank did not finish."""
     gsn = gsn_of(ds)
     journal = tmp_path / 'j.sqlite'
     rng = random.Random(9)
@@ -177,37 +181,40 @@ def test_kill9_repeats_no_finished_batch(ds, tmp_path):
         for r in range(W):
             assert got[r] == list(range(s0, ends[r])), (k, r)
             done = s0 + finished(got[r], ends_how[r])
-            # finished => durable; never past what the reader received
+            # never past what the reader finished; short of it by its last batch at most
             repeats += max(0, done - delivered[r])
             finished_total += done - s0
-            assert done <= delivered[r] <= ends[r], (k, r, done, delivered[r], ends[r])
+            assert delivered[r] <= done, ('skipped', k, r, done, delivered[r], ends_how[r])
+            assert done - 1 <= delivered[r], ('repeated', k, r, done, delivered[r])
         assert s_next == min(delivered.values()), (k, s_next, delivered)
         for r in range(W):
             received[r] += [t for t in got[r] if t < s_next]
     print('kill -9: %d batches finished, %d of them served again' % (finished_total, repeats))
-    assert repeats == 0 and finished_total > 0
+    assert finished_total > 0
     for r in range(W):
         assert received[r] == list(range(s_next)), r
     assert s_next < N // W
 
 
 @pytest.mark.parametrize('unfinished', ['half read', 'read whole, not closed',
-                                        'half read, a child exec'])
+                                        'half read, a child exec',
+                                        'read whole, a child exec'])
 def test_kill9_serves_an_unfinished_batch_again(ds, tmp_path, unfinished):
     """One rank, one claim per step: 3 batches read and closed, a 4th opened and read in
     part (or whole) but not closed when the daemon is killed (or closed only by the
-    exec of a child, which inherited the descriptor: a close in another process). The
-    next mount (resume=auto) starts at the 4th: the finished ones are not served again,
-    the unfinished one is (a batch is finished when a close returns after a read
-    returned its last byte)."""
+    exec of a child, which inherited the descriptor: a close in another process, whose
+    success says nothing of the reader's own close, which fails). The next mount
+    (resume=auto) starts at the 4th: the finished ones are not served again, the
+    unfinished one is (a batch is finished when the reader's close returns after its
+    read returned the last byte)."""
     journal = tmp_path / 'j.sqlite'
     opts = 'world_size=1,global_batch=4,journal=%s' % journal
     m = Mount(ds, tmp_path / 'mp0', opts, allow_errors=True).start()
     first = [read_all(m.path('rank', 0, 'next')) for _ in range(3)]
     f = open(m.path('rank', 0, 'next'), 'rb', buffering=0)   # read(10) reads 10 bytes
     try:
-        fourth = f.read() if unfinished == 'read whole, not closed' else f.read(10)
-        if unfinished == 'half read, a child exec':
+        fourth = f.read() if unfinished.startswith('read whole') else f.read(10)
+        if unfinished.endswith('a child exec'):
             subprocess.run(['true'], check=True)
         m.kill9()
     finally:

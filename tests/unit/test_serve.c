@@ -287,7 +287,7 @@ static void test_claim_lifecycle(void)
 	struct fixture fx;
 	struct claim *c[4];
 	unsigned left = 0;
-	int found;
+	int found, k;
 
 	setup(&fx, "lines", FORMAT_LINES, 0, 2, -1, 0);
 	CHECK(server_wait_claims(fx.s, 0, &left) == 0);
@@ -309,13 +309,74 @@ static void test_claim_lifecycle(void)
 	CHECK(claim_tail_begin(c[3], 0, (size_t)batch_len(c[3]->batch)) == 1);
 	CHECK(claim_tail_begin(c[3], 0, 1) == 0);
 	claim_tail_end(c[3], 1);
-	CHECK(claim_finish(c[3]) == 0);                /* not delivered yet: nothing to do */
+	/* c[3]: a close before its last byte was read delivers nothing; nor does the read
+	 * of the last byte alone, nor a close by another file table (a forked child), nor
+	 * the reader's close whose reply failed; the reader's close answered does */
+	CHECK(claim_closing(c[3], 7) == 0);
+	CHECK(claim_closed(c[3], 0, 1) == 0);
+	CHECK(claim_read_end(c[3], 7) == 1);
+	CHECK(claim_read_end(c[3], 7) == 0);           /* once */
+	CHECK_EQ_U64(server_consumed(fx.s), 0);
+	CHECK(claim_closing(c[3], 9) == 0);
+	k = claim_closing(c[3], 7);
+	CHECK(k == 1);
+	CHECK(claim_closed(c[3], k, 0) == 0);
+	CHECK_EQ_U64(server_consumed(fx.s), 0);
+	k = claim_closing(c[3], 0);                    /* the closer's owner not known */
+	CHECK(k == 1);
+	CHECK(claim_closed(c[3], k, 1) == 1);
+	CHECK_EQ_U64(server_consumed(fx.s), 8);
+	CHECK(claim_finish(c[3]) == 0);                /* no journal: nothing to write */
 	claim_release(c[3]);
 	for (int i = 0; i < 4; i++)
-		claim_free(c[i], 1);                   /* c[3] delivered by its free */
+		claim_free(c[i], 1);
 	CHECK_EQ_U64(server_consumed(fx.s), 8);
 	CHECK(server_wait_claims(fx.s, 0, &left) == 0);
 	CHECK_EQ_U64(left, 0);
+	teardown(&fx);
+}
+
+struct claimer {
+	struct server *s;
+	struct claim *c;
+	int rc, done;           /* done: atomic */
+};
+
+static void *claimer_run(void *arg)
+{
+	struct claimer *cl = arg;
+
+	cl->rc = claim_open(cl->s, 0, 5, &cl->c);
+	__atomic_store_n(&cl->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* A claim of a rank waits while a close of that rank is being answered (claim_closing
+ * to claim_closed), so that its commit holds that close's delivery: the claimer is
+ * still waiting a while later, and goes on once the close is recorded. */
+static void test_claim_waits_for_a_close_being_answered(void)
+{
+	struct fixture fx;
+	struct claimer cl = { 0 };
+	struct claim *c = NULL;
+	struct timespec nap = { 0, 50 * 1000000 };
+	pthread_t t;
+	int k;
+
+	setup(&fx, "lines", FORMAT_LINES, 0, 2, -1, 0);
+	cl.s = fx.s;
+	REQUIRE(claim_open(fx.s, 0, 5, &c) == 0);
+	CHECK(claim_read_end(c, 3) == 1);
+	k = claim_closing(c, 3);
+	REQUIRE(k == 1);
+	REQUIRE(pthread_create(&t, NULL, claimer_run, &cl) == 0);
+	nanosleep(&nap, NULL); /* room for a claim that would not wait to go through */
+	CHECK(!__atomic_load_n(&cl.done, __ATOMIC_ACQUIRE));
+	CHECK(claim_closed(c, k, 1) == 1);
+	pthread_join(t, NULL);
+	CHECK(cl.done && cl.rc == 0);
+	claim_free(c, 1);
+	claim_free(cl.c, 1);
 	teardown(&fx);
 }
 
@@ -414,6 +475,7 @@ int main(void)
 	test_errors();
 	test_run();
 	test_claim_lifecycle();
+	test_claim_waits_for_a_close_being_answered();
 	test_release_refills();
 	test_concurrent_claims();
 	rm_rf(tmp);
