@@ -46,7 +46,7 @@ import io
 import mmap
 import os
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -269,7 +269,7 @@ class ZephonLoader(TokenMount):
         # the micro-batches from the position on (Position.walk over the blocks of a
         # from/ or ids/ run); None: start one at the position's next step
         self._batches: Iterator[np.ndarray] | None = None
-        self._gather = self._shards.gather if self._shards is not None else None
+        self._gather = self._shards.gatherer() if self._shards is not None else None
         self._pending_mark: tuple[int, int] | None = None
 
     # ---- iteration ----
@@ -526,6 +526,11 @@ class _Shards:
                     arr = np.frombuffer(m, dtype=dtype)
             self.maps.append(arr.reshape(n, window))
         self.one = len(self.maps) == 1 and int(self.first[0]) == 0
+
+    def gatherer(self) -> Callable[[np.ndarray], np.ndarray]:
+        """:meth:`gather`, or where one shard holds every sample from id 0 its array's own
+        fancy index (a call less each batch)."""
+        return self.maps[0].__getitem__ if self.one else self.gather
 
     def gather(self, ids: np.ndarray) -> np.ndarray:
         """The windows of sample ``ids`` (int64), ``[len(ids), window]``, a copy."""
