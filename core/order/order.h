@@ -17,9 +17,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
 
-#include "layout.h"
+#include "layout.h"        /* what a user of the order steps through it with */
 #include "order_one.h"
 
 /* The validation stream of o (a split, or a mixture whose sources have splits) as an
