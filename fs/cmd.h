@@ -14,6 +14,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_journal(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_upload(int argc, char **argv);
 /* `zephon mount DATASET MOUNTPOINT -o ...` and the bare `zephon DATASET MOUNTPOINT -o ...`
  * (argv[0] is then the program name). */
 int cmd_mount(int argc, char **argv);

@@ -13,6 +13,8 @@
 #include "mixspec.h"
 #include "dataset.h"
 #include "docindex.h"
+#include "layout_json.h"
+#include "rows_json.h"
 
 static void usage(FILE *f)
 {
@@ -26,7 +28,9 @@ static void usage(FILE *f)
 		"fingerprint, raw_bytes, stored_bytes, shards, dtype, seq_len, tokenizer,\n"
 		"documents, tokens, max_token_id, sources, ...).\n"
 		"--sample ID (datasets packed with --tokenizer): the documents window ID holds,\n"
-		"each with its input file and line or row, from the dataset's document index.\n");
+		"each with its input file and line or row, from the dataset's document index; of\n"
+		"a dataset of rows (--whole-documents, --chat), the documents row ID holds, their\n"
+		"positions and the labels it trains (read from the row's stored mask).\n");
 }
 
 static uint64_t meta_u64(const struct catalog *c, const char *key)
@@ -86,6 +90,7 @@ static int print_json(const struct dataset *ds)
 			json_integer((json_int_t)meta_u64(c, "bos_token")) : json_null(),
 		"eos_token", in->have_eod_token ? json_integer((json_int_t)in->eod_token) :
 			json_null()) : json_null());
+	rows_json_meta(o, ds);
 	json_object_set_new(o, "record_ext", in->content == CONTENT_TEXT ?
 			    json_string(in->record_ext) : json_null());
 	json_object_set_new(o, "skipped", json_integer((json_int_t)meta_u64(c, "skipped")));
@@ -109,6 +114,28 @@ static int print_json(const struct dataset *ds)
 	return 0;
 }
 
+/* The rows lines of print_table (a dataset of rows; rows_json.h has the meta). */
+static void print_rows(const struct dataset *ds)
+{
+	const struct dataset_info *in = dataset_info(ds);
+	const struct catalog *c = dataset_catalog(ds);
+	const char *chat = catalog_meta_get(c, "chat");
+
+	printf("layout        rows of %" PRIu64 " positions: inputs, labels (-100: no loss), "
+	       "positions, int32 (%" PRIu64 " bytes per sample)\n", in->row_len,
+	       in->seq_len * in->itemsize);
+	printf("padding       %" PRIu64 " positions (%.2f%%)\n", meta_u64(c, "padding"),
+	       100.0 * (double)meta_u64(c, "padding") / ((double)in->samples *
+							  (double)in->row_len));
+	printf("max_context   %" PRIu64 " input tokens per document; %" PRIu64 " longer "
+	       "dropped\n", in->max_context, meta_u64(c, "documents_dropped"));
+	if (chat)
+		printf("chat          %s; %" PRIu64 " prompts not a prefix of their conversation "
+		       "(%s)\n", chat, meta_u64(c, "prompt_mismatch"),
+		       catalog_meta_get(c, "prompt_mismatch_policy") ?
+		       catalog_meta_get(c, "prompt_mismatch_policy") : "?");
+}
+
 static void print_table(const struct dataset *ds)
 {
 	const struct dataset_info *in = dataset_info(ds);
@@ -126,8 +153,11 @@ static void print_table(const struct dataset *ds)
 	printf("samples       %" PRIu64 "\n", in->samples);
 	if (in->kind == DATASET_TOKENS) {
 		printf("dtype         %s\n", dtype_name(in->dtype));
-		printf("seq_len       %" PRIu64 " tokens (%" PRIu64 " bytes per sample)\n",
-		       in->seq_len, in->seq_len * in->itemsize);
+		if (in->row_len)
+			print_rows(ds);
+		else
+			printf("seq_len       %" PRIu64 " tokens (%" PRIu64 " bytes per sample)\n",
+			       in->seq_len, in->seq_len * in->itemsize);
 		if (in->overlap)
 			printf("overlap       1 token: windows of --seq-len %" PRIu64 " + 1, the last "
 			       "token of each the first of the next\n", in->seq_len - 1);
@@ -135,8 +165,9 @@ static void print_table(const struct dataset *ds)
 			printf("eod_token     %" PRIu32 ", after every document\n", in->eod_token);
 		else
 			printf("eod_token     none (no end-of-document token appended)\n");
-		printf("remainder     %" PRIu64 " tokens dropped at the end\n",
-		       meta_u64(c, "remainder_tokens"));
+		if (!in->row_len)
+			printf("remainder     %" PRIu64 " tokens dropped at the end\n",
+			       meta_u64(c, "remainder_tokens"));
 		if (in->have_max_token_id)
 			printf("max_token_id  %" PRIu64 "\n", in->max_token_id);
 	}
@@ -222,6 +253,72 @@ static void sample_document(json_t *docs, uint64_t d, const struct docindex_entr
 		       rec[0] ? " " : "", rec);
 }
 
+/* Print o as indented JSON; 0, or 1 (ENOMEM). */
+static int put_json(json_t *o)
+{
+	char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+
+	if (text)
+		puts(text);
+	free(text);
+	return text ? 0 : 1;
+}
+
+/* `zephon info DATASET --sample ID` of a dataset of rows: the documents row ID holds,
+ * where, and which of their labels it trains (its stored mask). */
+static int print_row(const struct dataset *ds, uint64_t id, int json)
+{
+	struct rows_lineage *rl;
+	char err[512], rec[64];
+	json_t *o, *d;
+	size_t k;
+	int rc = rows_lineage_open(ds, &rl, err, sizeof(err));
+
+	if (rc) {
+		die_msg("info: %s", rc == -ENOENT ? "not a dataset of rows" : err);
+		return 1;
+	}
+	o = rows_json_row(rl, id, err, sizeof(err));
+	rows_lineage_close(rl);
+	if (!o) {
+		die_msg("info: sample %" PRIu64 ": %s", id, err);
+		return 1;
+	}
+	if (json) {
+		rc = put_json(o);
+		json_decref(o);
+		return rc;
+	}
+	printf("sample %" PRIu64 ": a row of %" PRIu64 " positions, %zu documents, %" PRIu64
+	       " padding\n", id, dataset_info(ds)->row_len,
+	       json_array_size(json_object_get(o, "documents")),
+	       (uint64_t)json_integer_value(json_object_get(o, "padding")));
+	json_array_foreach(json_object_get(o, "documents"), k, d) {
+		json_int_t pos = json_integer_value(json_object_get(d, "position"));
+		json_int_t len = json_integer_value(json_object_get(d, "length"));
+		json_t *sp, *span;
+		size_t j;
+
+		record_name(json_string_value(json_object_get(d, "format")),
+			    (uint64_t)json_integer_value(json_object_get(d, "record")), rec,
+			    sizeof(rec));
+		printf("  positions %lld-%lld: document %lld (%lld tokens), %s%s%s; labels trained "
+		       "%lld", (long long)pos, (long long)(pos + len - 1),
+		       (long long)json_integer_value(json_object_get(d, "document")),
+		       (long long)json_integer_value(json_object_get(d, "tokens")),
+		       json_string_value(json_object_get(d, "path")), rec[0] ? " " : "", rec,
+		       (long long)json_integer_value(json_object_get(d, "labels")));
+		sp = json_object_get(d, "trained");
+		json_array_foreach(sp, j, span)
+			printf("%s%lld-%lld", j ? ", " : ": positions ",
+			       (long long)json_integer_value(json_array_get(span, 0)),
+			       (long long)json_integer_value(json_array_get(span, 1)) - 1);
+		putchar('\n');
+	}
+	json_decref(o);
+	return 0;
+}
+
 /* `zephon info DATASET --sample ID`: the documents window ID holds (lineage). */
 static int print_sample(const struct dataset *ds, uint64_t id, int json)
 {
@@ -244,6 +341,8 @@ static int print_sample(const struct dataset *ds, uint64_t id, int json)
 			dataset_dir(ds), in->samples - 1);
 		return 2;
 	}
+	if (in->row_len)
+		return print_row(ds, id, json);
 	rc = docindex_open(dataset_dir(ds), &di, err, sizeof(err));
 	if (rc == -ENOENT) {
 		die_msg("info: %s has no document index (it was not packed with --tokenizer)",

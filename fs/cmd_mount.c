@@ -26,6 +26,7 @@
 #include "config_json.h"
 #include "log.h"
 #include "jobq.h"
+#include "s3.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -63,8 +64,7 @@ static void mount_usage(FILE *f)
 		"              (the mountpoint and the journal are not looked at). On stdout, a\n"
 		"              mixture's weights= as integers and the validation split as\n"
 		"              /status would show them (weights=7,3; validation=1/100)\n"
-		"  --json      with --check: the configuration the mount would serve, as JSON\n"
-		"              with /status's keys (null where only the journal can tell)\n"
+		"  --json      with --check: what the mount would serve, as /status's JSON keys\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -624,10 +624,8 @@ static int parse_command_line(struct fuse_args *args, struct mount_options *o)
 		printf("zephon %s (libfuse %s)\n", ZEPHON_VERSION, fuse_pkgversion());
 		return 1;
 	}
-	if (o->check_json && !o->check_only) {
-		die_msg("--json goes with --check (zephon mount DATASET MOUNTPOINT --check --json)");
-		return -1;
-	}
+	if (o->check_json && !o->check_only)
+		return die_msg("--json goes with --check: zephon mount DS MP --check --json"), -1;
 	if (!o->dataset || !o->mountpoint || o->extra_nonopt) {
 		die_msg(o->extra_nonopt ? "mount takes two arguments, DATASET and MOUNTPOINT, and "
 			"-o OPTIONS; see zephon mount --help" : "mount needs DATASET and MOUNTPOINT; "
@@ -653,12 +651,14 @@ static void zmount_setup(struct zmount *z, struct served *st, struct mount_confi
 	pthread_mutex_init(&z->lock, NULL);
 }
 
-/* o's DATASET and MOUNTPOINT as absolute paths, each PATH_MAX bytes: 0, or -1 after a
- * message. A stale FUSE mountpoint (ENOTCONN) stays as written, for check_mountpoint(). */
+/* o's DATASET (an s3:// URL as given) and MOUNTPOINT as absolute paths, each PATH_MAX bytes:
+ * 0, or -1 after a message. A stale FUSE mountpoint (ENOTCONN) stays as written. */
 static int resolve_paths(const struct mount_options *o, char *dataset, char *mp)
 {
-	if (!realpath(o->dataset, dataset)) {
-		die_msg("cannot open dataset %s: %s", o->dataset, strerror(errno));
+	if (s3_is_url(o->dataset) ? snprintf(dataset, PATH_MAX, "%s", o->dataset) >= PATH_MAX :
+	    !realpath(o->dataset, dataset)) {
+		die_msg("cannot open dataset %s: %s", o->dataset, strerror(s3_is_url(o->dataset) ?
+			ENAMETOOLONG : errno));
 		return -1;
 	}
 	if (!o->check_only && !realpath(o->mountpoint, mp)) {
@@ -680,13 +680,13 @@ static int open_served(struct mount_config *cfg, struct served *st, const char *
 	char why[512];
 	int rc;
 
-	if (served_open(dataset, st, why, sizeof(why))) {
+	if ((rc = served_open(dataset, st, why, sizeof(why)))) {
 		die_msg("cannot open dataset %s: %s", dataset, why);
-		return 1;
+		/* s3://: credentials, bucket, prefix, URL: the user's to fix, as an option */
+		return (s3_is_url(dataset) && (rc == -EACCES || rc == -ENOENT || rc == -EINVAL)) + 1;
 	}
 	rc = served_set_order(st, &(struct served_options){ cfg->seed, cfg->shuffle, cfg->weights,
-			      cfg->validation }, why,
-			      sizeof(why));
+			      cfg->validation }, why, sizeof(why));
 	if (!rc && st->is_mixture && !cfg->journal)
 		rc = mount_config_mixture_journal(cfg, dataset);
 	if (!rc)

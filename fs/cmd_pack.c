@@ -36,6 +36,10 @@ static volatile sig_atomic_t interrupted;
 /* The --tokenizer front end: its options and, once started, its process and pipe. */
 struct front_end {
 	const char *tokenizer, *text_field, *column, *split, *format;
+	/* --chat (docs/fine-tuning.md): its fields, and what to do with a prompt that does not
+	 * tokenize to a prefix of its conversation */
+	int chat;
+	const char *messages_field, *prompt_field, *response_field, *prompt_mismatch;
 	const char *python;
 	pid_t pid;
 	int fd;
@@ -106,6 +110,8 @@ static void notice(void *ctx, const char *msg)
 	fprintf(stderr, "zephon: pack: warning: %s\n", msg);
 }
 
+static void usage_rows(FILE *f);
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -173,12 +179,35 @@ static void usage(FILE *f)
 		"Bad input stops the pack with an error naming the file and position; nothing is\n"
 		"left behind. A progress bar is drawn when stderr is a terminal.\n",
 		PACK_LEVEL_DEFAULT, PACK_DICT_SIZE_DEFAULT);
+	usage_rows(f);
+}
+
+/* The options of fine-tuning data, the end of usage(). */
+static void usage_rows(FILE *f)
+{
+	fputs("\n"
+		"fine-tuning data (docs/fine-tuning.md): rows of whole documents, placed by one\n"
+		"plan over the whole dataset; each sample is int32 inputs, labels (-100: no loss)\n"
+		"and positions of --seq-len positions, padded as TorchTitan pads:\n"
+		"  --whole-documents     rows of whole documents (each document's labels all kept)\n"
+		"  --chat                chat samples, as TorchTitan's ChatProcessor tokenizes them\n"
+		"                        (the tokenizer's chat template); only the assistant's\n"
+		"                        turns are trained. Implies --whole-documents\n"
+		"  --messages-field F    --chat: the list of {role, content} (default messages)\n"
+		"  --prompt-field F, --response-field F\n"
+		"                        --chat: a user prompt and an assistant response instead\n"
+		"  --max-context-length C  the longest document kept, in input tokens (its tokens\n"
+		"                        - 1); longer ones are dropped and counted (default --seq-len)\n"
+		"  --prompt-mismatch drop|keep  --chat: a sample whose prompt alone does not\n"
+		"                        tokenize to a prefix of the whole: drop it (default) or\n"
+		"                        keep TorchTitan's mask; counted either way\n", f);
 }
 
 enum { OPT_FORMAT = 256, OPT_SEQ_LEN, OPT_DTYPE, OPT_COMPRESS, OPT_LEVEL, OPT_NO_DICT,
        OPT_DICT_SIZE, OPT_SHARD_SIZE, OPT_SKIP_BAD, OPT_FORCE, OPT_THREADS, OPT_OVERLAP,
        OPT_EOD_TOKEN, OPT_TOKENIZER, OPT_TEXT_FIELD, OPT_COLUMN, OPT_SPLIT,
-       OPT_DECODE_LINES };
+       OPT_DECODE_LINES, OPT_WHOLE_DOCS, OPT_CHAT, OPT_MESSAGES_FIELD, OPT_PROMPT_FIELD,
+       OPT_RESPONSE_FIELD, OPT_MAX_CONTEXT, OPT_PROMPT_MISMATCH };
 
 /* pack_option() for the options that say what the input is (format, tokens, dtype). */
 static int pack_input_option(int opt, struct pack_opts *o)
@@ -311,6 +340,14 @@ static void print_summary(const struct pack_opts *o, const struct pack_result *r
 	if (res->documents)
 		printf("  %" PRIu64 " documents, %" PRIu64 " tokens (BOS and EOS included), largest "
 		       "id %" PRIu64 "\n", res->documents, res->tokens, res->max_token);
+	if (o->rows)
+		printf("  %" PRIu64 " rows of %" PRIu64 " positions, %.2f%% padding; %" PRIu64
+		       " documents longer than --max-context-length dropped\n", res->samples,
+		       o->seq_len, res->samples ? 100.0 * (double)res->padding /
+		       ((double)res->samples * (double)o->seq_len) : 0.0, res->dropped);
+	if (res->prompt_mismatch)
+		printf("  %" PRIu64 " chat samples whose prompt is not a prefix of the whole "
+		       "(see the warnings above)\n", res->prompt_mismatch);
 	if (res->kind == DATASET_TOKENS && res->remainder_tokens)
 		printf("  dropped the last %" PRIu64 " tokens (less than one --seq-len window)\n",
 		       res->remainder_tokens);
@@ -379,7 +416,7 @@ static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 {
 	const char *py = getenv("ZEPHON_PYTHON");
 	const char **argv = calloc(ninputs + 32, sizeof(*argv));
-	char self[4096], eod[32];
+	char self[4096], eod[32], ctx[32];
 	/* the options passed on as they were given, each "--name value" where set */
 	const char *const passed[][2] = {
 		{ "--text-field", fe->text_field },
@@ -388,6 +425,12 @@ static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 		{ "--format", fe->format },
 		{ "--dtype", o->have_dtype ? dtype_name(o->dtype) : NULL },
 		{ "--eod-token", o->have_eod_token ? eod : NULL },
+		{ "--messages-field", fe->messages_field },
+		{ "--prompt-field", fe->prompt_field },
+		{ "--response-field", fe->response_field },
+		{ "--prompt-mismatch", fe->prompt_mismatch },
+		/* a chat sample the packer will drop as too long is not checked for a mismatch */
+		{ "--max-context-length", fe->chat ? ctx : NULL },
 	};
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	int p[2];
@@ -408,6 +451,7 @@ static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 	argv[k++] = "--zephon";
 	argv[k++] = self;
 	snprintf(eod, sizeof(eod), "%" PRIu64, o->eod_token);
+	snprintf(ctx, sizeof(ctx), "%" PRIu64, o->max_context ? o->max_context : o->seq_len);
 	for (size_t i = 0; i < sizeof(passed) / sizeof(passed[0]); i++) {
 		if (passed[i][1]) {
 			argv[k++] = passed[i][0];
@@ -416,6 +460,8 @@ static int front_end_start(struct front_end *fe, const struct pack_opts *o,
 	}
 	if (o->skip_bad)
 		argv[k++] = "--skip-bad";
+	if (fe->chat)
+		argv[k++] = "--chat";
 	argv[k++] = "--";
 	for (size_t i = 0; i < ninputs; i++)
 		argv[k++] = inputs[i];
@@ -490,8 +536,101 @@ static const struct option pack_longopts[] = {
 	{ "column", required_argument, NULL, OPT_COLUMN },
 	{ "split", required_argument, NULL, OPT_SPLIT },
 	{ "decode-lines", required_argument, NULL, OPT_DECODE_LINES },
+	{ "whole-documents", no_argument, NULL, OPT_WHOLE_DOCS },
+	{ "chat", no_argument, NULL, OPT_CHAT },
+	{ "messages-field", required_argument, NULL, OPT_MESSAGES_FIELD },
+	{ "prompt-field", required_argument, NULL, OPT_PROMPT_FIELD },
+	{ "response-field", required_argument, NULL, OPT_RESPONSE_FIELD },
+	{ "max-context-length", required_argument, NULL, OPT_MAX_CONTEXT },
+	{ "prompt-mismatch", required_argument, NULL, OPT_PROMPT_MISMATCH },
 	{ NULL, 0, NULL, 0 },
 };
+
+/* The options of rows and chat samples (fe, o) once all are read. -1 to go on, or 2
+ * after the message of a combination that does not fit. */
+static int rows_options(struct front_end *fe, struct pack_opts *o)
+{
+	if (fe->chat)
+		o->rows = 1;
+	if (!fe->tokenizer && (o->rows || o->max_context)) {
+		die_msg("pack: --whole-documents, --chat and --max-context-length make rows of "
+			"--tokenizer documents; pass --tokenizer PATH");
+		return 2;
+	}
+	if (!fe->chat && (fe->messages_field || fe->prompt_field || fe->response_field ||
+			  fe->prompt_mismatch)) {
+		die_msg("pack: --messages-field, --prompt-field, --response-field and "
+			"--prompt-mismatch read chat samples; pass --chat");
+		return 2;
+	}
+	if (fe->chat && fe->text_field) {
+		die_msg("pack: --text-field reads plain documents; chat samples are read from "
+			"--messages-field (or --prompt-field and --response-field)");
+		return 2;
+	}
+	if (!fe->prompt_field != !fe->response_field || (fe->prompt_field && fe->messages_field)) {
+		die_msg("pack: --chat reads either --messages-field or both --prompt-field and "
+			"--response-field");
+		return 2;
+	}
+	if (fe->prompt_mismatch && strcmp(fe->prompt_mismatch, "drop") &&
+	    strcmp(fe->prompt_mismatch, "keep")) {
+		die_msg("pack: --prompt-mismatch takes drop or keep, not '%s'", fe->prompt_mismatch);
+		return 2;
+	}
+	if (o->max_context && !o->rows) {
+		die_msg("pack: --max-context-length bounds the documents of rows; pass "
+			"--whole-documents or --chat");
+		return 2;
+	}
+	return -1;
+}
+
+/* pack_option() for the options of the --tokenizer front end, of rows and of chat
+ * samples; -1 to go on, 2 after the message of a bad value, 3 for an option that is not
+ * one of them. */
+static int front_end_option(int opt, struct front_end *fe, struct pack_opts *o)
+{
+	switch (opt) {
+	case OPT_TOKENIZER:
+		fe->tokenizer = optarg;
+		return -1;
+	case OPT_TEXT_FIELD:
+		fe->text_field = optarg;
+		return -1;
+	case OPT_COLUMN:
+		fe->column = optarg;
+		return -1;
+	case OPT_SPLIT:
+		fe->split = optarg;
+		return -1;
+	case OPT_WHOLE_DOCS:
+		o->rows = 1;
+		return -1;
+	case OPT_CHAT:
+		fe->chat = 1;
+		return -1;
+	case OPT_MESSAGES_FIELD:
+		fe->messages_field = optarg;
+		return -1;
+	case OPT_PROMPT_FIELD:
+		fe->prompt_field = optarg;
+		return -1;
+	case OPT_RESPONSE_FIELD:
+		fe->response_field = optarg;
+		return -1;
+	case OPT_PROMPT_MISMATCH:
+		fe->prompt_mismatch = optarg;
+		return -1;
+	case OPT_MAX_CONTEXT:
+		if (parse_size(optarg, &o->max_context) || o->max_context == 0) {
+			die_msg("pack: --max-context-length '%s' is not a positive number", optarg);
+			return 2;
+		}
+		return -1;
+	}
+	return 3;
+}
 
 /* --format, read once all options are (its names depend on --tokenizer), into o or
  * fe->format; and the options that only --tokenizer reads. -1 to go on, or the exit status
@@ -589,29 +728,19 @@ int cmd_pack(int argc, char **argv)
 		case '?':
 			bad_option(argv);
 			return 2;
-		case OPT_TOKENIZER:
-			fe.tokenizer = optarg;
-			break;
-		case OPT_TEXT_FIELD:
-			fe.text_field = optarg;
-			break;
-		case OPT_COLUMN:
-			fe.column = optarg;
-			break;
-		case OPT_SPLIT:
-			fe.split = optarg;
-			break;
 		case OPT_DECODE_LINES:
 			return decode_lines(optarg);
 		case OPT_FORMAT: /* its names depend on --tokenizer, which may come later */
 			format_name = optarg;
 			break;
 		default:
-			if ((rc = pack_option(opt, &o)) >= 0)
+			if ((rc = front_end_option(opt, &fe, &o)) == 3)
+				rc = pack_option(opt, &o);
+			if (rc >= 0)
 				return rc;
 		}
 	}
-	if ((rc = format_option(&fe, format_name, &o)) >= 0)
+	if ((rc = format_option(&fe, format_name, &o)) >= 0 || (rc = rows_options(&fe, &o)) >= 0)
 		return rc;
 	if (optind >= argc) {
 		die_msg("pack: no inputs; usage: zephon pack INPUT... -o DATASET (see --help)");

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include "mixspec.h"
 #include "dataset.h"
 #include "docindex.h"
+#include "rowindex.h"
 #include "catalog.h"
 
 struct verify_ui {
@@ -56,6 +58,48 @@ static void usage(FILE *f)
 		"any corruption.\n");
 }
 
+/* A dataset of rows: its row index against the catalog (rowindex_check), and every row
+ * against its entries (rowindex_check_row). 0, or 1 with the problem printed. */
+static int verify_rows(const struct dataset *ds, uint64_t documents)
+{
+	const struct dataset_info *in = dataset_info(ds);
+	struct sample_reader *r = sample_reader_new(ds);
+	struct rowindex_entry *e = NULL;
+	struct rowindex *ri = NULL;
+	struct buf s = BUF_INIT;
+	uint64_t first, count, bad = UINT64_MAX;
+	char err[512];
+	size_t cap = 0;
+	int rc = r ? rowindex_open(dataset_dir(ds), &ri, err, sizeof(err)) : -ENOMEM;
+
+	if (!rc)
+		rc = rowindex_check(ri, in->samples, in->row_len, documents, err, sizeof(err));
+	for (uint64_t id = 0; !rc && id < in->samples; id++) {
+		rowindex_row(ri, id, &first, &count);
+		s.len = 0;
+		if ((rc = ARRAY_GROW(e, cap, count)))
+			break;
+		for (uint64_t k = 0; k < count; k++)
+			rowindex_get(ri, first + k, &e[k]);
+		if (sample_reader_read(r, id, &s)) {
+			rc = -EIO; /* dataset_verify() named it */
+			break;
+		}
+		if ((rc = rowindex_check_row(s.data, in->row_len, e, count, err, sizeof(err))))
+			bad = id;
+	}
+	if (rc && rc != -EIO && bad != UINT64_MAX)
+		die_msg("verify: %s: row %" PRIu64 " (sample %" PRIu64 "): %s", dataset_dir(ds), bad,
+			bad, err);
+	else if (rc && rc != -EIO)
+		die_msg("verify: %s: %s", dataset_dir(ds), rc == -ENOMEM ? strerror(ENOMEM) : err);
+	rowindex_close(ri);
+	sample_reader_free(r);
+	buf_release(&s);
+	free(e);
+	return rc ? 1 : 0;
+}
+
 /* A dataset packed with --tokenizer: its document index against the catalog. 0, or 1
  * with the problem printed. */
 static int verify_documents(const struct dataset *ds)
@@ -66,7 +110,8 @@ static int verify_documents(const struct dataset *ds)
 	char err[512];
 	int rc;
 
-	if (catalog_meta_u64(c, "documents", &count))
+	/* in object storage the document index is not fetched (docs/object-storage.md) */
+	if (dataset_is_remote(ds) || catalog_meta_u64(c, "documents", &count))
 		return 0;
 	if (catalog_meta_u64(c, "tokens", &tokens)) {
 		die_msg("verify: %s: the catalog counts documents but not tokens", dataset_dir(ds));
@@ -79,6 +124,8 @@ static int verify_documents(const struct dataset *ds)
 	}
 	if (rc)
 		die_msg("verify: %s: %s", dataset_dir(ds), err);
+	if (!rc && dataset_info(ds)->row_len)
+		return verify_rows(ds, count);
 	return rc ? 1 : 0;
 }
 

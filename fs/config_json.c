@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "layout_json.h"
+#include "rows_json.h"
 #include "serve.h"
 
 /* The shard files where a loader that reads ids/<G> gathers the samples itself
@@ -53,13 +54,17 @@ static json_t *flat_shards(const struct dataset *ds, enum encode_format format)
 
 uint64_t config_sample_tokens(const struct dataset_info *info)
 {
+	if (info->row_len)
+		return info->row_len;
 	return info->kind == DATASET_TOKENS ? info->seq_len - info->overlap : 0;
 }
 
 /* A token dataset's fields: what a loader needs to decode batches without the dataset's
  * catalog. */
-static void token_fields(const struct dataset_info *in, json_t *root)
+static void token_fields(const struct dataset *ds, json_t *root)
 {
+	const struct dataset_info *in = dataset_info(ds);
+
 	json_object_set_new(root, "dtype", json_string(dtype_name(in->dtype)));
 	json_object_set_new(root, "npy_descr", json_string(dtype_npy_descr(in->dtype)));
 	json_object_set_new(root, "dtype_bytes", json_u64(dtype_size(in->dtype)));
@@ -72,6 +77,8 @@ static void token_fields(const struct dataset_info *in, json_t *root)
 	/* loaders refuse a dataset whose ids a model's embedding cannot hold */
 	json_object_set_new(root, "max_token_id", in->have_max_token_id ?
 			    json_u64(in->max_token_id) : json_null());
+	/* layout, and a dataset of rows' row_len, max_context_length, padding, chat */
+	rows_json_meta(root, ds);
 }
 
 /* The layout as a loader of the pure files needs it, each value from the core function
@@ -166,7 +173,7 @@ json_t *config_json(const struct mount_view *v)
 				      json_string(st->weights_text) : json_null()));
 	loader_fields(v, root);
 	if (info->kind == DATASET_TOKENS)
-		token_fields(info, root);
+		token_fields(st->ds, root);
 	return root;
 }
 

@@ -30,8 +30,8 @@ struct mount_view {
  * epochs, format, journal, validation, mixture (its weights: null before the start
  * unless weights= was given, as the journal's history decides them), share_samples,
  * micro_batches, share_bytes, shards, and a token dataset's dtype, npy_descr,
- * dtype_bytes, seq_len, window, sample_tokens, overlap, eod_token, max_token_id, in
- * that order. A new reference, or NULL (ENOMEM). */
+ * dtype_bytes, seq_len, window, sample_tokens, overlap, eod_token, max_token_id and
+ * rows_json_meta()'s keys, in that order. A new reference, or NULL (ENOMEM). */
 json_t *config_json(const struct mount_view *v);
 
 /* --check's output on f: what a launcher compares with a live mount's /status before
@@ -42,7 +42,8 @@ json_t *config_json(const struct mount_view *v);
 int config_check_print(const struct mount_view *v, int json, FILE *f);
 
 /* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next
- * window's first); 0 for a dataset of another kind. */
+ * window's first; a row's positions, of its three planes); 0 for a dataset of another
+ * kind. */
 uint64_t config_sample_tokens(const struct dataset_info *info);
 
 #endif

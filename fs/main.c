@@ -17,6 +17,7 @@ static const struct command {
 	{ "pack", cmd_pack, "pack inputs into a dataset directory" },
 	{ "info", cmd_info, "describe a dataset (--json for machines)" },
 	{ "verify", cmd_verify, "decode every sample and check every checksum" },
+	{ "upload", cmd_upload, "put a packed dataset into object storage (s3://)" },
 	{ "batch", cmd_batch, "write the bytes the mount serves for one claim" },
 	{ "journal", cmd_journal, "show a cursor journal, compute resume points" },
 	{ "top", cmd_top, "a live view of a mount's progress, redrawn every second" },

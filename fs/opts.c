@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -40,6 +41,11 @@ static const struct fuse_opt option_table[] = {
 	OPT("weights=%s", weights),
 	OPT("validation=%s", validation),
 	OPT("watch_fd=%s", watch_fd),
+	OPT("cache=%s", cache),
+	OPT("cache_size=%s", cache_size),
+	OPT("s3_connections=%s", s3_connections),
+	OPT("s3_timeout=%s", s3_timeout),
+	OPT("fetch=%s", fetch),
 	FUSE_OPT_KEY("-f", KEY_FOREGROUND),
 	FUSE_OPT_KEY("-d", KEY_DEBUG),
 	FUSE_OPT_KEY("debug", KEY_DEBUG),
@@ -84,6 +90,12 @@ const char mount_options_help[] =
 	"  watch_fd=N            stop (as on SIGTERM) once every write end of the pipe\n"
 	"                        whose read end is fd N is closed: the mount ends with\n"
 	"                        the process that started it, however it dies\n"
+	"  cache=DIR             an s3:// dataset's node cache (default ~/.cache/zephon)\n"
+	"  cache_size=BYTES      the samples it keeps at most (default: no cap but the disk)\n"
+	"  s3_connections=N      requests in flight to object storage, 1-1024 (default 64)\n"
+	"  s3_timeout=SECONDS    a failing fetch's retries end after this long (default 60)\n"
+	"  fetch=exact|all       exact: the samples the order needs (default); all: every\n"
+	"                        sample too, into the cache in the background, 4 MiB a GET\n"
 	"  allow_other           let other users read status, samples/ and step/; next, peek\n"
 	"                        and control stay the owner's (implies default_permissions)\n"
 	"FUSE mount options fsname=, subtype=, auto_unmount, nodev, nosuid, noexec, noatime,\n"
@@ -187,7 +199,8 @@ void mount_options_release(struct mount_options *o)
 			  &o->seed, &o->shuffle, &o->epochs, &o->format, &o->journal, &o->resume,
 			  &o->prefetch, &o->readahead, &o->sync, &o->workers, &o->max_threads,
 			  &o->weights, &o->validation, &o->watch_fd, &o->dataset, &o->mountpoint,
-			  &o->bad_option };
+			  &o->bad_option, &o->cache, &o->cache_size, &o->s3_connections,
+			  &o->s3_timeout, &o->fetch };
 
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
 		free(*strs[i]);
@@ -278,6 +291,41 @@ static int threads_from(const struct mount_options *o, struct mount_config *c, c
 	return 0;
 }
 
+/* cache=, cache_size=, s3_connections=, s3_timeout= of o into r, and made the process's
+ * defaults for the datasets it opens in object storage (dataset_remote_defaults). */
+static int remote_from(const struct mount_options *o, struct dataset_remote_opts *r,
+		       char *why, size_t why_len)
+{
+	uint64_t v;
+	char *end;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	if (o->cache && !*o->cache)
+		return err_set(why, why_len, -EINVAL, "cache= needs a folder");
+	r->cache_dir = o->cache;
+	if (o->cache_size && parse_size(o->cache_size, &r->cache_size))
+		return err_set(why, why_len, -EINVAL, "cache_size=%s is not a size in bytes (e.g. "
+			       "100G)", o->cache_size);
+	if ((rc = number("s3_connections", o->s3_connections, 64, &v, why, why_len)))
+		return rc;
+	if (v < 1 || v > 1024)
+		return err_set(why, why_len, -EINVAL, "s3_connections=%" PRIu64 " must be between "
+			       "1 and 1024", v);
+	r->connections = (unsigned)v;
+	if (o->s3_timeout) {
+		r->timeout_s = strtod(o->s3_timeout, &end);
+		if (*end || end == o->s3_timeout || !(r->timeout_s > 0 && r->timeout_s <= 86400))
+			return err_set(why, why_len, -EINVAL, "s3_timeout=%s is not a number of "
+				       "seconds in (0, 86400]", o->s3_timeout);
+	}
+	if (o->fetch && strcmp(o->fetch, "exact") && strcmp(o->fetch, "all"))
+		return err_set(why, why_len, -EINVAL, "fetch=%s: expected exact or all", o->fetch);
+	r->fill = o->fetch && !strcmp(o->fetch, "all");
+	dataset_remote_defaults(r);
+	return 0;
+}
+
 int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		      char *why, size_t why_len)
 {
@@ -325,6 +373,8 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 				"0.01 or 1/100");
 	c->weights = o->weights;
 	c->validation = o->validation;
+	if ((rc = remote_from(o, &c->remote, why, why_len)))
+		return rc;
 	c->watch_fd = -1;
 	if (o->watch_fd) {
 		if ((rc = number("watch_fd", o->watch_fd, 0, &v, why, why_len)))
@@ -374,6 +424,34 @@ static double batch_memory(const struct mount_config *c, const struct dataset_in
 	       per_sample;
 }
 
+/* The journal of a dataset in object storage, by default: on the node, never in the
+ * bucket: CACHE/journals/BUCKET/PREFIX/journal.sqlite, its folders made. */
+static int remote_journal(struct mount_config *c, const struct dataset *ds, char *why,
+			  size_t why_len)
+{
+	struct dataset_fetch_stats st;
+	const char *url = dataset_dir(ds) + strlen("s3://");
+
+	if (dataset_fetch_stats(ds, &st) ||
+	    asprintf(&c->journal, "%s/journals/%s/journal.sqlite", st.cache_dir, url) < 0) {
+		c->journal = NULL;
+		return -ENOMEM;
+	}
+	for (char *p = c->journal + strlen(st.cache_dir) + 1; (p = strchr(p, '/')); p++) {
+		*p = 0;
+		if (mkdir(c->journal, 0700) && errno != EEXIST) {
+			int rc = -errno;
+
+			snprintf(why, why_len, "cannot make the journal's folder %s: %s", c->journal,
+				 strerror(errno));
+			*p = '/';
+			return rc;
+		}
+		*p = '/';
+	}
+	return 0;
+}
+
 int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 			       char *why, size_t why_len)
 {
@@ -397,6 +475,8 @@ int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 				"serve fewer ranks per mount (ranks=)",
 				layout_micro_batch(&c->layout), need / 1e9, c->ranks.count,
 				c->ranks.count == 1 ? "" : "s", c->prefetch, mem / 1e9);
+	if (!c->journal && !strncmp(dataset_dir(ds), "s3://", 5))
+		return remote_journal(c, ds, why, why_len);
 	if (!c->journal) {
 		size_t n = strlen(dataset_dir(ds)) + sizeof("/journal.sqlite");
 

@@ -27,6 +27,8 @@ struct mount_options {
 	char *readahead;              /* readahead=BYTES */
 	char *weights, *validation;   /* a mixture's weights; the held-out fraction */
 	char *watch_fd;               /* watch_fd=N: stop when that pipe's writers are gone */
+	char *cache, *cache_size;     /* an s3:// dataset's node cache: its folder, its cap */
+	char *s3_connections, *s3_timeout, *fetch;
 	int foreground, debug, singlethread, show_help, show_version;
 	int check_only;               /* --check: validate against the dataset, mount nothing */
 	int check_json;               /* --json (with --check): print the resolved configuration */
@@ -55,6 +57,8 @@ struct mount_config {
 	const char *weights;          /* weights= as given (NULL: the spec's); borrowed from
 	                               * struct mount_options, like validation */
 	const char *validation;       /* validation= as given (NULL: no split) */
+	struct dataset_remote_opts remote; /* cache=, cache_size=, s3_connections=, s3_timeout=
+	                               * (cache_dir borrowed from struct mount_options) */
 	int watch_fd;                 /* the read end of a pipe whose hang-up (every write
 	                               * end closed: the launcher died) stops the mount as
 	                               * SIGTERM does; -1 without watch_fd= */

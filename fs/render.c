@@ -15,6 +15,7 @@
 #include "config_json.h"
 #include "docindex.h"
 #include "layout_json.h"
+#include "rows_json.h"
 #include "zmount.h"
 #include "zephon_config.h"
 
@@ -269,6 +270,32 @@ static json_t *last_error_json(void)
 	return t ? json_pack("{s:I, s:s}", "time", (json_int_t)t, "message", msg) : json_null();
 }
 
+/* What a dataset in object storage fetched and its node cache holds (null for a local
+ * one): dataset_fetch_stats, whose errors name objects, never secrets. */
+static json_t *fetch_json(struct zmount *z)
+{
+	struct dataset_fetch_stats f;
+
+	if (dataset_fetch_stats(z->ds, &f))
+		return json_null();
+	return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+			 "s:o, s:o, s:b, s:s, s:s}",
+			 "requests", json_u64(f.requests), "bytes", json_u64(f.bytes),
+			 "retries", json_u64(f.retries), "errors", json_u64(f.errors),
+			 "in_flight", json_u64(f.in_flight),
+			 "samples_fetched", json_u64(f.samples_fetched),
+			 "sample_bytes", json_u64(f.sample_bytes),
+			 "fill_bytes", json_u64(f.fill_bytes),
+			 "cache_hits", json_u64(f.cache_hits),
+			 "cache_written", json_u64(f.cache_written),
+			 "cache_not_kept", json_u64(f.cache_not_kept),
+			 "cache_evicted", json_u64(f.cache_evicted),
+			 "cache_bad", json_u64(f.cache_bad),
+			 "cache_used", json_u64(f.cache_used), "cache_cap", json_u64(f.cache_cap),
+			 "cache_full", f.cache_full, "cache_dir", f.cache_dir,
+			 "last_error", f.last_error);
+}
+
 int render_status(struct zmount *z, struct buf *out)
 {
 	const struct server_config *c = server_get_config(z->srv);
@@ -310,7 +337,43 @@ int render_status(struct zmount *z, struct buf *out)
 	json_object_set_new(root, "overlapping_opens", overlaps);
 	json_object_set_new(root, "last_error", last_error_json());
 	json_object_set_new(root, "progress", progress_json(z, &jp));
+	json_object_set_new(root, "fetch", fetch_json(z));
 	return dump_json(root, out);
+}
+
+/* dataset_fetch_stats as counters and gauges (nothing for a local dataset). */
+static int fetch_metrics(struct zmount *z, struct buf *out)
+{
+	struct dataset_fetch_stats f;
+	int rc = 0;
+
+	if (dataset_fetch_stats(z->ds, &f))
+		return 0;
+#define FETCH(name, type, help, value) \
+	if (!rc) rc = buf_printf(out, "# HELP zephon_" name " " help "\n# TYPE zephon_" name " " type \
+				 "\nzephon_" name " %" PRIu64 "\n", (uint64_t)(value))
+	FETCH("fetch_requests_total", "counter", "HTTP requests sent to object storage, retries "
+	      "included.", f.requests);
+	FETCH("fetch_bytes_total", "counter", "Response bytes received from object storage.",
+	      f.bytes);
+	FETCH("fetch_retries_total", "counter", "Requests sent again after a transient failure.",
+	      f.retries);
+	FETCH("fetch_errors_total", "counter", "Requests that failed for good.", f.errors);
+	FETCH("fetch_samples_total", "counter", "Samples whose bytes came over the network.",
+	      f.samples_fetched);
+	FETCH("fetch_sample_bytes_total", "counter", "Stored bytes of those samples (what the "
+	      "order needed).", f.sample_bytes);
+	FETCH("cache_hits_total", "counter", "Samples read from the node cache.", f.cache_hits);
+	FETCH("cache_written_bytes_total", "counter", "Bytes written into the node cache.",
+	      f.cache_written);
+	FETCH("cache_not_kept_bytes_total", "counter", "Fetched bytes the node cache could not "
+	      "keep (its cap, a full disk).", f.cache_not_kept);
+	FETCH("cache_bad_total", "counter", "Cached samples that failed their check (fetched "
+	      "again).", f.cache_bad);
+	FETCH("cache_used_bytes", "gauge", "Bytes the node cache holds (every process).",
+	      f.cache_used);
+#undef FETCH
+	return rc;
 }
 
 /* A mixture's claim into jlast: for each sample its source's name, sample id within the
@@ -334,6 +397,29 @@ static void add_sources(json_t *jlast, struct zmount *z, const struct claim_info
 	json_object_set_new(jlast, "source_epochs", epochs);
 }
 
+/* A dataset of rows: for each sample of the claim, its documents, where they lie in the
+ * row and which of their labels it trains (rows_json_row; its stored mask). A row that
+ * cannot be read gives {"error": reason}. */
+static void add_rows(json_t *jlast, struct zmount *z, const struct claim_info *last)
+{
+	struct rows_lineage *rl;
+	json_t *all;
+	char err[256];
+
+	if (rows_lineage_open(z->ds, &rl, err, sizeof(err)))
+		return;
+	all = json_array();
+	for (uint64_t i = 0; i < last->count && last->ids; i++) {
+		json_t *row = rows_json_row(rl, last->ids[i], err, sizeof(err));
+
+		json_array_append_new(all, row ? json_incref(json_object_get(row, "documents")) :
+				      json_pack("{s:s}", "error", err));
+		json_decref(row);
+	}
+	rows_lineage_close(rl);
+	json_object_set_new(jlast, "documents", all);
+}
+
 /* A dataset packed with --tokenizer: for each sample of the claim, the documents its
  * window holds, as [{"path", "record"}, ...] (lineage; docindex.h). Nothing for other
  * datasets, mixtures, or an index that does not open. */
@@ -346,6 +432,10 @@ static void add_documents(json_t *jlast, struct zmount *z, const struct claim_in
 	json_t *all;
 	char err[256];
 
+	if (in->row_len && !z->served->is_mixture) {
+		add_rows(jlast, z, last);
+		return;
+	}
 	if (z->served->is_mixture || in->kind != DATASET_TOKENS || !in->tokenizer_sha256[0] ||
 	    docindex_open(dataset_dir(z->ds), &di, err, sizeof(err)))
 		return;
@@ -565,5 +655,7 @@ int render_metrics(struct zmount *z, struct buf *out)
 				"zephon_journal_wait_seconds %.6f\n", server_journal_wait(z->srv));
 	if (!rc)
 		rc = latency_metrics(&st, out);
+	if (!rc)
+		rc = fetch_metrics(z, out);
 	return rc;
 }

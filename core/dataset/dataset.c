@@ -3,6 +3,7 @@
  * are. Reading the samples is dataset_read.c's. */
 #include "dataset.h"
 #include "dataset_int.h"
+#include "rowindex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 
 #include "guard.h"
 #include "instream.h"
+#include "s3.h"
 
 static const char *const kind_names[] = { "records", "tokens" };
 static const char *const content_names[] = { "text", "files", "tokens" };
@@ -194,59 +196,16 @@ static int open_payload(const struct ds_source *src, int dirfd, const struct cat
 static int open_index(const struct ds_source *src, int dirfd, const struct catalog_shard *cs,
 		      struct ds_shard *s, char *err, size_t errlen)
 {
-	struct shard_index_header h;
-	uint8_t hb[sizeof(struct shard_index_header)];
-	char why[256];
-	struct stat sb;
 	int ifd, rc;
-	void *map;
 
 	ifd = openat(dirfd, cs->index_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (ifd < 0 && (rc = open_error(src, "index", cs->index_file, err, errlen)))
 		return rc;
-	if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		err_printf(err, errlen, "index %s: %s", cs->index_file,
-			ifd < 0 ? strerror(errno) : "not a regular file");
-		if (ifd >= 0)
-			close(ifd);
+	if (ifd < 0) {
+		err_printf(err, errlen, "index %s: %s", cs->index_file, strerror(errno));
 		return -EBADMSG;
 	}
-	if (sb.st_size < (off_t)sizeof(h)) {
-		close(ifd);
-		err_printf(err, errlen, "index %s is truncated: %jd bytes", cs->index_file,
-			(intmax_t)sb.st_size);
-		return -EBADMSG;
-	}
-	map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, ifd, 0);
-	close(ifd);
-	if (map == MAP_FAILED) {
-		err_printf(err, errlen, "index %s: mmap: %s", cs->index_file, strerror(errno));
-		return -EIO;
-	}
-	s->index = map;
-	s->index_len = (size_t)sb.st_size;
-	/* Lookups jump around the index: no readahead around each. (Pages already in
-	 * the page cache in large folios, e.g. just after a pack, are still mapped a
-	 * folio at a time: see B3 in tests/bench/RESULTS.md.) */
-	madvise(map, s->index_len, MADV_RANDOM);
-	if (guard_copy(&hb, map, sizeof(hb))) {
-		err_printf(err, errlen, "index %s: read failed: %s (truncated while "
-			"opening?)", cs->index_file, strerror(EIO));
-		return -EIO;
-	}
-	/* it reads the header's bytes only; the length is the file's */
-	if (shard_index_parse_header(hb, s->index_len, &h, why, sizeof(why))) {
-		err_printf(err, errlen, "index %s: %s", cs->index_file, why);
-		return -EBADMSG;
-	}
-	/* the header holds the source's own (local) ids */
-	if (h.count != cs->samples || h.first_sample != cs->first_sample) {
-		err_printf(err, errlen, "index %s holds samples [%" PRIu64 ", +%" PRIu64 ") but "
-			"the catalog says [%" PRIu64 ", +%" PRIu64 ")", cs->index_file,
-			h.first_sample, h.count, cs->first_sample, cs->samples);
-		return -EBADMSG;
-	}
-	return 0;
+	return dataset_map_index(ifd, cs->index_file, cs, s, err, errlen);
 }
 
 /* dir without its trailing slashes ("/" stays), for "<dir>/<file>" names: its length. */
@@ -305,10 +264,12 @@ static int open_shards(struct dataset *ds, size_t si, int dirfd, char *err, size
 				src->info.samples);
 			return -EBADMSG;
 		}
-		if ((rc = open_payload(src, dirfd, cs, s, err, errlen)) ||
-		    (rc = open_index(src, dirfd, cs, s, err, errlen)))
+		if (!src->remote && ((rc = open_payload(src, dirfd, cs, s, err, errlen)) ||
+				     (rc = open_index(src, dirfd, cs, s, err, errlen))))
 			return rc;
 	}
+	if (src->remote && (rc = dsr_open_shards(ds, si, err, errlen)))
+		return rc;
 	if (next != src->info.samples) {
 		err_printf(err, errlen, "catalog shards hold %" PRIu64 " samples but it says %" PRIu64,
 			next, src->info.samples);
@@ -319,17 +280,23 @@ static int open_shards(struct dataset *ds, size_t si, int dirfd, char *err, size
 
 /* Read source dir's catalog into src (its dir opened into *dirfd, left open for
  * open_shards()). 0, or -errno with a line naming dir in err. */
-static int load_source(struct ds_source *src, const char *dir, int *dirfd, char *err,
-		       size_t errlen)
+static int load_source(struct dataset *ds, struct ds_source *src, const char *dir, int *dirfd,
+		       char *err, size_t errlen)
 {
 	char why[512], *path = NULL;
 	int rc;
 
 	src->dir = strdup(dir);
-	if (!src->dir || asprintf(&path, "%s/%s", dir, CATALOG_FILE) < 0)
+	if (!src->dir)
 		return -ENOMEM;
-	*dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (*dirfd < 0) {
+	if (s3_is_url(dir)) {
+		if ((rc = dsr_fetch_catalog(ds, src, dir, &path, err, errlen)))
+			return rc;
+	} else if (asprintf(&path, "%s/%s", dir, CATALOG_FILE) < 0) {
+		return -ENOMEM;
+	}
+	*dirfd = src->remote ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*dirfd < 0 && !src->remote) {
 		rc = -errno;
 		err_printf(err, errlen, "%s: %s", dir, strerror(errno));
 		free(path);
@@ -346,6 +313,10 @@ static int load_source(struct ds_source *src, const char *dir, int *dirfd, char 
 		return rc;
 	}
 	rc = read_meta(&src->cat, &src->info, why, sizeof(why));
+	if (!rc && src->info.kind == DATASET_TOKENS)     /* a dataset of rows: rowindex.h */
+		rc = rowindex_meta(&src->cat, src->info.dtype, src->info.seq_len,
+				   src->info.overlap, &src->info.row_len, &src->info.max_context,
+				   why, sizeof(why));
 	if (rc)
 		err_printf(err, errlen, "%s: %s", dir, why);
 	return rc;
@@ -384,6 +355,8 @@ static int check_compatible(const struct ds_source *a, const struct ds_source *b
 		vy = dtype_name(y->dtype);
 	} else if (x->kind == DATASET_TOKENS && x->seq_len != y->seq_len) {
 		DIFF_U64("seq_len", x->seq_len, y->seq_len);
+	} else if (x->kind == DATASET_TOKENS && x->row_len != y->row_len) {
+		DIFF_U64("row_len", x->row_len, y->row_len);
 	} else if (x->kind == DATASET_TOKENS && x->overlap != y->overlap) {
 		DIFF_U64("overlap", x->overlap, y->overlap);
 	} else if (x->kind == DATASET_TOKENS && (x->have_eod_token != y->have_eod_token ||
@@ -444,6 +417,8 @@ static int union_info(struct dataset *ds)
 		in->have_max_token_id &= si->have_max_token_id;
 		if (si->max_token_id > in->max_token_id)
 			in->max_token_id = si->max_token_id;
+		if (si->max_context > in->max_context)
+			in->max_context = si->max_context;
 		fps[s] = si->fingerprint;
 	}
 	rc = dataset_union_fingerprint(fps, ds->nsrc, in->fingerprint);
@@ -466,7 +441,7 @@ static int load_catalogs(struct dataset *ds, const char *const *dirs, size_t cou
 		struct ds_source *src = &ds->src[s];
 
 		ds->nsrc++;
-		if ((rc = load_source(src, dirs[s], &dirfd[s], err, errlen)))
+		if ((rc = load_source(ds, src, dirs[s], &dirfd[s], err, errlen)))
 			return rc;
 		if (s > 0 && (rc = check_compatible(&ds->src[0], src, err, errlen)))
 			return rc;
@@ -494,7 +469,8 @@ static int open_sources_shards(struct dataset *ds, int *dirfd, char *err, size_t
 		struct ds_source *src = &ds->src[s];
 
 		rc = open_shards(ds, s, dirfd[s], why, sizeof(why));
-		close(dirfd[s]);
+		if (dirfd[s] >= 0)
+			close(dirfd[s]);
 		dirfd[s] = -1;
 		if (rc) {
 			err_printf(err, errlen, "%s: %s", src->dir, why);
@@ -569,6 +545,7 @@ void dataset_close(struct dataset *ds)
 {
 	if (!ds)
 		return;
+	dsr_free(ds);
 	for (size_t k = 0; k < ds->nshards; k++) {
 		if (ds->shards[k].fd >= 0)
 			close(ds->shards[k].fd);
@@ -642,40 +619,6 @@ size_t dataset_source_of(const struct dataset *ds, uint64_t id, uint64_t *local_
 	return lo;
 }
 
-/* The shard holding id (< N): binary search over first_sample. */
-const struct ds_shard *dataset_find_shard(const struct dataset *ds, uint64_t id)
-{
-	size_t lo = 0, hi = ds->nshards;
-
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (ds->shards[mid].first_sample <= id)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return &ds->shards[lo];
-}
-
-/* The index entry of sample id (of shard s) in the index mapping. */
-const uint8_t *dataset_entry_at(const struct ds_shard *s, uint64_t id)
-{
-	return s->index + shard_index_size(id - s->first_sample);
-}
-
-/* Read the index entry of sample id (of shard s) out of the index mapping: 0, or -EIO
- * when the read faulted (the index file was truncated under us, or its disk failed). */
-int dataset_entry_read(const struct ds_shard *s, uint64_t id, struct shard_index_entry *e)
-{
-	uint8_t raw[sizeof(struct shard_index_entry)];
-
-	if (guard_copy(raw, dataset_entry_at(s, id), sizeof(raw)))
-		return -EIO;
-	shard_index_entry_decode(raw, e);
-	return 0;
-}
-
 int dataset_sample_len(const struct dataset *ds, uint64_t id, uint32_t *raw_len)
 {
 	const struct ds_shard *s;
@@ -701,7 +644,7 @@ int dataset_flat_shard(const struct dataset *ds, size_t i, const char **dir, con
 	if (i >= ds->nshards)
 		return -ERANGE;
 	sh = &ds->shards[i];
-	if (ds->info.kind != DATASET_TOKENS || sh->compressed || !size)
+	if (ds->info.kind != DATASET_TOKENS || sh->compressed || !size || sh->remote)
 		return -ENOTSUP;
 	/* the first and the last entry where back to back puts them: a pack writes every
 	 * raw token sample so, and a shard that breaks the rule is refused, not guessed */
@@ -769,6 +712,10 @@ size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size
 	if (n >= 0 && (size_t)n < len && tokens && info->tokenizer_sha256[0])
 		n += snprintf(out + n, len - (size_t)n, "tokenizer_sha256=%s\n",
 			      info->tokenizer_sha256);
+	if (n >= 0 && (size_t)n < len && tokens && info->row_len)
+		n += snprintf(out + n, len - (size_t)n, "layout=rows\nrow_len=%" PRIu64
+			      "\nmax_context_length=%" PRIu64 "\n", info->row_len,
+			      info->max_context);
 	return n < 0 ? 0 : (size_t)n;
 }
 

@@ -12,6 +12,8 @@
  *   DIR/shard-NNNNN.idx     struct shard_index_header, then `count` struct shard_index_entry,
  *                           all little-endian, mmap-able
  *   DIR/documents.idx       (packs with --tokenizer only) the document index, docindex.h
+ *   DIR/rows.idx            (datasets of rows only) which documents each row holds,
+ *                           rowindex.h
  * Sample ids [first_sample, first_sample + count) of a shard are consecutive; shards
  * tile [0, N) in order. Lookup by id: binary search over the (few) shards, then one
  * index entry: O(log shards) = O(1) in practice.
@@ -21,7 +23,10 @@
  *   files   a "file group" (WebDataset sample, or one file of a directory):
  *             u32 nfiles, then per file: u32 name_len, name bytes, u64 size, data bytes
  *           (little-endian; names are "<key>.<ext>" as packed)
- *   tokens  seq_len tokens of dtype, little-endian
+ *   tokens  seq_len tokens of dtype, little-endian; in a dataset of rows (row_len L,
+ *           meta layout=rows: docs/design.md §4, "Datasets of rows") seq_len = 3 L
+ *           int32, the planes inputs[L], labels[L], positions[L] of one row of whole
+ *           documents
  *
  * Several packed datasets open as one (dataset_open_sources(), for a mixture): their
  * sources. Source s's sample i is sample offset_s + i of the whole, offset_s the sum of
@@ -64,6 +69,14 @@ struct dataset_info {
 	uint32_t eod_token;        /* the end-of-document token id; fits dtype */
 	int have_max_token_id;     /* tokens only: meta 'max_token_id', absent before it */
 	uint64_t max_token_id;     /* the largest token id in the dataset */
+	uint64_t row_len;          /* tokens only: 0 for windows cut from the token stream;
+	                            * L for a dataset of rows (pack --whole-documents, --chat):
+	                            * each sample is three planes of L int32, inputs, labels
+	                            * (-100 where no loss is taken) and positions, and seq_len
+	                            * is 3 L. Meta 'layout' = "rows" and 'row_len', absent in
+	                            * older datasets (0) */
+	uint64_t max_context;      /* rows: the most input tokens of one document in a row
+	                            * (meta 'max_context_length'; positions stay below it) */
 	char tokenizer_sha256[65]; /* pack --tokenizer: sha256 of its files (meta
 	                            * 'tokenizer_sha256'); "" otherwise. In the fingerprint */
 	int compressed;            /* 1 for compress=zstd */
@@ -102,7 +115,8 @@ int dataset_open(const char *dir, struct dataset **out, char *err, size_t errlen
  * the first source that fails (its message names its directory); -EINVAL for count == 0,
  * or for two sources that serve different batches: kind, content, record_ext, dtype,
  * seq_len, overlap or eod_token differ (the message names both directories, the field
- * and both values); -EOVERFLOW when the samples add up to DATASET_SAMPLES_MAX or more
+ * and both values; row_len is one of the fields, and the union's max_context is the
+ * largest); -EOVERFLOW when the samples add up to DATASET_SAMPLES_MAX or more
  * (count >= 2). *out is set only on success; free with dataset_close(). dirs is not
  * kept (the strings are copied). */
 int dataset_open_sources(const char *const *dirs, size_t count, struct dataset **out,
@@ -159,6 +173,49 @@ int dataset_flat(const struct dataset *ds);
  * open, so that a reader that maps the file by its path can tell that it maps the same
  * file (not one packed again in place since). 0, -ERANGE (i too large), or fstat's -errno. */
 int dataset_shard_file_id(const struct dataset *ds, size_t i, uint64_t *dev, uint64_t *ino);
+
+/* Datasets in object storage (docs/object-storage.md). A dataset path "s3://BUCKET/PREFIX"
+ * opens the dataset whose files are the objects PREFIX/NAME (s3.h: endpoint, region and
+ * credentials from the AWS environment and profile files). Its catalog and shard indexes
+ * are fetched whole at open (HEAD of every object: size and ETag recorded, each shard's
+ * size checked against the catalog), its samples by byte range when read or read ahead
+ * (dataset_hint, sample_reader_warm), every fetch pinned to the ETag recorded (an object
+ * replaced under an open dataset fails the read with -EIO, never mixes). Everything
+ * fetched goes through the node cache (cache.h: cache_dir, cache_size) and is checked
+ * when read as a local dataset's bytes are (the sample's XXH3, zstd's checksum); a
+ * cached sample that fails its check is fetched again once. Process-wide settings,
+ * read by each later dataset_open(); a field left 0 or NULL keeps its default. */
+struct dataset_remote_opts {
+	const char *cache_dir;   /* default: $ZEPHON_CACHE_DIR, $XDG_CACHE_HOME/zephon,
+	                          * $HOME/.cache/zephon */
+	uint64_t cache_size;     /* bytes of samples kept; 0: no cap but the disk */
+	unsigned connections;    /* requests in flight, default 64 */
+	double timeout_s;        /* a fetch's retries end after this long, default 60 */
+	int fill;                /* 1: besides what the order needs, fetch every sample into
+	                          * the cache in the background, shard by shard in GETs of
+	                          * 4 MiB (4 at a time), while the cache keeps them: a node
+	                          * whose cache holds the dataset reads it all once at the
+	                          * link's speed where GETs of single samples would be held
+	                          * to the server's request rate */
+};
+void dataset_remote_defaults(const struct dataset_remote_opts *o);
+
+/* What a dataset fetched (the sum over its s3:// sources) and its node cache held. */
+struct dataset_fetch_stats {
+	uint64_t requests, bytes, retries, errors, in_flight;
+	uint64_t samples_fetched;  /* samples whose bytes came over the network */
+	uint64_t fill_bytes;       /* bytes the fill fetched (dataset_remote_opts.fill) */
+	uint64_t sample_bytes;     /* their stored bytes (what the order needed) */
+	uint64_t cache_hits, cache_written, cache_not_kept, cache_evicted, cache_bad;
+	uint64_t cache_used, cache_cap;
+	int cache_full;
+	char cache_dir[512];
+	char last_error[320];      /* "" when none; names the object, never a secret */
+};
+/* 1 when some source of ds is in object storage. */
+int dataset_is_remote(const struct dataset *ds);
+/* ds's fetch counters into *out: 0, or -ENOTSUP (every source is local). */
+int dataset_fetch_stats(const struct dataset *ds, struct dataset_fetch_stats *out);
 
 const char *dataset_kind_name(enum dataset_kind k);
 const char *dataset_content_name(enum dataset_content c);
@@ -245,7 +302,8 @@ const char *sample_reader_last_error(const struct sample_reader *r);
 /* The metadata text that closes a dataset's fingerprint (pack.h states the whole rule):
  * "zephon-dataset-v1\nkind=K\ncontent=C\nrecord_ext=E\ndtype=D\nseq_len=L\nsamples=N\n",
  * with E, D empty and L 0 where they do not apply, then "tokenizer_sha256=H\n" for a
- * dataset packed with --tokenizer (info->tokenizer_sha256). Writes at most len bytes (NUL
+ * dataset packed with --tokenizer (info->tokenizer_sha256), then, for a dataset of rows,
+ * "layout=rows\nrow_len=R\nmax_context_length=C\n". Writes at most len bytes (NUL
  * included); returns the text's length. */
 size_t dataset_fingerprint_text(const struct dataset_info *info, char *out, size_t len);
 

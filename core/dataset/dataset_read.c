@@ -210,7 +210,34 @@ int sample_reader_raw_len(struct sample_reader *r, uint64_t id, uint64_t *len)
 	return rc;
 }
 
-int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
+/* The stored bytes of sample id (entry e of shard s) into dst: from the mapping, the
+ * file, or for a shard in object storage the node cache or the network (fresh: not the
+ * cache). 0 or -EIO with r->err set. */
+static int read_stored(struct sample_reader *r, uint64_t id, const struct ds_shard *s,
+		       const struct shard_index_entry *e, uint32_t len, void *dst, int fresh)
+{
+	char why[320];
+	int rc;
+
+	if (s->remote) {
+		if (!dsr_read(r->ds, s, id, e, dst, fresh, why, sizeof(why)))
+			return 0;
+		READ_FAIL("%s", why);
+	}
+	/* the index entry was checked against the shard's size */
+	rc = s->data ? guard_copy(dst, s->data + e->offset, len) :
+		       pread_full(s->fd, dst, len, e->offset);
+	if (rc)
+		READ_FAIL("read failed: %s", strerror(-rc));
+	return 0;
+}
+
+/* The bytes read failed a check: a sample of object storage is fetched again once, its
+ * cached bytes forgotten (the node cache may hold a bad copy; the object cannot differ
+ * from what was opened, each fetch is pinned to its ETag). */
+#define CHECK_FAIL(...) do { r->check_failed = 1; READ_FAIL(__VA_ARGS__); } while (0)
+
+static int read_sample(struct sample_reader *r, uint64_t id, struct buf *out, int fresh)
 {
 	const struct ds_shard *s;
 	struct shard_index_entry e;
@@ -226,11 +253,8 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 	dst = out->data + out->len;
 
 	if (!s->compressed) {
-		/* the index entry was checked against the shard's size above */
-		rc = s->data ? guard_copy(dst, s->data + e.offset, e.raw_len) :
-			       pread_full(s->fd, dst, e.raw_len, e.offset);
-		if (rc)
-			READ_FAIL("read failed: %s", strerror(-rc));
+		if ((rc = read_stored(r, id, s, &e, e.raw_len, dst, fresh)))
+			return rc;
 	} else {
 		unsigned long long fcs;
 		size_t n;
@@ -239,21 +263,19 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 		rc = buf_reserve(&r->scratch, e.stored_len);
 		if (rc)
 			return rc;
-		rc = s->data ? guard_copy(r->scratch.data, s->data + e.offset, e.stored_len) :
-			       pread_full(s->fd, r->scratch.data, e.stored_len, e.offset);
-		if (rc)
-			READ_FAIL("read failed: %s", strerror(-rc));
+		if ((rc = read_stored(r, id, s, &e, e.stored_len, r->scratch.data, fresh)))
+			return rc;
 		/* Bytes from disk are untrusted: the frame must fill its slot exactly and
 		 * declare the size the index promises before we decode into out. */
 		n = ZSTD_findFrameCompressedSize(r->scratch.data, e.stored_len);
 		if (ZSTD_isError(n) || n != e.stored_len)
-			READ_FAIL("corrupt zstd frame (%s)", ZSTD_isError(n) ? ZSTD_getErrorName(n) :
-				  "frame size differs from the index");
+			CHECK_FAIL("corrupt zstd frame (%s)", ZSTD_isError(n) ? ZSTD_getErrorName(n) :
+				   "frame size differs from the index");
 		fcs = ZSTD_getFrameContentSize(r->scratch.data, e.stored_len);
 		if (fcs != e.raw_len)
-			READ_FAIL("zstd frame declares %s bytes, the index says %" PRIu32,
-				  fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "unknown" :
-				  fcs == ZSTD_CONTENTSIZE_ERROR ? "invalid" : "other", e.raw_len);
+			CHECK_FAIL("zstd frame declares %s bytes, the index says %" PRIu32,
+				   fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "unknown" :
+				   fcs == ZSTD_CONTENTSIZE_ERROR ? "invalid" : "other", e.raw_len);
 		if (s->ddict)
 			n = ZSTD_decompress_usingDDict(r->dctx, dst, e.raw_len, r->scratch.data,
 						       e.stored_len, s->ddict);
@@ -261,13 +283,25 @@ int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
 			n = ZSTD_decompressDCtx(r->dctx, dst, e.raw_len, r->scratch.data,
 						e.stored_len);
 		if (ZSTD_isError(n))
-			READ_FAIL("zstd: %s", ZSTD_getErrorName(n));
+			CHECK_FAIL("zstd: %s", ZSTD_getErrorName(n));
 		if (n != e.raw_len)
-			READ_FAIL("decoded %zu bytes, the index says %" PRIu32, n, e.raw_len);
+			CHECK_FAIL("decoded %zu bytes, the index says %" PRIu32, n, e.raw_len);
 	}
 	if (shard_index_checksum(dst, e.raw_len) != e.checksum)
-		READ_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
+		CHECK_FAIL("checksum mismatch (the sample's bytes differ from what was packed)");
 	out->len += e.raw_len;
 	out->data[out->len] = 0;
 	return 0;
+}
+
+int sample_reader_read(struct sample_reader *r, uint64_t id, struct buf *out)
+{
+	int rc;
+
+	r->check_failed = 0;
+	rc = read_sample(r, id, out, 0);
+	if (rc == -EIO && r->check_failed && id < r->ds->info.samples &&
+	    dataset_find_shard(r->ds, id)->remote)
+		rc = read_sample(r, id, out, 1);
+	return rc;
 }

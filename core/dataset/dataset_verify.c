@@ -92,6 +92,21 @@ static uint64_t verify_indexes(struct verify_run *v, const struct ds_source *src
 	return stored;
 }
 
+/* Samples of a source in object storage fetched ahead of the reads, a chunk at a time
+ * (consecutive ids: coalesced into GETs of up to 1 MiB), the next chunk asked for when
+ * the reads enter one, so that verify does not wait a round trip per sample. */
+#define VERIFY_AHEAD 4096
+
+static void verify_ahead(const struct dataset *ds, uint64_t from, uint64_t end)
+{
+	uint64_t ids[VERIFY_AHEAD];
+	size_t n = 0;
+
+	for (uint64_t id = from; id < end && n < VERIFY_AHEAD; id++)
+		ids[n++] = id;
+	dsr_want(ds, ids, n, 1);
+}
+
 /* Owns the sample half of verify_source(): every sample of source src read (ids of the
  * whole), a file group's payload parsed, each counted good or bad in v->rep and hashed
  * into v->fp (a bad one as one 0xff byte); *raw receives the good samples' bytes.
@@ -109,6 +124,10 @@ static int verify_samples(struct verify_run *v, const struct ds_source *src, uin
 
 		if (v->progress && (id & 4095) == 0)
 			v->progress(v->ctx, id, ds->info.samples);
+		if (src->remote && id == src->offset)
+			verify_ahead(ds, id, src->offset + in->samples);
+		if (src->remote && ((id - src->offset) & (VERIFY_AHEAD - 1)) == 0)
+			verify_ahead(ds, id + VERIFY_AHEAD, src->offset + in->samples);
 		b->len = 0;
 		rc = sample_reader_read(v->r, id, b);
 		if (rc == -ENOMEM)

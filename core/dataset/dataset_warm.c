@@ -274,6 +274,11 @@ int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed)
 		if (!span)
 			continue; /* an empty shard: nothing to probe */
 		at = (x >> 20) % span; /* other bits than the shard's */
+		if (s->remote) { /* in the node cache: a sample's bit */
+			if (!s->count || !dsr_cached(s, s->first_sample + at % s->count))
+				return 0;
+			continue;
+		}
 		if (at < s->bytes && !s->data)
 			return 0; /* read with pread: nothing to probe */
 		if (!page_resident(at < s->bytes ? s->data + at : s->index + (at - s->bytes)))
@@ -284,6 +289,10 @@ int dataset_resident(const struct dataset *ds, unsigned flags, uint64_t *seed)
 
 void sample_reader_warm(struct sample_reader *r, const uint64_t *ids, size_t count)
 {
+	if (r->ds->remote) { /* its missing samples fetched in parallel, not one by one */
+		dsr_want(r->ds, ids, count, 0);
+		return;
+	}
 	if (warm_due(r, ids, count, 0))
 		warm_indexed(r->ds, ids, count,
 			     r->warm_window ? r->warm_window : (uint64_t)sysconf(_SC_PAGESIZE));
@@ -293,6 +302,10 @@ void dataset_hint(const struct dataset *ds, const uint64_t *ids, size_t count, u
 {
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 
+	if (ds->remote) {
+		dsr_want(ds, ids, count, 1);
+		return;
+	}
 	/* no probe and no skip (warm_due: a reader's, for its batches): a chunk whose probed
 	 * samples another rank's hints brought in may still be cold; the caller probes the
 	 * whole dataset instead (dataset_resident) */
@@ -307,6 +320,8 @@ void dataset_hint(const struct dataset *ds, const uint64_t *ids, size_t count, u
 
 int dataset_cached(const struct dataset *ds, uint64_t id, unsigned flags)
 {
+	if (id < ds->info.samples && dataset_find_shard(ds, id)->remote)
+		return dsr_cached(dataset_find_shard(ds, id), id);
 	if (id >= ds->info.samples || !dataset_find_shard(ds, id)->data)
 		return 1; /* nothing mapped to look at: read with pread */
 	return flags == HINT_FLAT ? !flat_cold(ds, &id, 1) : !batch_cold(ds, &id, 1);

@@ -12,7 +12,9 @@
  *
  * A token t of the stream lies in window w = t / stride (and also in window w - 1 at its
  * last position, with overlap 1), stride = seq_len - overlap; window w covers tokens
- * [w * stride, w * stride + seq_len).
+ * [w * stride, w * stride + seq_len). A dataset of rows (rowindex.h) has no windows: its
+ * index lists the documents kept (not those dropped as too long), in input order, the
+ * stream being their concatenation; rows.idx says which row holds each.
  *
  * Thread-safety: a writer is one thread's; an open index is read-only (mmap) and may be
  * shared.

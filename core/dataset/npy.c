@@ -254,10 +254,11 @@ malformed:
 
 #define NPY_PREAMBLE 10 /* "\x93NUMPY", major, minor, u16 header_len */
 
-int npy_header_write(struct buf *out, enum token_dtype dtype, uint64_t rows, uint64_t cols)
+/* The header of an array of dtype and the shape spelled `shape` ("2, 3"). */
+static int header_write(struct buf *out, enum token_dtype dtype, const char *shape)
 {
 	const char *descr = dtype_npy_descr(dtype);
-	char dict[160];
+	char dict[200];
 	uint8_t pre[NPY_PREAMBLE] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0 };
 	size_t dlen, total, hlen;
 	int n, rc;
@@ -265,9 +266,8 @@ int npy_header_write(struct buf *out, enum token_dtype dtype, uint64_t rows, uin
 	if (!descr)
 		return -EINVAL;
 
-	n = snprintf(dict, sizeof(dict),
-		     "{'descr': '%s', 'fortran_order': False, 'shape': (%" PRIu64 ", %" PRIu64
-		     "), }", descr, rows, cols);
+	n = snprintf(dict, sizeof(dict), "{'descr': '%s', 'fortran_order': False, 'shape': "
+		     "(%s), }", descr, shape);
 	if (n < 0 || (size_t)n >= sizeof(dict))
 		return -EINVAL;
 	dlen = (size_t)n;
@@ -288,3 +288,19 @@ int npy_header_write(struct buf *out, enum token_dtype dtype, uint64_t rows, uin
 	return 0;
 }
 
+int npy_header_write(struct buf *out, enum token_dtype dtype, uint64_t rows, uint64_t cols)
+{
+	char shape[48];
+
+	snprintf(shape, sizeof(shape), "%" PRIu64 ", %" PRIu64, rows, cols);
+	return header_write(out, dtype, shape);
+}
+
+int npy_header_write_3d(struct buf *out, enum token_dtype dtype, uint64_t d0, uint64_t d1,
+			uint64_t d2)
+{
+	char shape[72];
+
+	snprintf(shape, sizeof(shape), "%" PRIu64 ", %" PRIu64 ", %" PRIu64, d0, d1, d2);
+	return header_write(out, dtype, shape);
+}

@@ -40,5 +40,9 @@ int npy_header_parse(const uint8_t *p, size_t len, struct npy_header *out,
  * 0, -EINVAL (dtype outside the enum), -EOVERFLOW (the header would not fit version 1.0's
  * 16-bit length), -ENOMEM (out unchanged). */
 int npy_header_write(struct buf *out, enum token_dtype dtype, uint64_t rows, uint64_t cols);
+/* The same for a 3-D array of shape (d0, d1, d2): a batch of rows (rowindex.h), (samples,
+ * 3 planes, row_len). */
+int npy_header_write_3d(struct buf *out, enum token_dtype dtype, uint64_t d0, uint64_t d1,
+			uint64_t d2);
 
 #endif

@@ -165,7 +165,7 @@ static int load_source(const char *path, const char *base, size_t i, const json_
 		return -EINVAL;
 	}
 	src->name = strndup(name, nlen);
-	if (d[0] == '/')
+	if (d[0] == '/' || !strncmp(d, "s3://", 5)) /* absolute, or in object storage */
 		src->dir = strdup(d);
 	else if (asprintf(&src->dir, "%s%s%s", base, strcmp(base, "/") ? "/" : "", d) < 0)
 		src->dir = NULL;

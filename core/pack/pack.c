@@ -19,6 +19,7 @@
 #include "le.h"
 #include "instream.h"
 #include "pool.h"
+#include "rowindex.h"
 #include "shard_writer.h"
 #include "zephon_config.h"
 
@@ -180,6 +181,25 @@ static void token_rows(struct packer *p)
 	}
 }
 
+/* The meta of a dataset of rows (rowindex.h) and of its chat samples; 0 or -ENOMEM. */
+static int write_rows_meta(struct packer *p, const struct dataset_info *info)
+{
+	struct catalog *c = &p->cat;
+	int rc = 0;
+
+	rc |= catalog_meta_set(c, "layout", "rows");
+	rc |= catalog_meta_set_u64(c, "row_len", info->row_len);
+	rc |= catalog_meta_set_u64(c, "max_context_length", info->max_context);
+	rc |= catalog_meta_set_u64(c, "documents_dropped", p->dropped);
+	rc |= catalog_meta_set_u64(c, "padding", p->padding);
+	if (p->chat[0]) {
+		rc |= catalog_meta_set(c, "chat", p->chat);
+		rc |= catalog_meta_set_u64(c, "prompt_mismatch", p->prompt_mismatch);
+		rc |= catalog_meta_set(c, "prompt_mismatch_policy", p->mismatch_policy);
+	}
+	return rc;
+}
+
 static int write_meta(struct packer *p, struct pack_result *res)
 {
 	struct catalog *c = &p->cat;
@@ -200,6 +220,11 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	info.samples = p->samples;
 	if (p->o->tokdocs_fd >= 0)
 		memcpy(info.tokenizer_sha256, p->tok_sha256, sizeof(info.tokenizer_sha256));
+	if (p->o->rows) {
+		info.row_len = p->o->seq_len;
+		info.max_context = p->o->max_context ? p->o->max_context : p->o->seq_len;
+		info.seq_len = ROW_PLANES * p->o->seq_len;
+	}
 	dataset_fingerprint_text(&info, text, sizeof(text));
 	XXH3_128bits_update(p->fp, text, strlen(text));
 	xxh128_hex(XXH3_128bits_digest(p->fp), res->fingerprint);
@@ -214,7 +239,7 @@ static int write_meta(struct packer *p, struct pack_result *res)
 		rc |= catalog_meta_set(c, "record_ext", ext);
 	if (p->kind == DATASET_TOKENS) {
 		rc |= catalog_meta_set(c, "dtype", dtype_name(p->dtype));
-		rc |= catalog_meta_set_u64(c, "seq_len", p->o->seq_len + p->o->overlap);
+		rc |= catalog_meta_set_u64(c, "seq_len", info.seq_len);
 		rc |= catalog_meta_set_u64(c, "overlap", p->o->overlap);
 		if (p->have_eod)
 			rc |= catalog_meta_set_u64(c, "eod_token", p->eod);
@@ -231,6 +256,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 			rc |= catalog_meta_set_u64(c, "bos_token", p->bos);
 		rc |= catalog_meta_set_u64(c, "documents", res->documents);
 	}
+	if (p->o->rows)
+		rc |= write_rows_meta(p, &info);
 	rc |= catalog_meta_set(c, "compress", p->o->compress ? "zstd" : "none");
 	if (p->o->compress)
 		rc |= catalog_meta_set_u64(c, "level", (uint64_t)p->o->level);
@@ -322,7 +349,8 @@ static int pack_finish(struct packer *p, struct pack_result *res)
 		if (p->samples == 0)
 			return pack_fail(p, -ENODATA, "the inputs hold %" PRIu64 " tokens, less than "
 					 "one window of --seq-len %" PRIu64, p->tokens, o->seq_len);
-		token_rows(p);
+		if (!o->rows)
+			token_rows(p);
 	}
 	if (p->docs) {
 		res->documents = docindex_writer_count(p->docs);
@@ -353,6 +381,7 @@ static void packer_release(struct packer *p)
 {
 	shard_writer_free(p->w);
 	docindex_writer_free(p->docs);
+	pack_rows_free(p->rows);
 	if (p->comp)
 		for (unsigned t = 0; t < pool_size(p->pool); t++)
 			compressor_free(p->comp[t]);
@@ -412,6 +441,9 @@ int pack_run(const struct pack_opts *o, struct pack_result *res, char *err, size
 	res->sources = p.nsources;
 	res->skipped = p.skipped;
 	res->dict_bytes = p.dict_len;
+	res->dropped = p.dropped;
+	res->padding = p.padding;
+	res->prompt_mismatch = p.prompt_mismatch;
 	res->kind = p.kind;
 	pack_report(&p, 1);
 out:

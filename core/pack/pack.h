@@ -22,7 +22,9 @@
  * (u64 little-endian length, bytes) in id order, then the text
  * "zephon-dataset-v1\n" "kind=K\n" "content=C\n" "record_ext=E\n" "dtype=D\n"
  * "seq_len=L\n" "samples=N\n", and for a pack with --tokenizer "tokenizer_sha256=H\n"
- * (another tokenizer is another dataset, even where the ids happen to agree). Compression, level, dictionary and shard size are not in
+ * (another tokenizer is another dataset, even where the ids happen to agree), and for a
+ * dataset of rows "layout=rows\n" "row_len=R\n" "max_context_length=C\n" (dataset.h,
+ * dataset_fingerprint_text; a row's labels, its mask, are sample bytes). Compression, level, dictionary and shard size are not in
  * it: they do not change the sample bytes or ids.
  *
  * Core rule: never prints. Progress and notices go to the caller's callbacks.
@@ -87,6 +89,13 @@ struct pack_opts {
 	 * --tokenizer`'s front end writes (pack_text.c has the format, PACK_TOKDOCS_MAGIC
 	 * its first bytes); inputs and format are then not read. -1 otherwise. */
 	int tokdocs_fd;
+	/* With tokdocs_fd (--whole-documents, --chat): whole documents into rows of seq_len
+	 * positions by one plan over the whole dataset (rowplan.h), a dataset of rows
+	 * (rowindex.h: each sample three planes of seq_len int32: inputs, labels,
+	 * positions); a document of more than max_context input tokens (its tokens - 1; 0:
+	 * seq_len) is dropped and counted. 0: windows of the token stream. */
+	int rows;
+	uint64_t max_context;
 	void (*progress)(void *ctx, const struct pack_progress *p);
 	void (*notice)(void *ctx, const char *msg);
 	void *ctx;
@@ -106,6 +115,11 @@ struct pack_result {
 	uint64_t skipped;            /* records skipped (--skip-bad) and files not followed */
 	uint64_t remainder_tokens;
 	uint64_t documents;          /* --tokenizer: documents packed (0 otherwise) */
+	uint64_t dropped;            /* rows: documents longer than max_context, dropped */
+	uint64_t padding;            /* rows: positions of padding, all rows */
+	uint64_t prompt_mismatch;    /* --chat: samples whose prompt tokens are not a prefix
+	                              * of the conversation's (each dropped, or kept with
+	                              * TorchTitan's mask: the front end's policy) */
 	uint64_t tokens;             /* tokens read, all inputs */
 	uint64_t max_token;          /* the largest token id (token datasets) */
 	size_t dict_bytes;           /* 0 when packed without a dictionary */

@@ -6,7 +6,8 @@
  * pool thread validates, checksums and compresses, pack_dict.c holds the first samples
  * back to train the zstd dictionary on them, and every step reports through packer.c.
  * Each file stands above what it calls: pack.c > pack_plan.c, pack_publish.c,
- * pack_batch.c > pack_dict.c > packer.c. Internal to core/pack/pack*.c; not
+ * pack_batch.c > pack_dict.c > packer.c; pack_text.c > pack_rows.c (rows of whole
+ * documents, planned by rowplan.c) > pack_batch.c. Internal to core/pack/pack*.c; not
  * thread-safe: one pack per struct packer, the pool threads touching only their share
  * of a batch.
  */
@@ -85,6 +86,13 @@ struct packer {
 	int have_bos;
 	uint64_t bos;
 	uint64_t input_base;         /* bytes of the inputs finished before this one */
+	int masked;                  /* the front end sends a label mask per token (--chat) */
+	char chat[32];               /* --chat: "messages" or "prompt-response"; "" */
+	char mismatch_policy[16];    /* --chat: "drop" or "keep" */
+	uint64_t prompt_mismatch;    /* --chat: its 'W' records */
+	/* rows (o->rows; pack_rows.c): the documents kept, spilled until the plan */
+	struct pack_rows *rows;
+	uint64_t dropped, padding;
 	/* counters */
 	uint64_t samples, raw_bytes, input_done, input_total;
 	struct pack_progress prog;
@@ -106,6 +114,19 @@ int pack_cancelled(const struct packer *p);
 
 /* pack_text.c: read the --tokenizer front end's stream from o->tokdocs_fd. */
 int pack_tokdocs(struct packer *p);
+
+/* pack_rows.c: a dataset of rows. pack_rows_open: the spill file (unlinked at once) in
+ * the temporary directory; 0 or -errno. pack_rows_add: one document of n tokens (ids: n
+ * little-endian u32, mask: n bytes, 1 where the token is trained as a label, or NULL for
+ * all but the first) of record `record` of source `source` (format: its catalog format,
+ * for messages): kept, or dropped and counted when longer than max_context input tokens
+ * (or of one token); 0 or -errno. pack_rows_finish: plan the rows, write them through the
+ * batch and the row index; 0 or -errno. pack_rows_free: NULL is fine. */
+int pack_rows_open(struct packer *p);
+int pack_rows_add(struct packer *p, const uint8_t *ids, const uint8_t *mask, uint32_t n,
+		  uint64_t record, uint32_t source, const char *format);
+int pack_rows_finish(struct packer *p);
+void pack_rows_free(struct pack_rows *r);
 
 /* pack_plan.c: check the inputs and options before any work. */
 int pack_plan(struct packer *p, enum source_format *formats);

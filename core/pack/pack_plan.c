@@ -12,6 +12,8 @@
 
 #include <zstd.h>
 
+#include "rowplan.h"
+
 static enum dataset_content content_of(enum source_format f)
 {
 	switch (f) {
@@ -131,11 +133,36 @@ out:
 	return rc;
 }
 
+/* The options of a dataset of rows (pack.h, o->rows). 0, or -EINVAL with the reason. */
+static int rows_options(struct packer *p)
+{
+	const struct pack_opts *o = p->o;
+
+	if (o->tokdocs_fd < 0)
+		return pack_fail(p, -EINVAL, "rows of whole documents are made of --tokenizer "
+				 "documents; pass --tokenizer");
+	if (o->overlap)
+		return pack_fail(p, -EINVAL, "--overlap cuts windows; rows of whole documents take "
+				 "none (drop --overlap)");
+	if (o->seq_len > ROWPLAN_CAPACITY_MAX)
+		return pack_fail(p, -EINVAL, "--seq-len %" PRIu64 ": rows of whole documents hold "
+				 "at most %" PRIu32 " positions", o->seq_len, ROWPLAN_CAPACITY_MAX);
+	if (o->max_context > o->seq_len)
+		return pack_fail(p, -EINVAL, "--max-context-length %" PRIu64 " is longer than the "
+				 "rows (--seq-len %" PRIu64 "): a document must fit a row",
+				 o->max_context, o->seq_len);
+	if (o->have_dtype && o->dtype != DTYPE_INT32)
+		return pack_fail(p, -EINVAL, "--dtype %s: rows are int32 (inputs, labels with "
+				 "-100, positions); drop --dtype", dtype_name(o->dtype));
+	return 0;
+}
+
 /* Check the inputs and options before any work. */
 int pack_plan(struct packer *p, enum source_format *formats)
 {
 	const struct pack_opts *o = p->o;
 	char why[600];
+	int rc;
 
 	if (o->tokdocs_fd >= 0) {
 		/* the front end read, checked and tokenized the inputs */
@@ -148,8 +175,7 @@ int pack_plan(struct packer *p, enum source_format *formats)
 	p->all_jsonl = 1;
 	for (size_t i = 0; i < o->ninputs; i++) {
 		enum dataset_content c;
-		int rc = source_detect(o->inputs[i], o->format, &formats[i], why, sizeof(why));
-
+		rc = source_detect(o->inputs[i], o->format, &formats[i], why, sizeof(why));
 		if (rc)
 			return pack_fail(p, rc, "%s", why);
 		c = content_of(formats[i]);
@@ -181,6 +207,8 @@ options:
 				 o->inputs[0], dataset_content_name(p->content));
 	if (p->kind == DATASET_TOKENS && o->seq_len > SAMPLE_MAX_BYTES / 4)
 		return pack_fail(p, -EINVAL, "--seq-len %" PRIu64 " is too large", o->seq_len);
+	if (o->rows && (rc = rows_options(p)))
+		return rc;
 	if (o->compress && (o->level < ZSTD_minCLevel() || o->level > ZSTD_maxCLevel()))
 		return pack_fail(p, -EINVAL, "--level %d is outside zstd's %d..%d", o->level,
 			    ZSTD_minCLevel(), ZSTD_maxCLevel());

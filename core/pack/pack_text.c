@@ -7,11 +7,16 @@
  * The stream (pack.h, PACK_TOKDOCS_MAGIC), little-endian:
  *   "ZTOKDOC1", u32 n, n bytes of "key=value\n" lines: dtype, eod (the end-of-document
  *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional), input_bytes
- *   (the inputs' total size, for progress), or only error (the front end cannot start:
+ *   (the inputs' total size, for progress), masks (1: every 'B' carries a label mask;
+ *   --chat), chat ("messages" or "prompt-response") and prompt_mismatch ("drop" or "keep":
+ *   what the front end did with such samples), or only error (the front end cannot start:
  *   the message); then records, each a tag byte:
  *   'I' u32 n, "FORMAT\tPATH" (n bytes), u64 size      a new input (catalog row)
- *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id
+ *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id,
+ *       and with masks=1 tokens x u8 mask (1: the token is trained as a label, 0: not)
  *                                                     documents of the current input
+ *   'W' u32 n, message                                a chat sample whose prompt's tokens
+ *                                                     are not a prefix of its own (counted)
  *   'P' u64 bytes                                     bytes of the current input read
  *   'S' u32 n, message                                a record skipped (--skip-bad)
  *   'X' u32 n, message                                the front end failed: the message
@@ -148,6 +153,28 @@ static int header_u64(const char *text, const char *key, uint64_t *out)
 	return *end || errno ? -EINVAL : 0;
 }
 
+/* The header's chat keys, and the dtype of rows (int32 planes, whatever the front end
+ * chose: *dt). 0, or -EBADMSG (a mask without rows: the front end and packer disagree). */
+static int header_rows(struct packer *p, const char *text, enum token_dtype *dt)
+{
+	uint64_t masks = 0;
+
+	header_u64(text, "masks", &masks);
+	p->masked = masks == 1;
+	header_get(text, "chat", p->chat, sizeof(p->chat));
+	header_get(text, "prompt_mismatch", p->mismatch_policy, sizeof(p->mismatch_policy));
+	if (p->masked && !p->o->rows)
+		return pack_fail(p, -EBADMSG, "internal: the front end sends label masks but the "
+				 "pack makes no rows");
+	if (!p->o->rows)
+		return 0;
+	if (p->vocab_size - 1 > dtype_max(DTYPE_INT32))
+		return pack_fail(p, -EINVAL, "rows hold int32 token ids, but the tokenizer's "
+				 "vocabulary has %" PRIu64 " ids", p->vocab_size);
+	*dt = DTYPE_INT32;
+	return 0;
+}
+
 static int read_header(struct packer *p, struct tdreader *r)
 {
 	char magic[8], *text = NULL, v[256];
@@ -177,6 +204,8 @@ static int read_header(struct packer *p, struct tdreader *r)
 	    !header_get(text, "tokenizer_sha256", p->tok_sha256, sizeof(p->tok_sha256)) ||
 	    strspn(p->tok_sha256, "0123456789abcdef") != 64 || p->tok_sha256[64] ||
 	    p->eod > dtype_max(dt) || p->eod >= p->vocab_size)
+		goto out;
+	if ((rc = header_rows(p, text, &dt)))
 		goto out;
 	p->have_bos = header_u64(text, "bos", &p->bos) == 0;
 	if (header_u64(text, "input_bytes", &p->input_total))
@@ -220,9 +249,33 @@ static int finish_input(struct packer *p, struct tdreader *r, struct catalog_sou
 	return rc;
 }
 
-/* One 'B' record: documents into the window and the document index. */
+/* The documents of a batch (ids: their tokens as u32, masks: theirs or past the ids
+ * when the front end sends none) into rows (pack_rows.c). */
+static int add_to_rows(struct packer *p, uint32_t docs, const uint64_t *records,
+		       const uint32_t *lens, const uint8_t *ids, const uint8_t *masks,
+		       uint32_t source, const char *format)
+{
+	int rc;
+
+	for (uint32_t d = 0; d < docs; d++) {
+		uint32_t n = le32_get(&lens[d]);
+
+		if (n == 0)
+			return pack_fail(p, -EBADMSG, "the tokenizer front end sent an empty document "
+					 "(broken stream)");
+		rc = pack_rows_add(p, ids, p->masked ? masks : NULL, n, le64_get(&records[d]), source,
+				   format);
+		if (rc)
+			return rc;
+		ids += (size_t)n * 4;
+		masks += n;
+	}
+	return 0;
+}
+
+/* One 'B' record: documents into the window and the document index, or into rows. */
 static int read_batch(struct packer *p, struct tdreader *r, const char *path, uint32_t source,
-		      struct buf *tmp)
+		      const char *format, struct buf *tmp)
 {
 	uint32_t docs;
 	uint64_t ntok, sum = 0, max = dtype_max(p->dtype);
@@ -237,12 +290,13 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a batch of %" PRIu32
 				 " documents and %" PRIu64 " tokens (broken stream)", docs, ntok);
 	tmp->len = 0;
-	if ((rc = buf_reserve(tmp, (size_t)docs * 12 + (size_t)ntok * 4)))
+	if ((rc = buf_reserve(tmp, (size_t)docs * 12 + (size_t)ntok * (p->masked ? 5 : 4))))
 		return rc;
 	records = (uint64_t *)tmp->data;
 	lens = (uint32_t *)(tmp->data + (size_t)docs * 8);
 	ids = tmp->data + (size_t)docs * 12;
-	if ((rc = td_read(p, r, tmp->data, (size_t)docs * 12 + (size_t)ntok * 4)))
+	if ((rc = td_read(p, r, tmp->data, (size_t)docs * 12 + (size_t)ntok *
+			  (p->masked ? 5 : 4))))
 		return rc;
 	for (uint32_t d = 0; d < docs; d++)
 		sum += le32_get(&lens[d]);
@@ -257,13 +311,17 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
 					 "tokenizer's vocabulary of %" PRIu64, path, id,
 					 dtype_name(p->dtype), p->vocab_size);
-		if (id > p->max_token)
+		if (id > p->max_token && !p->o->rows) /* rows: of the documents kept */
 			p->max_token = id;
 		if (p->itemsize == 2)
 			le16_put(ids + 2 * t, (uint16_t)id);
 		else if (p->itemsize == 1)
 			ids[t] = (uint8_t)id;
 	}
+	p->have_max_token = 1;
+	if (p->o->rows)
+		return add_to_rows(p, docs, records, lens, ids, ids + (size_t)ntok * 4, source,
+				   format);
 	for (uint32_t d = 0; d < docs; d++) {
 		uint32_t n = le32_get(&lens[d]);
 
@@ -275,7 +333,6 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 		if (rc)
 			return rc;
 	}
-	p->have_max_token = 1;
 	p->tokens += ntok;
 	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
 		return rc;
@@ -313,6 +370,9 @@ static int begin_input(struct packer *p, struct tdreader *r, struct catalog_sour
 	}
 	free(*path);
 	*path = text;
+	if (row->size > INT64_MAX) /* the catalog holds sizes as SQLite integers */
+		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input of %" PRIu64
+				 " bytes (broken stream)", row->size);
 	if (!(row->format = strchr(*path, '\t')))
 		return pack_fail(p, -EBADMSG, "the tokenizer front end named an input without its "
 				 "format (broken stream)");
@@ -349,6 +409,10 @@ static int read_message(struct packer *p, struct tdreader *r, uint8_t tag, uint6
 	}
 	if (tag == 'X') {
 		rc = pack_fail(p, -EINVAL, "%s", text);
+	} else if (tag == 'W') {
+		p->prompt_mismatch++;
+		if (p->o->notice)
+			p->o->notice(p->o->ctx, text);
 	} else {
 		p->skipped++;
 		if (p->o->notice)
@@ -375,7 +439,8 @@ int pack_tokdocs(struct packer *p)
 		goto out;
 	}
 	XXH3_128bits_reset(r.hash); /* the header and records before the first input too */
-	if ((rc = read_header(p, &r)) || (rc = pack_open_docindex(p)))
+	if ((rc = read_header(p, &r)) || (rc = pack_open_docindex(p)) ||
+	    (p->o->rows && (rc = pack_rows_open(p))))
 		goto out;
 	while (!done) {
 		uint8_t tag;
@@ -392,10 +457,12 @@ int pack_tokdocs(struct packer *p)
 					       "before naming their input (broken stream)");
 				break;
 			}
-			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, &tmp);
+			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, row.format,
+					&tmp);
 			break;
 		case 'P':
 		case 'S':
+		case 'W':
 		case 'X':
 			rc = read_message(p, &r, tag, row.size);
 			break;
@@ -416,7 +483,7 @@ int pack_tokdocs(struct packer *p)
 	if (!rc && p->cat.nsources == 0)
 		rc = pack_fail(p, -ENODATA, "the inputs hold no documents");
 	if (!rc)
-		rc = pack_batch_flush(p);
+		rc = p->o->rows ? pack_rows_finish(p) : pack_batch_flush(p);
 out:
 	if (rc == -ECANCELED)
 		pack_fail(p, rc, "pack interrupted; nothing was written to %s", p->o->out);

@@ -138,6 +138,16 @@ static int encode_lines(struct sample_reader *r, const uint64_t *ids, size_t cou
 	return 0;
 }
 
+/* The npy header of count token samples: (count, seq_len), or, for a dataset of rows,
+ * (count, 3, row_len): each sample's planes inputs, labels, positions (rowindex.h). */
+static int npy_head(struct buf *out, const struct dataset_info *info, size_t count)
+{
+	if (info->row_len)
+		return npy_header_write_3d(out, info->dtype, count, info->seq_len / info->row_len,
+					   info->row_len);
+	return npy_header_write(out, info->dtype, count, info->seq_len);
+}
+
 /* The bytes of count token samples (npy or bin, header aside) and of one of them.
  * 0, -EINVAL (not a token dataset), -EOVERFLOW (more than a buffer can hold). */
 static int tokens_bytes(const struct dataset_info *info, size_t count,
@@ -166,7 +176,7 @@ static int encode_tokens(const struct encode_in *in, int with_header, struct buf
 	if (rc)
 		return rc;
 	if (with_header) {
-		rc = npy_header_write(out, info->dtype, count, info->seq_len);
+		rc = npy_head(out, info, count);
 		if (rc)
 			return rc;
 	}
@@ -396,7 +406,7 @@ int encode_batch_views(const struct encode_in *in, struct buf *head, struct iove
 		return -ENOTSUP;
 	sample_reader_warm(in->r, in->ids, in->count);
 	if (in->format == FORMAT_NPY)
-		rc = npy_header_write(head, in->info->dtype, in->count, in->info->seq_len);
+		rc = npy_head(head, in->info, in->count);
 	if (!rc)
 		rc = sample_reader_views(in->r, in->ids, in->count, views, bad_id);
 	if (rc)
@@ -430,7 +440,7 @@ int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
 		if (f == FORMAT_NPY) {
 			struct buf head = BUF_INIT;
 
-			rc = npy_header_write(&head, info->dtype, count, info->seq_len);
+			rc = npy_head(&head, info, count);
 			n = head.len;
 			buf_release(&head);
 			if (rc)

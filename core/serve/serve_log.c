@@ -91,8 +91,16 @@ void srv_log(struct server *s, int prio, const char *fmt, ...)
 void srv_log_decode_error(struct server *s, const char *what, int err, uint64_t bad)
 {
 	const struct dataset *ds = srv_logger(s)->ds;
+	struct dataset_fetch_stats f;
 
-	if (err == -EIO)
+	/* in object storage: the read may have failed at the fetch, whose error says why
+	 * (the object changed, the server gave no answer) */
+	if (err == -EIO && !dataset_fetch_stats(ds, &f) && f.last_error[0])
+		srv_log(s, LOG_ERR, "%s: sample %" PRIu64 " in %s could not be fetched or failed its "
+			"check; nothing was served (the last fetch error: %s)", what, bad,
+			dataset_shard_name(ds, bad) ? dataset_shard_name(ds, bad) : "?",
+			f.last_error);
+	else if (err == -EIO)
 		srv_log(s, LOG_ERR, "%s: sample %" PRIu64 " in %s failed its checksum; nothing "
 			"was served (run zephon verify on the dataset)", what, bad,
 			dataset_shard_name(ds, bad) ? dataset_shard_name(ds, bad) : "?");

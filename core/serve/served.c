@@ -10,6 +10,7 @@
 
 #include "buf.h"
 #include "journal_weights.h"
+#include "s3.h"
 
 int served_open(const char *path, struct served *st, char *err, size_t errlen)
 {
@@ -17,6 +18,13 @@ int served_open(const char *path, struct served *st, char *err, size_t errlen)
 	int rc;
 
 	memset(st, 0, sizeof *st);
+	if (s3_is_url(path)) { /* a dataset in object storage: the URL as given */
+		if (strlen(path) >= sizeof(st->path))
+			return err_set(err, errlen, -ENAMETOOLONG, "%s: URL too long", path);
+		strcpy(st->path, path);
+		st->k = 1;
+		return dataset_open(st->path, &st->ds, err, errlen);
+	}
 	if (!realpath(path, st->path)) {
 		rc = -errno;
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));

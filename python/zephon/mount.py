@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from ._exe import PathLike, ZephonError, find_executable
 from .options import (
@@ -88,6 +88,12 @@ def _status_within(mp: str, timeout: float) -> dict[str, Any] | None:
                       f"unmount it with fusermount3 -u {mp} if it is a leftover")
 
 
+def _dataset_path(dataset: PathLike, resolve: Callable[[str], str]) -> str:
+    """A dataset path made absolute with ``resolve``; an ``s3://`` URL as given."""
+    text = os.fspath(dataset)
+    return text if text.startswith("s3://") else resolve(text)
+
+
 # What makes two mounts another stream or layout, compared as /status spells them (the
 # mount's own values); the options that change neither the bytes nor who reads them
 # (prefetch, workers, sync, allow_other...) are not among them.
@@ -112,8 +118,9 @@ def stream_differences(asked: Mapping[str, Any], there: Mapping[str, Any]) -> li
         if a is None:
             continue
         if key in ("dataset", "journal"):
-            a = os.path.realpath(a)
-            t = os.path.realpath(t) if isinstance(t, str) and os.path.isabs(t) else t
+            a = _dataset_path(a, os.path.realpath)
+            t = _dataset_path(t, os.path.realpath) if isinstance(t, str) and (
+                os.path.isabs(t) or t.startswith("s3://")) else t
         if a != t:
             if key == "rank_list":
                 diffs.append(f"ranks {there.get('ranks')} there, {asked.get('ranks')} asked")
@@ -164,7 +171,7 @@ class Mount:
     def __init__(self, dataset: PathLike, mountpoint: PathLike, *,
                  zephon: PathLike | None = None, timeout: float = 60.0,
                  **options: Unpack[MountOptions]) -> None:
-        self.dataset = os.path.abspath(os.fspath(dataset))
+        self.dataset = _dataset_path(dataset, os.path.abspath)
         self.path = os.path.abspath(os.fspath(mountpoint))
         check_names(type(self).__name__, options, OPTION_NAMES)
         self.options: str = mount_options(**options)

@@ -82,7 +82,8 @@ def _config_token(config: dict, key: str) -> str | None:
     return tok if isinstance(tok, str) else None
 
 
-def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
+def load_tokenizer(path: str, eod_token: int | None = None,
+                   extra: tuple[str, ...] = ()) -> TokenizerSpec:
     """Load ``path`` the way TorchTitan 0.3.0's ``HuggingFaceTokenizer`` does.
 
     - A folder: ``tokenizer.json`` in it, and ``tokenizer_config.json`` when present: its
@@ -99,7 +100,8 @@ def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
       is then appended after every document (Megatron's ``--append-eod``); an
       ``eod_token`` other than an EOS is refused.
     - ``sha256`` is over the bytes of ``tokenizer.json``, then those of
-      ``tokenizer_config.json`` when it was read.
+      ``tokenizer_config.json`` when it was read, then those of the files ``extra`` names
+      (``--chat``: the ``chat_template.jinja`` read).
 
     Raises :class:`InputError` with the reason (a missing file, a file that does not
     parse, a bad config).
@@ -159,6 +161,9 @@ def load_tokenizer(path: str, eod_token: int | None = None) -> TokenizerSpec:
                 added.append(_added_token(AddedToken, conf["content"], conf))
         if added:
             tok.add_special_tokens(added)
+    for x in extra:
+        with open(x, "rb") as f:
+            digest.update(f.read())
     bos_id = tok.token_to_id(bos_tok) if bos_tok is not None else None
     eos_id = tok.token_to_id(eos_tok) if eos_tok is not None else None
     empty = tok.encode("").ids
@@ -225,6 +230,7 @@ class Options:
     format: str = "auto"
     skip_bad: bool = False
     zephon: str = "zephon"
+    chat: Any = None          # --chat: a zephon.pack_chat.ChatOptions
 
 
 def _kind_by_name(path: str, fmt: str) -> str:
@@ -568,7 +574,7 @@ READERS = {"jsonl": JsonlReader, "lines": LinesReader, "text": TextReader,
 class Batch:
     unit: int
     records: list[int] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
+    texts: list[Any] = field(default_factory=list)     # str, or a conversation (--chat)
     done: int = 0
 
 
@@ -590,11 +596,16 @@ class Writer:
         self._text(b"I", f"{unit.kind}\t{unit.path}")
         self.out.write(struct.pack("<Q", unit.size))
 
-    def batch(self, records: Any, lens: Any, ids: Any) -> None:
+    def batch(self, records: Any, lens: Any, ids: Any, masks: Any = None) -> None:
         self.out.write(b"B" + struct.pack("<IQ", len(lens), len(ids)))
         self.out.write(records.tobytes())
         self.out.write(lens.tobytes())
         self.out.write(ids.tobytes())
+        if masks is not None:
+            self.out.write(masks.tobytes())
+
+    def mismatch(self, msg: str) -> None:
+        self._text(b"W", msg)
 
     def progress(self, done: int) -> None:
         self.out.write(b"P" + struct.pack("<Q", done))
@@ -641,17 +652,36 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
     w = Writer(out)
     opts = Options(text_field=args.text_field, column=args.column, split=args.split,
                    format=args.format, skip_bad=args.skip_bad, zephon=args.zephon)
+    template = None
+    head: dict[str, Any] = {}
     try:
-        spec = load_tokenizer(args.tokenizer, args.eod_token)
+        extra: tuple[str, ...] = ()
+        if args.chat:
+            from . import pack_chat
+            opts.chat = pack_chat.ChatOptions(
+                messages_field=args.messages_field or "messages",
+                prompt_field=args.prompt_field, response_field=args.response_field,
+                mismatch=args.prompt_mismatch, max_context=args.max_context_length)
+            template, jinja = pack_chat.load_template(os.path.normpath(args.tokenizer))
+            extra = (jinja,) if jinja else ()
+            head = {"masks": 1, "chat": opts.chat.form, "prompt_mismatch": opts.chat.mismatch}
+        spec = load_tokenizer(args.tokenizer, args.eod_token, extra)
+        if args.chat and spec.eos_id is None:
+            raise InputError("--chat needs a tokenizer with an EOS token (TorchTitan's "
+                             "ChatProcessor refuses one without): its tokenizer_config.json "
+                             "names no eos_token")
         dtype = choose_dtype(spec.vocab_size, args.dtype)
         units = plan_inputs(args.inputs, opts)
+        if args.chat:
+            for u in units:
+                pack_chat.chat_reader(u.kind)
     except InputError as e:
         w.header({"error": str(e).replace("\n", " ")})
         out.flush()
         return 1
     w.header({"dtype": dtype, "eod": spec.eod, "bos": spec.bos, "vocab_size": spec.vocab_size,
               "tokenizer": spec.name, "tokenizer_sha256": spec.sha256,
-              "input_bytes": sum(u.size for u in units)})
+              "input_bytes": sum(u.size for u in units), **head})
     q: queue.Queue = queue.Queue(maxsize=2)
 
     def produce() -> None:
@@ -681,11 +711,41 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
             continue
         # the bytes first: the packer redraws its bar when the batch is in
         w.progress(item.done)
-        if item.texts:
+        if item.texts and template is not None:
+            try:
+                chat_batch(w, spec, template, units[item.unit], item, opts)
+            except InputError as e:
+                w.error(str(e))
+                out.flush()
+                return 1
+        elif item.texts:
             lens, ids = encode_batch(spec, item.texts)
             w.batch(np.asarray(item.records, dtype="<u8"), lens, ids)
     w.end()
     return 0
+
+
+def chat_batch(w: Writer, spec: TokenizerSpec, template: Any, unit: Unit, item: Batch,
+               opts: Options) -> None:
+    """A batch of conversations (--chat) tokenized with their masks onto w, each sample
+    whose prompt is not a prefix reported; a conversation the template refuses is a bad
+    record (InputError, or skipped with --skip-bad)."""
+    import numpy as np
+
+    from .pack_chat import encode_chat
+
+    sep = ": row " if unit.kind in ("parquet", "arrow") else ":"
+    where = [f"{unit.path}{sep}{r}" for r in item.records]
+    enc = encode_chat(spec, template, item.texts, where, opts.chat)
+    for bad in enc.bad:
+        if not opts.skip_bad:
+            raise bad
+        w.skipped(f"{bad}; skipped")
+    for msg in enc.warnings:
+        w.mismatch(msg)
+    if enc.keep:
+        records = np.asarray([item.records[c] for c in enc.keep], dtype="<u8")
+        w.batch(records, enc.lens, enc.ids, enc.masks)
 
 
 def read_batches(units: list[Unit], opts: Options, put: Any) -> None:
@@ -696,7 +756,11 @@ def read_batches(units: list[Unit], opts: Options, put: Any) -> None:
     without --skip-bad raises its SkipRecord."""
     for k, unit in enumerate(units):
         put(("input", k))
-        reader = READERS[unit.kind](unit, opts)
+        if opts.chat is not None:
+            from .pack_chat import chat_reader
+            reader = chat_reader(unit.kind)(unit, opts)
+        else:
+            reader = READERS[unit.kind](unit, opts)
         b, chars = Batch(k), 0
         for item in reader.docs():
             if isinstance(item, SkipRecord):
@@ -707,7 +771,9 @@ def read_batches(units: list[Unit], opts: Options, put: Any) -> None:
             rec, text = item
             b.records.append(rec)
             b.texts.append(text)
-            chars += len(text)
+            # a conversation (--chat) counts its messages' text
+            chars += len(text) if isinstance(text, str) else sum(len(m["content"])
+                                                                 for m in text)
             if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
                 b.done = reader.done
                 put(b)
@@ -733,6 +799,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, choices=sorted(DTYPE_MAX))
     ap.add_argument("--eod-token", type=int, default=None)
     ap.add_argument("--skip-bad", action="store_true")
+    ap.add_argument("--chat", action="store_true")
+    ap.add_argument("--messages-field", default=None)
+    ap.add_argument("--prompt-field", default=None)
+    ap.add_argument("--response-field", default=None)
+    ap.add_argument("--prompt-mismatch", default="drop", choices=["drop", "keep"])
+    ap.add_argument("--max-context-length", type=int, default=None)
     ap.add_argument("inputs", nargs="+")
     args = ap.parse_args(argv)
     out = sys.stdout.buffer
@@ -741,4 +813,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as zephon.pack_text, the module zephon.pack_chat imports (not a second copy of
+    # it named __main__, whose InputError and SkipRecord would be other classes)
+    from zephon.pack_text import main as _main
+    sys.exit(_main())

@@ -26,7 +26,7 @@ from torchtitan.trainer import Trainer
 
 from .torchtitan import PretokenizedTokenizer, ZephonDataLoader
 
-__all__ = ["use_zephon", "llama3_debugmodel_zephon", "dry_run"]
+__all__ = ["use_zephon", "llama3_debugmodel_zephon", "sft_debugmodel_zephon", "dry_run"]
 
 
 def use_zephon(config: Trainer.Config, *, mount: str | None = None,
@@ -67,6 +67,23 @@ def llama3_debugmodel_zephon() -> Trainer.Config:
     from torchtitan.models.llama3.config_registry import llama3_debugmodel
 
     config = llama3_debugmodel()
+    return use_zephon(config, vocab_size=decoder_vocab_size(config.model_spec))
+
+
+def sft_debugmodel_zephon() -> Trainer.Config:
+    """TorchTitan's ``sft_debugmodel`` (the Llama 3 debug model with flex attention,
+    fine-tuned on chat samples) with its data from ``$ZEPHON_MOUNT``: a dataset of rows
+    packed with ``zephon pack --tokenizer tests/assets/tokenizer --chat --seq-len 2048``
+    (docs/fine-tuning.md), mounted with ``world_size`` = the data-parallel degree and
+    ``global_batch`` = 8 x that degree. Rows of 2048 positions serve both versions (0.3.0's
+    ``local_batch_size`` 8 x ``seq_len`` 2048; main's ``num_tokens_per_microbatch_per_dp_rank``
+    8 x 2048, 8 rows one after the other); rows of 16384 (``--seq-len 16384
+    --max-context-length 2048``) serve main, one row per micro-batch (``global_batch`` =
+    the degree). Everything else is the config's own."""
+    from torchtitan.models.common.config_utils import decoder_vocab_size
+    from torchtitan.models.llama3.config_registry import sft_debugmodel
+
+    config = sft_debugmodel()
     return use_zephon(config, vocab_size=decoder_vocab_size(config.model_spec))
 
 

@@ -46,13 +46,16 @@ import io
 import mmap
 import os
 import warnings
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from .mount import read_status
 from .position import Position
+
+if TYPE_CHECKING:
+    from .torchft import TorchFTPosition
 
 STATE_VERSION = 1
 
@@ -102,6 +105,13 @@ class TokenMount:
         self.overlap: int = int(st.get("overlap", 0))
         self.window: int = int(st["window"])           # tokens per sample as stored
         self.seq_len: int = int(st["sample_tokens"])    # the pack's --seq-len
+        # a dataset of rows (pack --whole-documents, --chat): each sample [3, row_len],
+        # inputs, labels and positions (zephon.sft); 0 for windows
+        self.row_len: int = int(st.get("row_len") or 0) if st.get("layout") == "rows" else 0
+        self.max_context_length: int | None = int(st["max_context_length"]) \
+            if self.row_len else None
+        self.sample_shape: tuple[int, ...] = (3, self.row_len) if self.row_len else \
+            (self.window,)
         self.dtype: np.dtype[Any] = np.dtype(st["npy_descr"])
         eod = st.get("eod_token")
         self.eod_token: int | None = None if eod is None else int(eod)
@@ -177,8 +187,8 @@ class TokenMount:
             shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
         else:
             raise OSError(f"{path}: npy version {version} is not read")
-        if tuple(shape) != (self.share, self.window) or np.dtype(dtype) != self.dtype:
-            raise OSError(f"{path}: expected {self.share} x {self.window} {self.dtype}, "
+        if tuple(shape) != (self.share, *self.sample_shape) or np.dtype(dtype) != self.dtype:
+            raise OSError(f"{path}: expected {(self.share, *self.sample_shape)} {self.dtype}, "
                           f"got {shape} {dtype}")
         return fp.tell()
 
@@ -216,6 +226,12 @@ class ZephonLoader(TokenMount):
             ids (uncompressed token shards that this process can map), ``True`` requires
             it (``ValueError`` where the mount does not serve ids, ``OSError`` where a
             shard cannot be mapped), ``False`` never. The attribute ``direct`` says which.
+        torchft: a ``torchft.Manager``: torchft mode (:mod:`zephon.torchft`, docs/torchft.md).
+            ``dp_rank`` and ``dp_world_size`` are then the DP rank and degree within this
+            replica group, and the mount's ``world_size`` is the job's at full strength
+            (the DP degree x the most groups); each step serves this rank its part of
+            the next samples of the global stream for the step's participants, the
+            position moves when the step commits and travels to healing groups.
 
     Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
     (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
@@ -227,6 +243,11 @@ class ZephonLoader(TokenMount):
     recorded). Windows are raw: across a document boundary the label after an EOS is the
     next document's first token; TorchTitan's loader (:mod:`zephon.torchtitan`) masks it,
     mask it yourself (``labels[inputs == eod_token] = -100``) to train as TorchTitan does.
+
+    A dataset of rows (``zephon pack --whole-documents`` or ``--chat``: ``row_len`` is
+    not 0) yields ``[micro_batch, 3, row_len]``: each row's inputs, labels (-100 where
+    no loss is taken) and positions, as stored (:func:`zephon.sft.split_rows`); its
+    ``seq_len`` is ``row_len``, the tokens a micro-batch trains per row.
 
     Raises ``ValueError`` (nothing read, nothing written) when the mount's layout does not
     fit the trainer's configuration, the dataset is not a token dataset or holds ids the
@@ -240,7 +261,13 @@ class ZephonLoader(TokenMount):
     def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
                  micro_batch: int | None = None, tokens_per_batch: int | None = None,
                  global_batch: int | None = None, vocab_size: int | None = None,
-                 write_marks: bool = True, direct: bool | None = None) -> None:
+                 write_marks: bool = True, direct: bool | None = None,
+                 torchft: Any = None) -> None:
+        group = (int(dp_rank), int(dp_world_size))
+        if torchft is not None:
+            # torchft mode (zephon.torchft): dp_rank and dp_world_size are the replica
+            # group's; the mount's layout is the whole job's
+            dp_world_size = int(read_status(mount)["world_size"])
         super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
                          micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
                          global_batch=global_batch, vocab_size=vocab_size)
@@ -270,20 +297,30 @@ class ZephonLoader(TokenMount):
         # from/ or ids/ run); None: start one at the position's next step
         self._batches: Iterator[np.ndarray] | None = None
         self._gather = self._shards.gatherer() if self._shards is not None else None
+        self._rows = (-1, *self.sample_shape) if self.row_len else None
         self._pending_mark: tuple[int, int] | None = None
+        self.torchft: TorchFTPosition | None = None
+        """The shared position of torchft mode (``torchft=`` given), else None."""
+        if torchft is not None:
+            from .torchft import TorchFTPosition
+            self.dp_rank, self.dp_world_size = group
+            self.torchft = TorchFTPosition(torchft, self, group_rank=group[0],
+                                           group_degree=group[1])
 
     # ---- iteration ----
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         """The loader itself: each ``next()`` yields the next micro-batch, an ``int64``
-        tensor ``[micro_batch, window]``, and moves the position. Ends (StopIteration) at
-        the end of a finite stream (``epochs=E``)."""
+        tensor ``[micro_batch, window]`` (rows: ``[micro_batch, 3, row_len]``), and moves
+        the position. Ends (StopIteration) at the end of a finite stream (``epochs=E``)."""
         return self
 
     def __next__(self) -> torch.Tensor:
         if self._pending_mark is not None:
             self._write_mark(*self._pending_mark)
             self._pending_mark = None
+        if self.torchft is not None:
+            return self.torchft.batch()
         batches = self._batches
         if batches is None:
             batches = self._batches = self.position.walk(self._blocks(self.position.gsn))
@@ -296,6 +333,8 @@ class ZephonLoader(TokenMount):
             raise
         if self._gather is not None:    # ids: gather the windows from the shards
             rows = self._gather(rows)
+        if self._rows is not None:      # a dataset of rows: [m, 3, row_len] (zephon.sft)
+            return torch.from_numpy(rows.astype(np.int64).reshape(self._rows))
         return torch.from_numpy(rows.astype(np.int64))
 
     def _blocks(self, gsn: int) -> Iterator[np.ndarray]:
@@ -332,9 +371,14 @@ class ZephonLoader(TokenMount):
 
         Reads and writes nothing (torch.distributed.checkpoint calls it to plan a load);
         it notes the position, and the next batch taken writes it as a mark to the
-        mount's journal."""
-        gsn, step, offset = self.position.state()
-        self._pending_mark = (gsn, step)
+        mount's journal. In torchft mode it is the committed position (``step``:
+        torchft's step count), whose mark each committed step writes already."""
+        if self.torchft is not None:
+            (gsn, step), offset = self.torchft.committed(), 0
+            self.position.move(gsn, step, 0)
+        else:
+            gsn, step, offset = self.position.state()
+            self._pending_mark = (gsn, step)
         return {
             "version": STATE_VERSION,
             "consumed_samples": gsn,
@@ -390,6 +434,13 @@ class ZephonLoader(TokenMount):
                     f"rank's share, at data-parallel degree {w}, global batch {b}); it restores "
                     f"only at degree {w} and global batch {b}, not {self.dp_world_size} and "
                     f"{self.global_batch}: resume from a checkpoint taken at a step boundary")
+        if self.torchft is not None:
+            if offset:
+                raise ValueError(f"the state was saved inside step {step} ({offset} samples "
+                                 "into each rank's share); torchft mode resumes at a step "
+                                 "boundary: resume from a checkpoint taken at one")
+            self.torchft.load(gsn)      # provisional: a peer's position replaces it
+            return
         self.position.move(gsn, step, offset)
         self._batches = None
         self._pending_mark = None
@@ -597,5 +648,5 @@ class ZephonValidationLoader(TokenMount):
         for t in range(self.steps):
             share = self._read(self.path(t))
             for rows in self.position.split(share):
-                yield torch.from_numpy(rows.astype(np.int64))
+                yield torch.from_numpy(rows.astype(np.int64).reshape(-1, *self.sample_shape))
 

@@ -22,6 +22,13 @@ loader reads the DP rank's share of each global step from the mount
   the other (its ``TrainerBatch``); ``positions`` return to 0 at each sample so no sample
   attends to another.
 
+A dataset of rows of whole documents (``zephon pack --whole-documents`` or ``--chat``:
+fine-tuning data, docs/fine-tuning.md) gives each row's stored inputs, labels (the prompt
+and the padding masked with ``IGNORE_INDEX``) and positions (:mod:`zephon.sft`): on
+0.3.0 ``[local_batch_size, row_len]`` (``seq_len`` must be ``row_len``), on main 1-D of
+``num_tokens_per_batch``, a whole number of rows (its documents no longer than
+``max_context_length``). The rest of this text is about windows of the token stream.
+
 ``labels`` are the inputs shifted by one. A dataset packed with windows of ``seq_len + 1``
 tokens (``zephon pack --format tokens --seq-len L --overlap 1``, the Megatron convention;
 or plain windows of L + 1) gives ``input = w[:-1]``, ``labels = w[1:]``: every token has its
@@ -60,6 +67,7 @@ import torch
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
+from .sft import check_rows, check_rows_length, rows_trainer_batch
 from .torch import ZephonLoader, ZephonValidationLoader
 
 # The contract this process runs against, found once, by where TorchTitan keeps it:
@@ -195,6 +203,13 @@ class ZephonDataLoader(BaseDataLoader):
         (``max_token_id`` in ``zephon info``) is refused with a ``ValueError`` at build
         time. ``zephon.recipes.use_zephon`` sets it from the model's config."""
 
+        torchft: bool = False
+        """torchft loader mode (docs/torchft.md): each step serves the next samples of
+        the global stream to the quorum's participating replica groups, and the position
+        travels with the model to a group that heals. Needs the trainer's
+        ``fault_tolerance`` to be ``zephon.torchtitan_ft.ZephonTorchFTManager.Config``
+        (``zephon.torchtitan_ft.use_torchft`` sets both)."""
+
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
                  tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
                  local_batch_size: int | None = None, max_context_length: int | None = None,
@@ -205,19 +220,26 @@ class ZephonDataLoader(BaseDataLoader):
                              "(--dataloader.mount PATH) or ZEPHON_MOUNT")
         self.config = config
         self.dp_rank, self.dp_world_size = int(dp_rank), int(dp_world_size)
+        ft: dict[str, Any] = {}
+        if config.torchft and self._loader_cls is ZephonLoader:
+            from .torchtitan_ft import replica_group  # zephon.torchft's mode
+            self.dp_rank, self.dp_world_size, ft["torchft"] = replica_group(
+                self.dp_rank, self.dp_world_size)
         if local_batch_size is not None or num_tokens_per_batch is None:
             if seq_len is None or local_batch_size is None:
                 raise ValueError("the trainer passed neither seq_len and local_batch_size "
                                  "nor num_tokens_per_batch; cannot size the batches")
             self.flat = False
             self.seq_len, micro = int(seq_len), int(local_batch_size)
+            # rows of another length: say so before any refusal of the micro-batch
+            check_rows_length(mount, self.seq_len)
             if num_tokens_per_batch is not None and \
                     int(num_tokens_per_batch) != micro * self.seq_len:
                 raise ValueError(f"num_tokens_per_batch {num_tokens_per_batch} is not "
                                  f"local_batch_size {micro} x seq_len {self.seq_len}")
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
                                             dp_world_size=self.dp_world_size, micro_batch=micro,
-                                            vocab_size=config.vocab_size)
+                                            vocab_size=config.vocab_size, **ft)
         else:
             # 1-D batches of num_tokens_per_batch tokens: a whole number of samples of the
             # pack's --seq-len (the mount's sample_tokens; the loader refuses another)
@@ -225,12 +247,22 @@ class ZephonDataLoader(BaseDataLoader):
             self._loader = self._loader_cls(mount, dp_rank=self.dp_rank,
                                             dp_world_size=self.dp_world_size,
                                             tokens_per_batch=int(num_tokens_per_batch),
-                                            vocab_size=config.vocab_size)
+                                            vocab_size=config.vocab_size, **ft)
             self.seq_len = self._loader.seq_len
-            if max_context_length is not None and self.seq_len > int(max_context_length):
+            if self._loader.row_len:
+                pass           # rows: check_rows below bounds their documents instead
+            elif max_context_length is not None and self.seq_len > int(max_context_length):
                 raise ValueError(f"the mount's samples have {self.seq_len} input tokens, more "
                                  f"than max_context_length {max_context_length}; pack with "
                                  "a shorter --seq-len or raise max_context_length")
+        if self._loader.row_len:
+            # a dataset of rows (zephon.sft): inputs, labels and positions as stored
+            check_rows(self._loader, seq_len=None if self.flat else self.seq_len,
+                       max_context_length=max_context_length, eod_token=config.eod_token)
+            self.eod_token: int | None = None
+            self.micro_batch = self._loader.micro_batch
+            self._warned_offset = False
+            return
         w = self._loader.window
         if w not in (self.seq_len, self.seq_len + 1):
             raise ValueError(f"the mount at {mount} serves windows of {w} tokens, which do not "
@@ -266,6 +298,10 @@ class ZephonDataLoader(BaseDataLoader):
         return ld
 
     def __iter__(self) -> Iterator[TrainerBatch]:
+        if self._loader.row_len:
+            for rows in self._loader:
+                yield rows_trainer_batch(rows, flat=self.flat)
+            return
         for windows in self._loader:
             yield trainer_batch(windows, self.seq_len, eod_token=self.eod_token, flat=self.flat)
 
@@ -342,6 +378,9 @@ class ZephonValidationDataLoader(ZephonDataLoader):
     def __iter__(self) -> Iterator[TrainerBatch]:
         while True:
             for windows in self._loader:
+                if self._loader.row_len:
+                    yield rows_trainer_batch(windows, flat=self.flat)
+                    continue
                 yield trainer_batch(windows, self.seq_len, eod_token=self.eod_token,
                                     flat=self.flat)
             if not getattr(self.config, REPEAT_FIELD):

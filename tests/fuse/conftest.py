@@ -132,7 +132,8 @@ class Mount:
     """
 
     def __init__(self, dataset, mp, opts='', allow_errors=False, extra=(), env=None):
-        self.dataset = pathlib.Path(dataset)
+        # an s3:// URL stays a string (a Path would fold its '//')
+        self.dataset = dataset if str(dataset).startswith('s3://') else pathlib.Path(dataset)
         self.mp = pathlib.Path(mp)
         self.opts = opts
         self.allow_errors = allow_errors

@@ -1,7 +1,7 @@
 """The zephon executable's command line: help, version, unknown commands."""
 from conftest import run
 
-COMMANDS = ['pack', 'info', 'verify', 'batch', 'journal', 'mount']
+COMMANDS = ['pack', 'info', 'verify', 'upload', 'batch', 'journal', 'mount']
 
 
 def test_help_lists_every_command():

@@ -12,7 +12,7 @@ stand above what it uses: the graph of "uses" has no cycle. Prints each cycle fo
 (one strongly connected component per line) and exits 1; exits 0 when there is none.
 
 The folders of core/ stand in layers too, in the order of core/meson.build's
-core_folders (util, order, journal, dataset, pack, serve): a module may use modules of
+core_folders (util, remote, order, journal, dataset, pack, serve): a module may use modules of
 its own folder and of the folders before it, never of one after it. Each such use is
 printed as "upward: A uses B" and fails the check.
 

@@ -49,8 +49,10 @@ RULES = {
 }
 DECL = re.compile(r"^\s*(?:(?:static|const|struct|unsigned|signed|volatile)\s+)*\w+\s*\**\s*\w")
 ALIAS = re.compile(r"\b(\w+)\s*=\s*(?:&?\w+(?:(?:->|\.)\w+)*)?" + VALUE + r"\s*[;,)]")
-# X / Y with Y not a number (a bit index's k / 64, a time's s / 60 are no share walk)
-DIVMOD = re.compile(r"(\(?[\w.>-]+(?:\s*\+\s*[\w.>-]+)?\)?)\s*/\s*(?!\d)([\w.>-]+)")
+# X / Y with Y not a constant (a bit index's k / 64, a time's s / 60, a row's planes
+# seq_len / ROW_PLANES are no share walk)
+DIVMOD = re.compile(r"(\(?[\w.>-]+(?:\s*\+\s*[\w.>-]+)?\)?)\s*/\s*"
+                    r"(?!\d)(?![A-Z_][A-Z0-9_]*\b)([\w.>-]+)")
 
 
 def strip(text: str) -> str:
