@@ -377,6 +377,47 @@ static void resume_props(const struct layout *prev)
 	}
 }
 
+/* The rules layout.c gained to take the copies' place: each against its definition, and
+ * at the edges the copies never checked (gsn + k B past 2^62, a start that leaves no
+ * step). */
+static void test_new_rules(void)
+{
+	struct layout l = test_layout(2, 8, 2, 5, 40), start, zero = { { 0 } };
+	struct layout_values v;
+	uint64_t g, s = 0;
+	char why[160] = "";
+
+	CHECK(layout_gsn_after(&l, 40, 3, &g) == 0 && g == 64);
+	CHECK(layout_gsn_after(&l, ORDER_MAX_GSN - 16, 1, &g) == 0);
+	CHECK(layout_gsn_after(&l, ORDER_MAX_GSN - 16, 2, &g) == -EOVERFLOW);
+	CHECK(layout_gsn_after(&l, 0, UINT64_MAX / 4, &g) == -EOVERFLOW); /* k B wraps */
+	CHECK_EQ_U64(layout_steps_below(&l, 40, 40 + 8 * 7 + 5), 7);
+	CHECK_EQ_U64(layout_steps_below(&l, 40, 40), 0);
+	CHECK_EQ_U64(layout_steps_below(&l, 41, 40), 0);
+	CHECK(layout_step_number(&l, 56, &s) == 0 && s == 7);
+	CHECK(layout_step_number(&l, 57, &s) == -ERANGE);
+	CHECK(layout_step_number(&l, 32, &s) == -ERANGE);
+	CHECK_EQ_U64(layout_whole_steps(&l, 23), 2);
+	CHECK_EQ_U64(layout_shares_samples(&l, 3), 12);
+	CHECK_EQ_U64(layout_shares_samples(&l, UINT64_MAX), UINT64_MAX);
+	CHECK_EQ_U64(layout_micros_samples(&l, 2), 4);
+	CHECK_EQ_U64(layout_default_micro_batch(4, 16), 4);
+	CHECK_EQ_U64(layout_default_micro_batch(4, 10), 1);   /* layout_make says why */
+	CHECK_EQ_U64(layout_default_micro_batch(0, 10), 1);
+	CHECK(layout_valid(&l) && !layout_valid(&zero));
+	CHECK(layout_same_shape(&l, &(struct layout){ { 0 } }) == 0);
+	CHECK(layout_start_at(&l, 0, 3, &start, why, sizeof(why)) == 0);
+	layout_get(&start, &v);
+	CHECK(v.world_size == 2 && v.global_batch == 8 && v.micro_batch == 2 &&
+	      v.start_step == 0 && v.start_samples == 3 && layout_same_shape(&l, &start));
+	/* a start whose next step has no gsn, and one past 2^62: refused, l unchanged */
+	CHECK(layout_start_at(&l, 1, ORDER_MAX_GSN - 4, &start, why, sizeof(why)) == -EINVAL);
+	CHECK(strstr(why, "past 2^62") != NULL);
+	CHECK(layout_start_at(&l, ORDER_MAX_GSN, 0, &start, why, sizeof(why)) == -EINVAL);
+	CHECK(strstr(why, "start_step") != NULL);
+	CHECK_EQ_U64(layout_start_samples(&start), 3);
+}
+
 static void test_resume_step(void)
 {
 	struct layout prev = test_layout(2, 8, 4, 40, 13);
@@ -465,6 +506,7 @@ int main(void)
 	test_step_in_stream();
 	test_at();
 	test_micro_step();
+	test_new_rules();
 	test_consumed();
 	test_resume_step();
 	test_rankset();

@@ -11,6 +11,7 @@
 #include "check.h"
 #include "order.h"
 #include "progress.h"
+#include "run.h"
 #include "test_layout.h"
 
 static void positions_and_rates(void)
@@ -72,6 +73,35 @@ static void positions_and_rates(void)
 	progress_free(p);
 }
 
+/* The walk of a run's bytes by share (run.h), which share.c's reads, fs/read.c's ids/ and
+ * the count above share: pieces tile [pos, end) share by share. */
+static void run_geometry(void)
+{
+	struct run_piece p;
+	uint64_t first, end, pos, total;
+
+	for (uint64_t unit = 1; unit <= 9; unit++)
+		for (uint64_t a = 0; a < 30; a++)
+			for (uint64_t b = a + 1; b <= 30; b++) {
+				for (pos = a, total = 0; pos < b; pos += p.len, total += p.len) {
+					run_piece(unit, pos, b, &p);
+					CHECK(p.len >= 1 && p.within + p.len <= unit);
+					CHECK_EQ_U64(p.share * unit + p.within, pos);
+				}
+				CHECK_EQ_U64(total, b - a);
+				run_completed(unit, a, b - a, &first, &end);
+				CHECK_EQ_U64(first, a / unit);
+				CHECK_EQ_U64(end, b / unit);   /* share k's last byte is (k+1) unit - 1 */
+			}
+	CHECK_EQ_U64(run_bytes(10, 7), 70);
+	CHECK_EQ_U64(run_bytes(0, 7), 0);
+	CHECK_EQ_U64(run_bytes(3, UINT64_MAX), (RUN_MAX_BYTES / 3) * 3); /* cut, whole */
+	CHECK_EQ_U64(run_shares(0, 10), 0);
+	CHECK_EQ_U64(run_shares(4, 10), 2);
+	CHECK_EQ_U64(run_shares_up(4, 10), 3);
+	CHECK_EQ_U64(run_shares_up(4, 8), 2);
+}
+
 static void step_numbers(void)
 {
 	const uint64_t rank = 0;
@@ -91,5 +121,6 @@ int main(void)
 {
 	positions_and_rates();
 	step_numbers();
+	run_geometry();
 	return check_status();
 }
