@@ -8,13 +8,15 @@
   data-parallel degree and global batch size, and
   :class:`zephon.torch.ZephonValidationLoader` over the mount's validation split.
 
-Nothing here is compiled: the package runs the ``zephon`` executable, found through an
-explicit ``zephon=`` argument, the ``ZEPHON`` environment variable, or ``PATH``.
+The package runs the ``zephon`` executable, found through an explicit ``zephon=``
+argument, the ``ZEPHON`` environment variable, the executable installed with the package
+(the wheel's), or ``PATH``, in that order (:func:`zephon.find_executable`).
 """
-from ._exe import ZephonError, find_executable, run
+from ._exe import ZephonError, find_executable, require_fuse, run
 from .mount import Mount, MountWaiter, mount, node_mount, read_status
 
-__all__ = ["ZephonError", "find_executable", "run", "Mount", "MountWaiter", "mount",
-           "node_mount", "read_status", "__version__"]
-# the one place of the version: python/pyproject.toml reads it from here
+__all__ = ["ZephonError", "find_executable", "require_fuse", "run", "Mount", "MountWaiter",
+           "mount", "node_mount", "read_status", "__version__"]
+# meson.build's project version, which the wheel's metadata and `zephon --version` carry
+# (tests/python/test_package.py checks that the three agree)
 __version__ = "0.1.0"

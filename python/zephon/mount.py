@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from ._exe import PathLike, ZephonError, find_executable
+from ._exe import PathLike, ZephonError, find_executable, require_fuse
 from .options import (
     OPTION_NAMES,
     Format,
@@ -156,7 +156,7 @@ class Mount:
     Args:
         dataset: a packed dataset directory, or a mixture spec file (``mix.json``).
         mountpoint: the directory to mount at (created when missing).
-        zephon: the ``zephon`` executable (default: ``$ZEPHON``, then ``PATH``).
+        zephon: the ``zephon`` executable (default: :func:`zephon.find_executable`'s).
         timeout: seconds to wait for the mount to answer.
 
     The mount options of ``zephon mount -o`` are keywords, each named and typed in
@@ -225,6 +225,7 @@ class Mount:
                 return self
         else:
             os.makedirs(self.path, exist_ok=True)
+        require_fuse()                          # what to install, before zephon fails
         watch_r, self._watch_w = os.pipe()     # both close-on-exec; the child gets watch_r
         opts = f"{self.options},watch_fd={watch_r}" if self.options else f"watch_fd={watch_r}"
         cmd = [self._exe, "mount", self.dataset, self.path, "-f", "-o", opts]

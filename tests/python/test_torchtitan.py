@@ -246,14 +246,14 @@ def test_refusals_of_a_foreign_state_leave_the_position(ds, mounts, tmp_path):
 
 
 def test_the_extra_allows_the_tested_torchtitan():
-    """python/pyproject.toml's [torchtitan] extra admits the TorchTitan this venv tests (0.3.0,
+    """pyproject.toml's [torchtitan] extra admits the TorchTitan this venv tests (0.3.0,
     or main, which calls itself 0.2.2 after its assets/version.txt)."""
     import importlib.metadata
     import tomllib
 
     from packaging.requirements import Requirement
 
-    project = tomllib.loads((ROOT / 'python' / 'pyproject.toml').read_text())['project']
+    project = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
     reqs = [Requirement(r) for r in project['optional-dependencies']['torchtitan']]
     titan = [r for r in reqs if r.name == 'torchtitan']
     assert len(titan) == 1 and len(titan[0].specifier) > 1, titan   # a range, not a pin
