@@ -14,6 +14,9 @@ cannot see, this check does, in every C file of core/ and fs/ but the rules' hom
   walk      one function dividing X by Y and taking X % Y (the walk of a run's bytes by
             share, core/serve/run.c's), outside core/order, whose own gsn -> (epoch,
             position) is that shape
+  opaque    a struct layout's fields by hand: its opaque_ array named, or an initializer
+            that fills it ({ { w, b, ... } } compiles where { w, b, ... } does not); only
+            { { 0 } }, a layout never made, is allowed
 
 Comments and string literals are not read. The self-test (run first, every time) feeds
 each rule the copies the issue found in the tree before this check came, and clean code
@@ -48,6 +51,9 @@ RULES = {
              re.compile(r"[\w)\]]\s*\*\s*rank\b(?!\s*[,;)=])")],
 }
 DECL = re.compile(r"^\s*(?:(?:static|const|struct|unsigned|signed|volatile)\s+)*\w+\s*\**\s*\w")
+OPAQUE = [re.compile(r"\bopaque_\b"),
+          re.compile(r"\(struct layout\)\s*\{\s*\{(?!\s*0\s*\}\s*\})"),
+          re.compile(r"\bstruct layout\s+\w+(?:\[\w*\])?\s*=\s*\{\s*\{(?!\s*0\s*\}\s*\})")]
 ALIAS = re.compile(r"\b(\w+)\s*=\s*(?:&?\w+(?:(?:->|\.)\w+)*)?" + VALUE + r"\s*[;,)]")
 # X / Y with Y not a constant (a bit index's k / 64, a time's s / 60, a row's planes
 # seq_len / ROW_PLANES are no share walk)
@@ -106,6 +112,8 @@ def findings(rel: str, text: str) -> list:
     lines = src.split("\n")
     found = []
     for no, line in enumerate(lines, 1):
+        if any(p.search(line) for p in OPAQUE):
+            found.append(f"{rel}:{no}: opaque: {line.strip()}")
         for rule, pats in RULES.items():
             if rule == "rank" and DECL.match(line) and "=" not in line:
                 continue            # a declaration: uint64_t *rank, struct x *rank_of
@@ -224,6 +232,18 @@ int share_run_read(struct share_run *r, uint64_t pos)
 	uint64_t k = pos / r->share, within = pos % r->share;
 	return 0;
 }"""),
+    "a layout's fields by hand": ("opaque", """
+int f(void)
+{
+	struct layout l = { { 2, 8, 2, 0, 0 } };
+
+	return l.opaque_[1] / 2;
+}"""),
+    "a layout's fields by hand, as a compound literal": ("opaque", """
+int f(void)
+{
+	return layout_share(&(struct layout){ { 2, 8, 2, 0, 0 } });
+}"""),
     "a getter's value in arithmetic": ("value", """
 int f(const struct layout *l, uint64_t t)
 {
@@ -249,6 +269,7 @@ void walk(uint64_t unit, uint64_t pos, uint64_t end)
 	run_piece(unit, pos, end, &piece);
 	x = layout_micros_samples(&c->layout, 1) * per_sample;
 	n = rankset_index(&s->ranks, rank) * 2 - 1 + ranks;
+	CHECK(journal_start(j, &r, &rs, &(struct layout){ { 0 } }, NULL, 0) == -EINVAL);
 }
 """
 
