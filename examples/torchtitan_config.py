@@ -20,6 +20,7 @@ from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.models.llama3.config_registry import llama3_debugmodel
 from torchtitan.trainer import Trainer
 
+from zephon.recipes import bind
 from zephon.torchtitan import (PretokenizedTokenizer, ZephonDataLoader,
                                ZephonValidationDataLoader)
 
@@ -35,4 +36,6 @@ def llama3_debug_zephon() -> Trainer.Config:
         vocab_size=decoder_vocab_size(config.model_spec))
     config.validator = Validator.Config(
         enable=True, freq=5, steps=-1, dataloader=ZephonValidationDataLoader.Config(mount=mount))
-    return config
+    # the loader told the trainer's batch sizes as the command line sets them: a mount of
+    # another global batch is refused when the trainer builds it (zephon.agreement)
+    return bind(config)

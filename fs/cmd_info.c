@@ -84,8 +84,9 @@ static int print_json(const struct dataset *ds)
 	json_object_set_new(o, "documents", catalog_meta_get(c, "documents") ?
 			    json_integer((json_int_t)meta_u64(c, "documents")) : json_null());
 	json_object_set_new(o, "tokenizer", in->tokenizer_sha256[0] ? json_pack(
-		"{s:s?, s:s, s:I, s:o, s:o}", "name", catalog_meta_get(c, "tokenizer"),
-		"sha256", in->tokenizer_sha256, "vocab_size", (json_int_t)meta_u64(c, "vocab_size"),
+		"{s:s?, s:s, s:s?, s:I, s:o, s:o}", "name", catalog_meta_get(c, "tokenizer"),
+		"sha256", in->tokenizer_sha256, "path", catalog_meta_get(c, "tokenizer_path"),
+		"vocab_size", (json_int_t)meta_u64(c, "vocab_size"),
 		"bos_token", catalog_meta_get(c, "bos_token") ?
 			json_integer((json_int_t)meta_u64(c, "bos_token")) : json_null(),
 		"eos_token", in->have_eod_token ? json_integer((json_int_t)in->eod_token) :
@@ -136,6 +137,21 @@ static void print_rows(const struct dataset *ds)
 		       catalog_meta_get(c, "prompt_mismatch_policy") : "?");
 }
 
+/* The tokenizer of a dataset packed with --tokenizer, and its documents. */
+static void print_tokenizer(const struct catalog *c, const struct dataset_info *in)
+{
+	printf("tokenizer     %s, sha256 %s\n", catalog_meta_get(c, "tokenizer") ?
+	       catalog_meta_get(c, "tokenizer") : "?", in->tokenizer_sha256);
+	if (catalog_meta_get(c, "tokenizer_path"))
+		printf("tokenizer at  %s (when packed)\n", catalog_meta_get(c, "tokenizer_path"));
+	printf("vocab_size    %" PRIu64 "\n", meta_u64(c, "vocab_size"));
+	if (catalog_meta_get(c, "bos_token"))
+		printf("bos_token     %" PRIu64 ", before every document\n",
+		       meta_u64(c, "bos_token"));
+	printf("documents     %" PRIu64 " (%" PRIu64 " tokens, BOS and EOS included)\n",
+	       meta_u64(c, "documents"), meta_u64(c, "tokens"));
+}
+
 static void print_table(const struct dataset *ds)
 {
 	const struct dataset_info *in = dataset_info(ds);
@@ -171,16 +187,8 @@ static void print_table(const struct dataset *ds)
 		if (in->have_max_token_id)
 			printf("max_token_id  %" PRIu64 "\n", in->max_token_id);
 	}
-	if (in->tokenizer_sha256[0]) {
-		printf("tokenizer     %s, sha256 %s\n", catalog_meta_get(c, "tokenizer") ?
-		       catalog_meta_get(c, "tokenizer") : "?", in->tokenizer_sha256);
-		printf("vocab_size    %" PRIu64 "\n", meta_u64(c, "vocab_size"));
-		if (catalog_meta_get(c, "bos_token"))
-			printf("bos_token     %" PRIu64 ", before every document\n",
-			       meta_u64(c, "bos_token"));
-		printf("documents     %" PRIu64 " (%" PRIu64 " tokens, BOS and EOS included)\n",
-		       meta_u64(c, "documents"), meta_u64(c, "tokens"));
-	}
+	if (in->tokenizer_sha256[0])
+		print_tokenizer(c, in);
 	printf("raw bytes     %" PRIu64 " (%s)\n", in->raw_bytes,
 	       human_size((double)in->raw_bytes, a, sizeof(a)));
 	printf("stored bytes  %" PRIu64 " (%s)\n", in->stored_bytes,
@@ -220,10 +228,10 @@ static void print_table(const struct dataset *ds)
 /* "line 7", "row 3" or "" for a document's record in an input of format fmt. */
 static const char *record_name(const char *fmt, uint64_t record, char *buf, size_t len)
 {
-	if (!strcmp(fmt, "jsonl") || !strcmp(fmt, "lines"))
-		snprintf(buf, len, "line %" PRIu64, record);
-	else if (!strcmp(fmt, "parquet") || !strcmp(fmt, "arrow"))
-		snprintf(buf, len, "row %" PRIu64, record);
+	const char *key = docindex_record_key(fmt);
+
+	if (key)
+		snprintf(buf, len, "%s %" PRIu64, key, record);
 	else
 		buf[0] = 0;
 	return buf;
@@ -240,13 +248,19 @@ static void sample_document(json_t *docs, uint64_t d, const struct docindex_entr
 	char rec[64];
 
 	record_name(s->format, e->record, rec, sizeof(rec));
-	if (docs)
-		json_array_append_new(docs, json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
+	if (docs) {
+		json_t *o = json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I}",
 			"document", (json_int_t)d, "source", (json_int_t)e->source,
 			"path", s->path, "format", s->format, "record", (json_int_t)e->record,
 			"first_token", (json_int_t)e->first_token, "tokens", (json_int_t)e->tokens,
-			"window_offset", (json_int_t)a, "window_tokens", (json_int_t)(b - a + 1)));
-	else
+			"window_offset", (json_int_t)a, "window_tokens", (json_int_t)(b - a + 1));
+		const char *key = docindex_record_key(s->format);
+
+		/* the record named for what it counts ("record" stays, for older readers) */
+		if (o && key)
+			json_object_set_new(o, key, json_integer((json_int_t)e->record));
+		json_array_append_new(docs, o);
+	} else
 		printf("  window tokens %" PRIu64 "-%" PRIu64 ": document %" PRIu64 " (tokens "
 		       "%" PRIu64 "-%" PRIu64 " of its %" PRIu64 "), %s%s%s\n", a, b, d,
 		       first + a - e->first_token, first + b - e->first_token, e->tokens, s->path,

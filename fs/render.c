@@ -421,8 +421,9 @@ static void add_rows(json_t *jlast, struct zmount *z, const struct claim_info *l
 }
 
 /* A dataset packed with --tokenizer: for each sample of the claim, the documents its
- * window holds, as [{"path", "record"}, ...] (lineage; docindex.h). Nothing for other
- * datasets, mixtures, or an index that does not open. */
+ * window holds, as [{"path", "record", "line" or "row"}, ...] (lineage; docindex.h:
+ * docindex_record_key names what record counts; "record" stays for older readers).
+ * Nothing for other datasets, mixtures, or an index that does not open. */
 static void add_documents(json_t *jlast, struct zmount *z, const struct claim_info *last)
 {
 	const struct catalog *c = dataset_catalog(z->ds);
@@ -448,9 +449,16 @@ static void add_documents(json_t *jlast, struct zmount *z, const struct claim_in
 			       in->seq_len, &d, &d1);
 		for (; d < d1; d++) {
 			docindex_get(di, d, &e);
-			if (e.source < c->nsources)
-				json_array_append_new(docs, json_pack("{s:s, s:o}", "path",
-					c->sources[e.source].path, "record", json_u64(e.record)));
+			if (e.source < c->nsources) {
+				const struct catalog_source *src = &c->sources[e.source];
+				const char *key = docindex_record_key(src->format);
+				json_t *o = json_pack("{s:s, s:o}", "path", src->path, "record",
+						      json_u64(e.record));
+
+				if (o && key)
+					json_object_set_new(o, key, json_u64(e.record));
+				json_array_append_new(docs, o);
+			}
 		}
 		json_array_append_new(all, docs);
 	}

@@ -283,3 +283,12 @@ void docindex_range(const struct docindex *di, uint64_t first, uint64_t n, uint6
 	}
 	*d1 = d;
 }
+
+const char *docindex_record_key(const char *fmt)
+{
+	if (!strcmp(fmt, "jsonl") || !strcmp(fmt, "lines"))
+		return "line";
+	if (!strcmp(fmt, "parquet") || !strcmp(fmt, "arrow"))
+		return "row";
+	return NULL;
+}

@@ -89,6 +89,13 @@ static inline uint64_t docindex_window_first(uint64_t sample, uint64_t seq_len,
 	return sample * (seq_len - overlap);
 }
 
+/* What an entry's `record` counts in an input of catalog source format `fmt` (the
+ * sources row's format, as pack_text.c records it): "line" for "jsonl" and "lines" (from
+ * 1), "row" for "parquet" and "arrow" (from 0), NULL for any other (a text file is one
+ * document: record 0). The key under which `zephon info --sample --json` and a mount's
+ * /rank/<r>/state name the record, beside "record". Pure; a static string. */
+const char *docindex_record_key(const char *fmt);
+
 /* Check the whole index against its dataset: count documents, tokens in all (the catalog's
  * meta `documents` and `tokens`), every entry starting where the one before ends, none
  * empty, every source below nsources. 0, or -EBADMSG with the first problem in err. */

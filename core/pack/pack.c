@@ -251,6 +251,8 @@ static int write_meta(struct packer *p, struct pack_result *res)
 	if (p->o->tokdocs_fd >= 0) {
 		rc |= catalog_meta_set(c, "tokenizer", p->tok_name);
 		rc |= catalog_meta_set(c, "tokenizer_sha256", p->tok_sha256);
+		if (p->tok_path[0])
+			rc |= catalog_meta_set(c, "tokenizer_path", p->tok_path);
 		rc |= catalog_meta_set_u64(c, "vocab_size", p->vocab_size);
 		if (p->have_bos)
 			rc |= catalog_meta_set_u64(c, "bos_token", p->bos);

@@ -82,6 +82,10 @@ struct packer {
 	/* --tokenizer (pack_text.c): the front end's header and the document index */
 	struct docindex_writer *docs;
 	char tok_name[256], tok_sha256[65];
+	char tok_path[4096];         /* the tokenizer's absolute path, "" when not sent */
+	uint64_t doc_part;           /* tokens of the document begun by 'C' records, 0: none */
+	struct buf doc_buf;          /* rows: those tokens (u32), while a row can take them */
+	int doc_over;                /* rows: that document is longer than a row: dropped */
 	uint64_t vocab_size;
 	int have_bos;
 	uint64_t bos;

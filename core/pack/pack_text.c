@@ -6,15 +6,21 @@
  *
  * The stream (pack.h, PACK_TOKDOCS_MAGIC), little-endian:
  *   "ZTOKDOC1", u32 n, n bytes of "key=value\n" lines: dtype, eod (the end-of-document
- *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional), input_bytes
- *   (the inputs' total size, for progress), masks (1: every 'B' carries a label mask;
- *   --chat), chat ("messages" or "prompt-response") and prompt_mismatch ("drop" or "keep":
- *   what the front end did with such samples), or only error (the front end cannot start:
- *   the message); then records, each a tag byte:
+ *   id), vocab_size, tokenizer (its name), tokenizer_sha256, bos (optional),
+ *   tokenizer_path (optional: its absolute path, recorded for the loaders, not part of
+ *   the fingerprint), input_bytes (the inputs' total size, for progress), masks (1: every
+ *   'B' carries a label mask; --chat), chat ("messages" or "prompt-response") and
+ *   prompt_mismatch ("drop" or "keep": what the front end did with such samples), or
+ *   only error (the front end cannot start: the message); then records, each a tag byte:
  *   'I' u32 n, "FORMAT\tPATH" (n bytes), u64 size      a new input (catalog row)
  *   'B' u32 docs, u64 tokens, docs x u64 record, docs x u32 length, tokens x u32 id,
  *       and with masks=1 tokens x u8 mask (1: the token is trained as a label, 0: not)
  *                                                     documents of the current input
+ *   'C' u64 tokens, tokens x u32 id                   the first tokens of a document too
+ *                                                     long for one batch: the next 'B'
+ *                                                     record's first document ends it
+ *                                                     (its length there counts the rest;
+ *                                                     never with masks=1)
  *   'W' u32 n, message                                a chat sample whose prompt's tokens
  *                                                     are not a prefix of its own (counted)
  *   'P' u64 bytes                                     bytes of the current input read
@@ -208,6 +214,10 @@ static int read_header(struct packer *p, struct tdreader *r)
 	if ((rc = header_rows(p, text, &dt)))
 		goto out;
 	p->have_bos = header_u64(text, "bos", &p->bos) == 0;
+	/* a path too long for the buffer would be recorded cut: none instead */
+	if (!header_get(text, "tokenizer_path", p->tok_path, sizeof(p->tok_path)) ||
+	    strlen(p->tok_path) == sizeof(p->tok_path) - 1)
+		p->tok_path[0] = 0;
 	if (header_u64(text, "input_bytes", &p->input_total))
 		p->input_total = 0;
 	if (p->have_dtype && p->dtype != dt) {
@@ -249,8 +259,64 @@ static int finish_input(struct packer *p, struct tdreader *r, struct catalog_sou
 	return rc;
 }
 
+/* ntok ids (u32, little-endian, at ids) of the input at path, each checked against the
+ * dtype and the vocabulary and narrowed to the dtype in place (the output never outruns
+ * the input: itemsize <= 4). 0, or -EINVAL (an id out of range, with the reason). */
+static int narrow_ids(struct packer *p, const char *path, uint8_t *ids, uint64_t ntok)
+{
+	uint64_t max = dtype_max(p->dtype);
+
+	for (uint64_t t = 0; t < ntok; t++) {
+		uint32_t id = le32_get(ids + 4 * t);
+
+		if (id > max || id >= p->vocab_size)
+			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
+					 "tokenizer's vocabulary of %" PRIu64, path, id,
+					 dtype_name(p->dtype), p->vocab_size);
+		if (id > p->max_token && !p->o->rows) /* rows: of the documents kept */
+			p->max_token = id;
+		if (p->itemsize == 2)
+			le16_put(ids + 2 * t, (uint16_t)id);
+		else if (p->itemsize == 1)
+			ids[t] = (uint8_t)id;
+	}
+	p->have_max_token = 1;
+	return 0;
+}
+
+/* ntok narrowed ids into the window, whose full windows are cut. */
+static int window_ids(struct packer *p, const uint8_t *ids, uint64_t ntok)
+{
+	int rc;
+
+	p->tokens += ntok;
+	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
+		return rc;
+	return pack_cut_windows(p);
+}
+
+/* Rows: a document whose first p->doc_part tokens came in 'C' records (kept in
+ * p->doc_buf while a row could still take it) and whose last n are at ids. A document
+ * longer than a row takes is dropped by pack_rows_add (which reads no ids then). */
+static int rows_end_part(struct packer *p, const uint8_t *ids, uint32_t n, uint64_t record,
+			 uint32_t source, const char *format)
+{
+	uint64_t total = p->doc_part + n;
+	int rc;
+
+	if (p->doc_over || total > UINT32_MAX)
+		return pack_rows_add(p, ids, NULL, total > UINT32_MAX ? UINT32_MAX : (uint32_t)total,
+				     record, source, format);
+	if ((rc = buf_append(&p->doc_buf, ids, (size_t)n * 4)))
+		return rc;
+	rc = pack_rows_add(p, p->doc_buf.data, NULL, (uint32_t)total, record, source, format);
+	p->doc_buf.len = 0;
+	return rc;
+}
+
 /* The documents of a batch (ids: their tokens as u32, masks: theirs or past the ids
- * when the front end sends none) into rows (pack_rows.c). */
+ * when the front end sends none) into rows (pack_rows.c); the first one ends the
+ * document 'C' records began, if any. */
 static int add_to_rows(struct packer *p, uint32_t docs, const uint64_t *records,
 		       const uint32_t *lens, const uint8_t *ids, const uint8_t *masks,
 		       uint32_t source, const char *format)
@@ -260,25 +326,31 @@ static int add_to_rows(struct packer *p, uint32_t docs, const uint64_t *records,
 	for (uint32_t d = 0; d < docs; d++) {
 		uint32_t n = le32_get(&lens[d]);
 
-		if (n == 0)
+		if (n == 0 && !(d == 0 && p->doc_part))
 			return pack_fail(p, -EBADMSG, "the tokenizer front end sent an empty document "
 					 "(broken stream)");
-		rc = pack_rows_add(p, ids, p->masked ? masks : NULL, n, le64_get(&records[d]), source,
-				   format);
+		if (d == 0 && p->doc_part)
+			rc = rows_end_part(p, ids, n, le64_get(&records[d]), source, format);
+		else
+			rc = pack_rows_add(p, ids, p->masked ? masks : NULL, n,
+					   le64_get(&records[d]), source, format);
 		if (rc)
 			return rc;
 		ids += (size_t)n * 4;
 		masks += n;
 	}
+	p->doc_part = 0;
+	p->doc_over = 0;
 	return 0;
 }
 
-/* One 'B' record: documents into the window and the document index, or into rows. */
+/* One 'B' record: documents into the window and the document index, or into rows; the
+ * first one ends the document that 'C' records began, if any (p->doc_part tokens). */
 static int read_batch(struct packer *p, struct tdreader *r, const char *path, uint32_t source,
 		      const char *format, struct buf *tmp)
 {
 	uint32_t docs;
-	uint64_t ntok, sum = 0, max = dtype_max(p->dtype);
+	uint64_t ntok, sum = 0;
 	uint64_t *records;
 	uint32_t *lens;
 	uint8_t *ids;
@@ -286,7 +358,7 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 
 	if ((rc = td_u32(p, r, &docs)) || (rc = td_u64(p, r, &ntok)))
 		return rc;
-	if (ntok > BATCH_TOKENS_MAX || docs == 0 || docs > ntok)
+	if (ntok > BATCH_TOKENS_MAX || docs == 0 || docs > ntok + (p->doc_part ? 1 : 0))
 		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a batch of %" PRIu32
 				 " documents and %" PRIu64 " tokens (broken stream)", docs, ntok);
 	tmp->len = 0;
@@ -303,27 +375,13 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 	if (sum != ntok)
 		return pack_fail(p, -EBADMSG, "the tokenizer front end's batch lengths do not add "
 				 "up (broken stream)");
-	/* ids to the dtype, in place: the output never outruns the input (itemsize <= 4) */
-	for (uint64_t t = 0; t < ntok; t++) {
-		uint32_t id = le32_get(ids + 4 * t);
-
-		if (id > max || id >= p->vocab_size)
-			return pack_fail(p, -EINVAL, "%s: token id %" PRIu32 " does not fit %s or the "
-					 "tokenizer's vocabulary of %" PRIu64, path, id,
-					 dtype_name(p->dtype), p->vocab_size);
-		if (id > p->max_token && !p->o->rows) /* rows: of the documents kept */
-			p->max_token = id;
-		if (p->itemsize == 2)
-			le16_put(ids + 2 * t, (uint16_t)id);
-		else if (p->itemsize == 1)
-			ids[t] = (uint8_t)id;
-	}
-	p->have_max_token = 1;
+	if ((rc = narrow_ids(p, path, ids, ntok)))
+		return rc;
 	if (p->o->rows)
 		return add_to_rows(p, docs, records, lens, ids, ids + (size_t)ntok * 4, source,
 				   format);
 	for (uint32_t d = 0; d < docs; d++) {
-		uint32_t n = le32_get(&lens[d]);
+		uint64_t n = le32_get(&lens[d]) + (d == 0 ? p->doc_part : 0);
 
 		if (n == 0)
 			return pack_fail(p, -EBADMSG, "the tokenizer front end sent an empty document "
@@ -333,10 +391,37 @@ static int read_batch(struct packer *p, struct tdreader *r, const char *path, ui
 		if (rc)
 			return rc;
 	}
-	p->tokens += ntok;
-	if ((rc = buf_append(&p->window, ids, (size_t)ntok * p->itemsize)))
+	p->doc_part = 0;
+	return window_ids(p, ids, ntok);
+}
+
+/* One 'C' record: the first tokens of a document that a later 'B' record ends, into the
+ * window (the document index learns the document's length from that 'B'), or, for rows,
+ * kept until then while a row can still take the document. */
+static int read_part(struct packer *p, struct tdreader *r, const char *path, struct buf *tmp)
+{
+	uint64_t ntok, row_max = p->o->max_context ? p->o->max_context : p->o->seq_len;
+	int rc;
+
+	if ((rc = td_u64(p, r, &ntok)))
 		return rc;
-	return pack_cut_windows(p);
+	if (ntok == 0 || ntok > BATCH_TOKENS_MAX || p->masked)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end sent a document part of %"
+				 PRIu64 " tokens%s (broken stream)", ntok, p->masked ? " with masks" : "");
+	tmp->len = 0;
+	if ((rc = buf_reserve(tmp, (size_t)ntok * 4)) ||
+	    (rc = td_read(p, r, tmp->data, (size_t)ntok * 4)) ||
+	    (rc = narrow_ids(p, path, tmp->data, ntok)))
+		return rc;
+	p->doc_part += ntok;
+	if (!p->o->rows)
+		return window_ids(p, tmp->data, ntok);
+	if (p->doc_over || p->doc_part > row_max + 1) { /* longer than a row: dropped at 'B' */
+		p->doc_over = 1;
+		p->doc_buf.len = 0;
+		return 0;
+	}
+	return buf_append(&p->doc_buf, tmp->data, (size_t)ntok * 4);
 }
 
 /* The document index of this pack, in its temporary directory. */
@@ -422,6 +507,20 @@ static int read_message(struct packer *p, struct tdreader *r, uint8_t tag, uint6
 	return rc;
 }
 
+/* Whether record `tag` may come now: documents only after an input names their file
+ * (path), and no new input nor the end while a document begun by 'C' records is open.
+ * 0 or -EBADMSG (the reason in p->err). */
+static int tag_in_order(struct packer *p, uint8_t tag, const char *path)
+{
+	if ((tag == 'I' || tag == 'Z') && p->doc_part)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end left a document of %s "
+				 "unfinished (broken stream)", path ? path : "?");
+	if ((tag == 'B' || tag == 'C') && !path)
+		return pack_fail(p, -EBADMSG, "the tokenizer front end sent documents before "
+				 "naming their input (broken stream)");
+	return 0;
+}
+
 int pack_tokdocs(struct packer *p)
 {
 	struct tdreader r = { .fd = p->o->tokdocs_fd };
@@ -447,18 +546,18 @@ int pack_tokdocs(struct packer *p)
 
 		if ((rc = td_read(p, &r, &tag, 1)))
 			break;
+		if ((rc = tag_in_order(p, tag, row.path)))
+			break;
 		switch (tag) {
 		case 'I':
 			rc = begin_input(p, &r, &row, &path, &tokens_before);
 			break;
 		case 'B':
-			if (!row.path) {
-				rc = pack_fail(p, -EBADMSG, "the tokenizer front end sent documents "
-					       "before naming their input (broken stream)");
-				break;
-			}
 			rc = read_batch(p, &r, row.path, (uint32_t)p->cat.nsources, row.format,
 					&tmp);
+			break;
+		case 'C':
+			rc = read_part(p, &r, row.path, &tmp);
 			break;
 		case 'P':
 		case 'S':
@@ -490,6 +589,7 @@ out:
 	free(row.path);
 	free(path);
 	buf_release(&tmp);
+	buf_release(&p->doc_buf);
 	free(r.buf);
 	XXH3_freeState(r.hash);
 	return rc;

@@ -6,8 +6,12 @@ stays the one writer of the dataset (windows, shards, catalog, document index). 
 module reads the inputs in order, tokenizes their documents with Hugging Face
 ``tokenizers`` (``encode_batch``: every core, the same ids whatever their number) and
 streams them in the format that ``core/pack/pack_text.c`` documents. Memory stays bounded:
-at most two batches of about :data:`BATCH_CHARS` characters are held, whatever the
-corpus size (a single document is held whole).
+at most three batches of about :data:`BATCH_CHARS` characters of text are held, and one of
+them encoded, whatever the corpus size and the documents' sizes: a document longer than
+:data:`PIECE_CHARS` is encoded in pieces, cut where the tokenizer gives the ids it gives
+the whole document (:func:`piece_cuts`), and streamed to the packer piece by piece ('C'
+records). The text of the document being read is held whole (a JSON line is parsed at
+once).
 
 Documents are what TorchTitan's ``HuggingFaceTokenizer`` makes of them in its pretraining
 datasets, ``encode(text, add_bos=True, add_eos=True)``: the tokenizer's own ids, then BOS
@@ -24,6 +28,7 @@ import hashlib
 import json
 import os
 import queue
+import re
 import signal
 import struct
 import subprocess
@@ -33,9 +38,18 @@ from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Iterator
 
 MAGIC = b"ZTOKDOC1"
-#: Characters of text per batch handed to ``encode_batch`` (and documents at most).
-BATCH_CHARS = 4 << 20
+#: Characters of text per batch handed to ``encode_batch``. The encodings that
+#: ``tokenizers`` builds (token strings, offsets, masks, and the normalized copies it
+#: works on) take ~200 bytes per character of text with a small vocabulary (TorchTitan's
+#: test tokenizer), so this, not the corpus, sets the front end's memory.
+BATCH_CHARS = 512 << 10
 BATCH_DOCS = 16384
+#: A document longer than this is encoded in pieces of about this many characters, cut
+#: where the tokenizer's ids do not change (:func:`piece_cuts`): no document, however
+#: long, is encoded at once.
+PIECE_CHARS = 64 << 10
+#: Characters on each side of a cut that :func:`cut_agrees` encodes to check it.
+CUT_CHECK_CHARS = 256
 #: First bytes of the compressed streams ``zephon pack`` reads (zstd, gzip, xz, bzip2,
 #: lz4); lzma-alone starts with its properties byte 0x5d.
 COMPRESSED_MAGIC = (b"\x28\xb5\x2f\xfd", b"\x1f\x8b", b"\xfd7zXZ\x00", b"BZh",
@@ -72,6 +86,12 @@ class TokenizerSpec:
     eod: int
     bos_id: int | None = None     # the tokenizer's BOS id (whoever adds it)
     eos_id: int | None = None
+    path: str = ""                # absolute: the folder or tokenizer.json given
+    # what the post-processor puts around a document's ids (encode(text) is prefix +
+    # encode(text, add_special_tokens=False) + suffix), for documents encoded in pieces;
+    # None: no such split (or no pre-tokenizer): long documents are encoded whole
+    prefix: list[int] | None = None
+    suffix: list[int] | None = None
 
 
 def _config_token(config: dict, key: str) -> str | None:
@@ -187,7 +207,44 @@ def load_tokenizer(path: str, eod_token: int | None = None,
                f"{cfg_file} names no eos_token")
         raise InputError(f"--tokenizer {path}: no end-of-document token ({why}), or pass "
                          "--eod-token ID to append ID after every document")
-    return TokenizerSpec(tok, name, digest.hexdigest(), vocab, bos, eos, eod, bos_id, eos_id)
+    prefix, suffix = _special_frame(tok)
+    return TokenizerSpec(tok, name, digest.hexdigest(), vocab, bos, eos, eod, bos_id, eos_id,
+                         os.path.abspath(path), prefix, suffix)
+
+
+def _special_frame(tok: Any) -> tuple[list[int] | None, list[int] | None]:
+    """(prefix, suffix): the ids the tokenizer's post-processor puts before and after a
+    text's own ids; (None, None) where its encodings are not that (or it has no
+    pre-tokenizer, so that a document is one "word" and no cut can keep its ids)."""
+    if tok.pre_tokenizer is None:
+        return None, None
+    sample = "Zephon checks\nthe frame."
+    full = tok.encode(sample).ids
+    bare = tok.encode(sample, add_special_tokens=False).ids
+    for i in range(len(full) - len(bare) + 1):
+        if full[i:i + len(bare)] == bare and bare:
+            prefix, suffix = full[:i], full[i + len(bare):]
+            if tok.encode("").ids == prefix + suffix:
+                return prefix, suffix
+    return None, None
+
+
+def tokenizer_sha256(path: str) -> str:
+    """The ``sha256`` that :func:`load_tokenizer` records for the tokenizer at ``path``
+    (a folder: ``tokenizer.json``'s bytes, then ``tokenizer_config.json``'s when it is
+    there; a file: its bytes), to check that a tokenizer is still the one a dataset was
+    packed with. Raises ``OSError`` where a file is missing or unreadable."""
+    files = [path]
+    if os.path.isdir(path):
+        files = [os.path.join(path, "tokenizer.json")]
+        cfg = os.path.join(path, "tokenizer_config.json")
+        if os.path.isfile(cfg):
+            files.append(cfg)
+    digest = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()
 
 
 def _added_token(cls: Any, content: str, conf: Any) -> Any:
@@ -269,7 +326,8 @@ def _in_split(rel: str, split: str) -> bool:
 
 
 def _arrow_units(folder: str, opts: Options) -> list[Unit]:
-    if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
+    dict_folder = os.path.isfile(os.path.join(folder, "dataset_dict.json"))
+    if dict_folder:
         with open(os.path.join(folder, "dataset_dict.json")) as f:
             splits = json.load(f).get("splits", [])
         split = opts.split or "train"
@@ -284,9 +342,19 @@ def _arrow_units(folder: str, opts: Options) -> list[Unit]:
                          "writes); give the folder save_to_disk wrote")
     try:
         with open(state) as f:
-            files = [d["filename"] for d in json.load(f)["_data_files"]]
+            st = json.load(f)
+        files = [d["filename"] for d in st["_data_files"]]
     except (ValueError, KeyError, TypeError) as e:
         raise InputError(f"{state}: not a datasets state.json ({e!r})")
+    if opts.split and not dict_folder:
+        # one split saved alone: a --split that is not its own would pack another one
+        own = st.get("_split") if isinstance(st, dict) else None
+        if own != opts.split:
+            has = (f"of split {own!r} only" if isinstance(own, str) else
+                   "of one dataset without a split name")
+            raise InputError(f"{folder}: a datasets save_to_disk folder {has} (state.json), "
+                             f"not of split {opts.split!r}; drop --split, or give the folder "
+                             f"that holds split {opts.split!r}")
     units = []
     for name in files:
         p = os.path.join(folder, name)
@@ -375,25 +443,36 @@ class LineReader(Reader):
             with open(path, "rb", buffering=1 << 20) as f:
                 yield from self._split(f, compressed=False)
 
+    #: whether lines() cuts the line break off ("\r\n" or "\n"); JSONL keeps it (JSON
+    #: allows it as white space), which saves a copy of every line
+    strip = True
+
     def _split(self, f: IO[bytes], compressed: bool) -> Iterator[tuple[int, bytes]]:
         for n, line in enumerate(f, 1):
             if not compressed:
                 self.done += len(line)
                 if n == 1 and line.startswith(b"\xef\xbb\xbf"):
                     line = line[3:]
-            if line.endswith(b"\n"):
-                line = line[:-1]
-            if line.endswith(b"\r"):
-                line = line[:-1]
+            if self.strip:
+                if line.endswith(b"\n"):
+                    line = line[:-1]
+                if line.endswith(b"\r"):
+                    line = line[:-1]
             yield n, line
+            del line         # not held while the next one is read (a document may be 50 MB)
 
 
 class JsonlReader(LineReader):
+    """One document per line; a document's line, record and text are let go before the
+    next line is read (only the document being read is held)."""
+
+    strip = False
+
     def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
         field_ = self.opts.text_field
         path = self.unit.path
         for n, line in self.lines():
-            if not line.strip():
+            if not line or line.isspace():
                 continue  # blank lines, as pack skips them
             try:
                 rec = json.loads(line)
@@ -403,6 +482,7 @@ class JsonlReader(LineReader):
             except ValueError as e:
                 yield SkipRecord(f"{path}:{n}: invalid JSON: {e}")
                 continue
+            del line
             if not isinstance(rec, dict) or field_ not in rec:
                 what = "record" if isinstance(rec, dict) else f"JSON {type(rec).__name__}"
                 yield SkipRecord(f"{path}:{n}: {what} without a {field_!r} field; pass "
@@ -414,17 +494,22 @@ class JsonlReader(LineReader):
                                  f"{'null' if text is None else type(text).__name__}, not a "
                                  "string")
                 continue
+            del rec
             bad = _surrogate_error(text, f"{path}:{n}: field {field_!r}")
             yield bad if bad else (n, text)
+            del text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _surrogate_error(text: str, where: str) -> SkipRecord | None:
-    """JSON may spell a lone surrogate (\\ud800), which is no Unicode text: refused."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return SkipRecord(f"{where} holds a lone surrogate (\\u{ord(text[e.start]):04x} at "
-                          f"character {e.start}), which is not Unicode text")
+    """JSON may spell a lone surrogate (\\ud800), which is no Unicode text: refused.
+    (A search, not an encoding: no copy of a long document.)"""
+    m = None if text.isascii() else _SURROGATE.search(text)
+    if m:
+        return SkipRecord(f"{where} holds a lone surrogate (\\u{ord(m.group()):04x} at "
+                          f"character {m.start()}), which is not Unicode text")
     return None
 
 
@@ -572,10 +657,21 @@ READERS = {"jsonl": JsonlReader, "lines": LinesReader, "text": TextReader,
 
 @dataclass
 class Batch:
+    """Items of one input: whole documents, or pieces of one (a document longer than
+    PIECE_CHARS); a document's pieces may run over several batches."""
+
     unit: int
     records: list[int] = field(default_factory=list)
     texts: list[Any] = field(default_factory=list)     # str, or a conversation (--chat)
+    starts: list[bool] = field(default_factory=list)   # the item begins its document
+    ends: list[bool] = field(default_factory=list)     # the item ends its document
     done: int = 0
+
+    def add(self, record: int, text: Any, start: bool = True, end: bool = True) -> None:
+        self.records.append(record)
+        self.texts.append(text)
+        self.starts.append(start)
+        self.ends.append(end)
 
 
 class Writer:
@@ -607,6 +703,11 @@ class Writer:
     def mismatch(self, msg: str) -> None:
         self._text(b"W", msg)
 
+    def cont(self, ids: Any) -> None:
+        """The first tokens of a document that the next 'B' record's first one ends."""
+        self.out.write(b"C" + struct.pack("<Q", len(ids)))
+        self.out.write(ids.tobytes())
+
     def progress(self, done: int) -> None:
         self.out.write(b"P" + struct.pack("<Q", done))
 
@@ -621,34 +722,124 @@ class Writer:
         self.out.flush()
 
 
-def encode_batch(spec: TokenizerSpec, texts: list[str]) -> tuple[Any, Any]:
-    """(lens, ids) of the documents: uint32 arrays, ids concatenated, each document
-    ``[bos] + tokenizer ids + [eos]`` (see load_tokenizer)."""
+def cut_agrees(spec: TokenizerSpec, text: str, c: int) -> bool:
+    """Whether cutting ``text`` at ``c`` keeps the tokenizer's ids: the text around the
+    cut (:data:`CUT_CHECK_CHARS` on each side) encodes to the ids of its two sides, one
+    after the other."""
+    a, b = max(0, c - CUT_CHECK_CHARS), min(len(text), c + CUT_CHECK_CHARS)
+    whole, left, right = spec.tokenizer.encode_batch_fast(
+        [text[a:b], text[a:c], text[c:b]], add_special_tokens=False)
+    return bool(whole.ids == left.ids + right.ids)
+
+
+def _candidates(text: str, lo: int, hi: int) -> Iterator[int]:
+    """Cut positions in (lo, hi], from hi down: first after a line break and before a
+    character that is not a space (a pre-tokenizer's regex ends a piece there, whatever
+    came before), then before a space that follows a character that is not one (pieces
+    such as " word" start there)."""
+    c = hi
+    while (i := text.rfind("\n", lo, c)) >= 0:
+        c = i
+        if lo < i + 1 < len(text) and not text[i + 1].isspace():
+            yield i + 1
+    c = hi
+    while (i := text.rfind(" ", lo, c)) >= 0:
+        c = i
+        if lo < i < len(text) and not text[i - 1].isspace():
+            yield i
+
+
+def piece_cuts(spec: TokenizerSpec, text: str, size: int = PIECE_CHARS,
+               tries: int = 16) -> list[int]:
+    """Where to cut ``text`` into pieces of at most about ``size`` characters whose ids,
+    one after the other, are the ids of the whole text (without special tokens): at a
+    candidate (:func:`_candidates`) in the second half of each piece that
+    :func:`cut_agrees` accepts, trying ``tries`` of them; where none is accepted the piece
+    grows by ``size`` and the search goes on. [] for a tokenizer that cannot be cut
+    (:func:`_special_frame`) or a text of at most ``size`` characters."""
+    cuts: list[int] = []
+    if spec.prefix is None or len(text) <= size:
+        return cuts
+    start, hi = 0, size
+    while len(text) - start > size and hi < len(text):
+        for k, c in enumerate(_candidates(text, start + size // 2, hi)):
+            if k >= tries:
+                break
+            if cut_agrees(spec, text, c):
+                cuts.append(c)
+                start, hi = c, c + size
+                break
+        else:
+            hi += size                   # no cut here: a longer piece
+    return cuts
+
+
+def encode_batch(spec: TokenizerSpec, texts: list[str], starts: list[bool] | None = None,
+                 ends: list[bool] | None = None) -> tuple[Any, Any]:
+    """(lens, ids) of the batch's items: uint32 arrays, ids concatenated. Each item is a
+    whole document, ``[bos] + tokenizer ids + [eos]`` (see load_tokenizer), or a piece of
+    one (``starts[i]``/``ends[i]`` False where it does not start/end its document):
+    its ids without special tokens, with what the document has in front (``[bos] +
+    prefix``) when it starts it, and behind (``suffix + [eos]``) when it ends it."""
     import numpy as np
 
+    n = len(texts)
+    starts = starts or [True] * n
+    ends = ends or [True] * n
+    whole = [i for i in range(n) if starts[i] and ends[i]]
+    parts = [i for i in range(n) if not (starts[i] and ends[i])]
     encode = getattr(spec.tokenizer, "encode_batch_fast", spec.tokenizer.encode_batch)
-    idlists = [e.ids for e in encode(texts)]
-    extra = (spec.bos is not None) + (spec.eos is not None)
-    lens = np.fromiter((len(x) + extra for x in idlists), dtype="<u4", count=len(idlists))
+    idlists: list[list[int]] = [[] for _ in range(n)]
+    for i, e in zip(whole, encode([texts[i] for i in whole]), strict=True):
+        idlists[i] = e.ids
+    if parts:
+        assert spec.prefix is not None and spec.suffix is not None   # piece_cuts' rule
+        for i, e in zip(parts, encode([texts[i] for i in parts], add_special_tokens=False),
+                        strict=True):
+            idlists[i] = (spec.prefix if starts[i] else []) + e.ids + \
+                (spec.suffix if ends[i] else [])
+    lens = np.fromiter((len(x) + (spec.bos is not None and starts[i]) +
+                        (spec.eos is not None and ends[i]) for i, x in enumerate(idlists)),
+                       dtype="<u4", count=n)
     ids = np.empty(int(lens.sum(dtype=np.uint64)), dtype="<u4")
     pos = 0
-    for x in idlists:
-        if spec.bos is not None:
+    for i, x in enumerate(idlists):
+        if spec.bos is not None and starts[i]:
             ids[pos] = spec.bos
             pos += 1
-        n = len(x)
-        ids[pos:pos + n] = x
-        pos += n
-        if spec.eos is not None:
+        k = len(x)
+        ids[pos:pos + k] = x
+        pos += k
+        if spec.eos is not None and ends[i]:
             ids[pos] = spec.eos
             pos += 1
     return lens, ids
 
 
-def run(args: argparse.Namespace, out: BinaryIO) -> int:
-    """Pack-side work: plan, load, stream. 0, or 1 after an 'X' record."""
+def send_batch(w: Writer, b: Batch, lens: Any, ids: Any) -> None:
+    """The batch's items as the packer's records: the documents it ends in one 'B' (the
+    first of them begun by 'C' records of earlier batches where b.starts[0] is False),
+    then a 'C' with the ids of the document it begins and does not end."""
     import numpy as np
 
+    ends = [i for i, e in enumerate(b.ends) if e]
+    cut = ends[-1] + 1 if ends else 0
+    if ends:
+        first = 0
+        doc_lens, records = [], []
+        for i in ends:
+            doc_lens.append(int(lens[first:i + 1].sum()))
+            records.append(b.records[i])
+            first = i + 1
+        ntok = int(lens[:cut].sum())
+        w.batch(np.asarray(records, dtype="<u8"), np.asarray(doc_lens, dtype="<u4"),
+                ids[:ntok])
+    if cut < len(lens):
+        w.cont(ids[int(lens[:cut].sum()):])
+
+
+def run(args: argparse.Namespace, out: BinaryIO) -> int:
+    """Pack-side work: plan, load, stream. 0, or 1 after an 'X' record."""
     w = Writer(out)
     opts = Options(text_field=args.text_field, column=args.column, split=args.split,
                    format=args.format, skip_bad=args.skip_bad, zephon=args.zephon)
@@ -681,12 +872,15 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
         return 1
     w.header({"dtype": dtype, "eod": spec.eod, "bos": spec.bos, "vocab_size": spec.vocab_size,
               "tokenizer": spec.name, "tokenizer_sha256": spec.sha256,
+              # where it was (zephon.recipes sets the model's hf_assets_path from it); a
+              # path the header's lines cannot carry is not recorded
+              "tokenizer_path": None if "\n" in spec.path else spec.path,
               "input_bytes": sum(u.size for u in units), **head})
     q: queue.Queue = queue.Queue(maxsize=2)
 
     def produce() -> None:
         try:
-            read_batches(units, opts, q.put)
+            read_batches(units, opts, q.put, spec)
         except BaseException as e:  # handed to the main thread, which reports it
             q.put(("error", e))
 
@@ -719,8 +913,8 @@ def run(args: argparse.Namespace, out: BinaryIO) -> int:
                 out.flush()
                 return 1
         elif item.texts:
-            lens, ids = encode_batch(spec, item.texts)
-            w.batch(np.asarray(item.records, dtype="<u8"), lens, ids)
+            lens, ids = encode_batch(spec, item.texts, item.starts, item.ends)
+            send_batch(w, item, lens, ids)
     w.end()
     return 0
 
@@ -748,12 +942,14 @@ def chat_batch(w: Writer, spec: TokenizerSpec, template: Any, unit: Unit, item: 
         w.batch(records, enc.lens, enc.ids, enc.masks)
 
 
-def read_batches(units: list[Unit], opts: Options, put: Any) -> None:
+def read_batches(units: list[Unit], opts: Options, put: Any,
+                 spec: TokenizerSpec | None = None) -> None:
     """Every document of every unit, in order, as Batches (never spanning units), with
     ("input", k) before unit k's and ("skip", msg) for each bad record skipped
-    (--skip-bad), passed to put; then None. Batch boundaries depend on the data alone,
-    never on timing or cores, so the output is the same on any machine. A bad record
-    without --skip-bad raises its SkipRecord."""
+    (--skip-bad), passed to put; then None. A document longer than PIECE_CHARS is cut
+    into pieces (:func:`piece_cuts`, with ``spec``'s tokenizer). Batch boundaries and
+    cuts depend on the data alone, never on timing or cores, so the output is the same on
+    any machine. A bad record without --skip-bad raises its SkipRecord."""
     for k, unit in enumerate(units):
         put(("input", k))
         if opts.chat is not None:
@@ -769,15 +965,27 @@ def read_batches(units: list[Unit], opts: Options, put: Any) -> None:
                 put(("skip", f"{item}; skipped"))
                 continue
             rec, text = item
-            b.records.append(rec)
-            b.texts.append(text)
-            # a conversation (--chat) counts its messages' text
-            chars += len(text) if isinstance(text, str) else sum(len(m["content"])
-                                                                 for m in text)
-            if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
-                b.done = reader.done
-                put(b)
-                b, chars = Batch(k), 0
+            if opts.chat is not None or not isinstance(text, str):
+                # a conversation (--chat), whole: it counts its messages' text
+                b.add(rec, text)
+                chars += len(text) if isinstance(text, str) else sum(len(m["content"])
+                                                                     for m in text)
+                if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
+                    b.done = reader.done
+                    put(b)
+                    b, chars = Batch(k), 0
+                continue
+            bounds = [0, *(piece_cuts(spec, text, PIECE_CHARS) if spec else []), len(text)]
+            last = len(bounds) - 2
+            for j in range(last + 1):
+                piece = text if last == 0 else text[bounds[j]:bounds[j + 1]]
+                b.add(rec, piece, j == 0, j == last)
+                chars += len(piece)
+                if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
+                    b.done = reader.done
+                    put(b)
+                    b, chars = Batch(k), 0
+            del text, item
         b.done = unit.size
         put(b)
     put(None)

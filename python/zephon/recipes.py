@@ -16,22 +16,97 @@ The same functions serve both versions (:data:`zephon.torchtitan.CONTRACT`).
 
 ``python -m zephon.recipes TRAINER_OPTIONS`` checks the data of such a job on a CPU
 (:func:`dry_run`).
+
+The config they return is of a subclass of its ``Trainer.Config`` (:func:`zephon_config`)
+that tells the data loader the trainer's batch sizes each time TorchTitan's command line is
+parsed, so that a mount of another global batch than the trainer's is refused when the
+loader is built (:mod:`zephon.agreement`); it builds the same ``Trainer``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from typing import Any
 
 from torchtitan.trainer import Trainer
 
-from .torchtitan import PretokenizedTokenizer, ZephonDataLoader
+from .data_tokenizer import data_assets_folder
+from .torchtitan import PretokenizedTokenizer, ZephonDataLoader, bind_trainer
 
-__all__ = ["use_zephon", "llama3_debugmodel_zephon", "sft_debugmodel_zephon", "dry_run"]
+__all__ = ["use_zephon", "bind", "zephon_config", "use_data_tokenizer", "llama3_debugmodel_zephon",
+           "sft_debugmodel_zephon", "dry_run"]
+
+_CONFIG_CLASSES: dict[type, type] = {}
+
+
+def zephon_config(cls: type) -> type:
+    """The subclass of the ``Trainer.Config`` class ``cls`` whose ``__post_init__`` also
+    calls :func:`zephon.torchtitan.bind_trainer` and :func:`use_data_tokenizer`:
+    TorchTitan's ConfigManager builds the config anew, of the config function's class, with
+    the command line's values, so the data loader learns the sizes the trainer will use,
+    and the model's assets are the data's tokenizer. No fields of its own; its owner (what
+    ``config.build()`` makes) is ``cls``'s."""
+    if getattr(cls, "_zephon_binds", False):
+        return cls
+    if cls not in _CONFIG_CLASSES:
+        base_post_init = getattr(cls, "__post_init__", None)
+
+        def __post_init__(self: Any) -> None:
+            if base_post_init is not None:
+                base_post_init(self)
+            bind_trainer(self)
+            use_data_tokenizer(self)
+
+        name = "Zephon" + cls.__qualname__.replace(".", "")
+        ns = {"__post_init__": __post_init__, "_zephon_binds": True, "__module__": __name__,
+              "__qualname__": name, "__doc__": f"{cls.__qualname__}, telling a Zephon data "
+              "loader the trainer's batch sizes (zephon.recipes.zephon_config)."}
+        _CONFIG_CLASSES[cls] = dataclasses.dataclass(kw_only=True, slots=True)(
+            type(name, (cls,), ns))
+    return _CONFIG_CLASSES[cls]
+
+
+def use_data_tokenizer(config: Any) -> Any:
+    """Point ``config.hf_assets_path`` at the tokenizer the mount's dataset was packed with
+    (``zephon pack --tokenizer`` records its path and sha256; :mod:`zephon.data_tokenizer`),
+    where the config's own path is not a folder: TorchTitan's default
+    (``./tests/assets/tokenizer``, its repository's) is none outside a TorchTitan checkout.
+    A recorded folder that moved or whose files changed since the pack is not used, and a
+    ``RuntimeWarning`` says which. Returns ``config``; the mount is the data loader's
+    (``mount``, else ``$ZEPHON_MOUNT``); nothing changes without one."""
+    dl = getattr(config, "dataloader", None)
+    if not isinstance(dl, ZephonDataLoader.Config) or os.path.isdir(config.hf_assets_path):
+        return config
+    mount = dl.mount or os.environ.get("ZEPHON_MOUNT", "")
+    if mount:
+        folder = data_assets_folder(mount, f"the model's hf_assets_path stays "
+                                    f"{config.hf_assets_path!r}: ")
+        if folder:
+            config.hf_assets_path = folder
+    return config
+
+
+def bind(config: Any) -> Any:
+    """``config`` (a ``Trainer.Config`` whose data loader is a Zephon one) as an instance of
+    :func:`zephon_config` of its class, bound: a copy of its fields (``config`` itself when
+    it is one already). Return it from a config function, as :func:`use_zephon` does, so
+    that the loader is told the trainer's sizes after the command line's overrides."""
+    cls = zephon_config(type(config))
+    if type(config) is not cls:
+        fields = dataclasses.fields(config)
+        new = cls(**{f.name: getattr(config, f.name) for f in fields if f.init})
+        for f in fields:
+            if not f.init:
+                setattr(new, f.name, getattr(config, f.name))
+        config = new
+    return use_data_tokenizer(bind_trainer(config))
 
 
 def use_zephon(config: Trainer.Config, *, mount: str | None = None,
                eod_token: int | None = None, vocab_size: int | None = None) -> Trainer.Config:
-    """``config`` with its data from a Zephon mount (changed in place and returned).
+    """``config`` with its data from a Zephon mount, as an instance of
+    :func:`zephon_config` of its class (a copy: use the returned config).
 
     ``mount`` defaults to ``$ZEPHON_MOUNT`` (read again when the loader is built, if still
     empty); ``eod_token`` to ``$ZEPHON_EOD_TOKEN`` when set, else None: the dataset's own
@@ -52,7 +127,7 @@ def use_zephon(config: Trainer.Config, *, mount: str | None = None,
                                                 vocab_size=vocab_size)
     config.tokenizer = PretokenizedTokenizer.Config(vocab_size=vocab_size or 0)
     config.validator.enable = False
-    return config
+    return bind(config)
 
 
 def llama3_debugmodel_zephon() -> Trainer.Config:
@@ -116,6 +191,9 @@ def dry_run(argv: list[str] | None = None) -> int:
               "zephon's: use a config function that sets ZephonDataLoader.Config "
               "(--module zephon.recipes --config llama3_debugmodel_zephon)", file=sys.stderr)
         return 1
+    # a config function that did not go through use_zephon: the trainer's loader would
+    # not be told the trainer's sizes, the dry run is (it checks what the trainer reads)
+    bind_trainer(config)
     mount = config.dataloader.mount or os.environ.get("ZEPHON_MOUNT", "")
     dp = a.dp
     if dp is None:
@@ -128,7 +206,8 @@ def dry_run(argv: list[str] | None = None) -> int:
             return 1
     tokenizer = config.tokenizer.build(tokenizer_path=config.hf_assets_path)
     vocab = _model_vocab(config) or tokenizer.get_vocab_size()
-    print(f"TorchTitan contract {CONTRACT}; mount {mount}; DP {dp}; model vocabulary {vocab}")
+    print(f"TorchTitan contract {CONTRACT}; mount {mount}; DP {dp}; model vocabulary {vocab}; "
+          f"hf_assets_path {config.hf_assets_path}")
     for r in range(dp):
         try:
             dl = config.dataloader.build(dp_world_size=dp, dp_rank=r, tokenizer=tokenizer,
@@ -138,6 +217,11 @@ def dry_run(argv: list[str] | None = None) -> int:
         except (ValueError, StopIteration) as e:
             print(f"dp_rank {r} of {dp}: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
+        step = dl.trainer_step
+        if r == 0 and step is not None:
+            print(f"trainer step: global batch {step.global_batch} samples ({step.formed}), "
+                  f"micro-batches of {step.micro_batch} samples, {step.micro_batches} per DP rank: "
+                  f"the mount's global_batch {dl.loader.global_batch}")
         top = max(int(b[0]["input"].max()) for b in batches)
         inp, labels = batches[-1]
         print(f"dp_rank {r} of {dp}: {a.batches} batches of {tuple(labels.shape)} "

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 import torch
 
+from .agreement import require_accumulation
 from .mount import read_status
 from .position import Position
 
@@ -217,6 +218,10 @@ class ZephonLoader(TokenMount):
             ``micro_batch * seq_len`` (``seq_len``: the pack's ``--seq-len``).
         global_batch: the trainer's samples per optimizer step; must be the mount's
             ``global_batch``.
+        gradient_accumulation_steps: the micro-batches the trainer takes per optimizer
+            step; ``micro_batch`` x it must be the rank's share of a step (the mount's
+            ``global_batch / world_size``). Default: not checked; the attribute of that
+            name is the number the mount implies (a loop that takes it cannot disagree).
         vocab_size: the model's vocabulary size; a dataset holding a token id at or above
             it (``max_token_id``, recorded by every token pack) is refused.
         write_marks: let this process write position marks to the mount's ``control``
@@ -235,7 +240,9 @@ class ZephonLoader(TokenMount):
 
     Attributes: ``window`` (tokens per sample as stored; ``seq_len + overlap``), ``seq_len``
     (the pack's ``--seq-len``), ``overlap`` (0, or 1 for windows overlapping the next by
-    one token), ``micro_batch``, ``global_batch``, ``dp_rank``, ``dp_world_size``,
+    one token), ``micro_batch``, ``global_batch``, ``gradient_accumulation_steps`` (the
+    micro-batches of one rank per optimizer step: ``global_batch / (dp_world_size x
+    micro_batch)``), ``dp_rank``, ``dp_world_size``,
     ``fingerprint``, ``seed``, ``shuffle``, ``dtype`` (numpy dtype as stored),
     ``eod_token`` (the end-of-document token id that ``zephon pack --eod-token`` put after
     every document, or ``None``: datasets packed without it, or before it existed),
@@ -262,7 +269,7 @@ class ZephonLoader(TokenMount):
                  micro_batch: int | None = None, tokens_per_batch: int | None = None,
                  global_batch: int | None = None, vocab_size: int | None = None,
                  write_marks: bool = True, direct: bool | None = None,
-                 torchft: Any = None) -> None:
+                 torchft: Any = None, gradient_accumulation_steps: int | None = None) -> None:
         group = (int(dp_rank), int(dp_world_size))
         if torchft is not None:
             # torchft mode (zephon.torchft): dp_rank and dp_world_size are the replica
@@ -271,6 +278,11 @@ class ZephonLoader(TokenMount):
         super().__init__(mount, dp_rank=dp_rank, dp_world_size=dp_world_size,
                          micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
                          global_batch=global_batch, vocab_size=vocab_size)
+        if gradient_accumulation_steps is not None:
+            require_accumulation(self.position, int(gradient_accumulation_steps),
+                                 self.dp_world_size)
+        self.gradient_accumulation_steps: int = self.position.micro_batches
+        """Micro-batches of this rank per optimizer step (one step of the mount)."""
         st = self.status
         self._shards: _Shards | None = None
         if direct is not False:

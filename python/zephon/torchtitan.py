@@ -53,22 +53,27 @@ dataset fingerprint and seed, the same keys and values on every rank, so
 ``torch.distributed.checkpoint``, which stores a value that every rank holds under one key
 once, keeps exactly it, and a checkpoint taken at DP degree 4 restores at 2, 3 or 8, and with
 another global batch. The mount must be mounted with ``world_size`` = the DP degree and
-``global_batch`` = the trainer's global batch (``training.global_batch_size``, or
-``local_batch_size x DP degree``): one optimizer step of the trainer is one step of the mount.
+``global_batch`` = the trainer's global batch (:mod:`zephon.agreement` says how each version
+forms it): one optimizer step of the trainer is one step of the mount. A config made by
+:func:`zephon.recipes.use_zephon` tells the loader the trainer's sizes after the command
+line's overrides (:func:`bind_trainer`), and the loader refuses a mount of another global
+batch when it is built.
 """
 from __future__ import annotations
 
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
 
 import torch
+import tyro
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
+from .agreement import TitanBatching, TrainerStep, require_same_step
 from .sft import check_rows, check_rows_length, rows_trainer_batch
-from .torch import ZephonLoader, ZephonValidationLoader
+from .torch import TokenMount, ZephonLoader, ZephonValidationLoader
 
 # The contract this process runs against, found once, by where TorchTitan keeps it:
 # - "data.loader": TorchTitan's git main since Aug 2026 (its assets/version.txt says 0.2.2):
@@ -103,7 +108,8 @@ if not hasattr(BaseDataLoader, "Config"):
 REPEAT_FIELD = "repeat" if CONTRACT == "data.loader" else "infinite"
 
 __all__ = ["ZephonDataLoader", "ZephonValidationDataLoader", "PretokenizedTokenizer",
-           "trainer_batch", "trainer_loader_kwargs", "CONTRACT", "REPEAT_FIELD"]
+           "trainer_batch", "trainer_loader_kwargs", "bind_trainer", "CONTRACT",
+           "REPEAT_FIELD"]
 
 
 def positions_of(inputs: torch.Tensor, eod_token: int | None = None) -> torch.Tensor:
@@ -157,13 +163,30 @@ def trainer_loader_kwargs(config: Any) -> dict[str, Any]:
     the running TorchTitan's trainer builds ``config.dataloader`` with, from its
     ``Trainer.Config``: main's ``max_context_length`` and ``num_tokens_per_batch``
     (``training.num_tokens_per_microbatch_per_dp_rank``), or 0.3.0's ``seq_len``,
-    ``local_batch_size`` and ``snapshot_every_n_steps`` (torchtitan/trainer.py of each)."""
+    ``local_batch_size`` (``parallelism.pipeline_parallel_microbatch_size`` with pipeline
+    parallelism) and ``snapshot_every_n_steps`` (torchtitan/trainer.py of each)."""
     t = config.training
     if CONTRACT == "data.loader":
         return dict(max_context_length=t.max_context_length,
                     num_tokens_per_batch=t.num_tokens_per_microbatch_per_dp_rank)
-    return dict(seq_len=t.seq_len, local_batch_size=t.local_batch_size,
+    p = config.parallelism
+    micro = p.pipeline_parallel_microbatch_size if p.pipeline_parallel_degree > 1 else \
+        t.local_batch_size
+    return dict(seq_len=t.seq_len, local_batch_size=micro,
                 snapshot_every_n_steps=config.checkpoint.interval)
+
+
+def bind_trainer(config: Any) -> Any:
+    """Tell ``config.dataloader``, a :class:`ZephonDataLoader` config, the batch sizes of
+    ``config`` (a ``Trainer.Config``, as the command line left it), so that the loader
+    refuses a mount of another global batch when it is built (:mod:`zephon.agreement`).
+    Returns ``config``; other data loaders are left alone. The config classes of
+    :func:`zephon.recipes.use_zephon` call it after every parse of the command line."""
+    dl = getattr(config, "dataloader", None)
+    if isinstance(dl, ZephonDataLoader.Config) and \
+            not isinstance(dl, ZephonValidationDataLoader.Config):
+        dl.trainer = TitanBatching.of(config, CONTRACT)
+    return config
 
 
 class ZephonDataLoader(BaseDataLoader):
@@ -210,6 +233,15 @@ class ZephonDataLoader(BaseDataLoader):
         ``fault_tolerance`` to be ``zephon.torchtitan_ft.ZephonTorchFTManager.Config``
         (``zephon.torchtitan_ft.use_torchft`` sets both)."""
 
+        trainer: Annotated[TitanBatching | None, tyro.conf.Suppress] = None
+        """The trainer's batch sizes (:func:`bind_trainer`, not an option): the loader
+        refuses a mount whose ``global_batch`` is not the trainer's global batch. None: not
+        told (a config that ``use_zephon`` did not make), nothing to compare."""
+
+    #: whether one optimizer step of the trainer reads one step of the mount (validation
+    #: reads its own split, whole, at each evaluation)
+    _one_step_per_trainer_step = True
+
     def __init__(self, config: Config, *, dp_world_size: int, dp_rank: int,
                  tokenizer: BaseTokenizer | None = None, seq_len: int | None = None,
                  local_batch_size: int | None = None, max_context_length: int | None = None,
@@ -255,6 +287,11 @@ class ZephonDataLoader(BaseDataLoader):
                 raise ValueError(f"the mount's samples have {self.seq_len} input tokens, more "
                                  f"than max_context_length {max_context_length}; pack with "
                                  "a shorter --seq-len or raise max_context_length")
+        self.trainer_step: TrainerStep | None = None
+        """The trainer's step as the loader was told it (None where it was not, and in
+        torchft mode, whose steps are the quorum's)."""
+        if config.trainer is not None and self._one_step_per_trainer_step and not ft:
+            self.trainer_step = _same_step(config.trainer, self._loader)
         if self._loader.row_len:
             # a dataset of rows (zephon.sft): inputs, labels and positions as stored
             check_rows(self._loader, seq_len=None if self.flat else self.seq_len,
@@ -332,6 +369,21 @@ class ZephonDataLoader(BaseDataLoader):
         self.loader.load_state_dict(state_dict)
 
 
+def _same_step(batching: TitanBatching, loader: TokenMount) -> TrainerStep:
+    """The trainer's step, after refusing (``ValueError``) a mount of another global batch,
+    or a loader built for another micro-batch than the config says (the config changed
+    after it was bound)."""
+    step = batching.step(loader.dp_world_size, loader.seq_len)
+    require_same_step(loader.global_batch, loader.dp_world_size, step)
+    if step.micro_batch != loader.micro_batch:
+        raise ValueError(f"the trainer built the data loader for micro-batches of "
+                         f"{loader.micro_batch} samples, but its config says {step.micro_batch} "
+                         f"({step.formed}); the config changed after zephon.torchtitan."
+                         "bind_trainer: call it again (use_zephon's config classes do at "
+                         "every parse)")
+    return step
+
+
 class ZephonValidationDataLoader(ZephonDataLoader):
     """One DP rank's TorchTitan batches of the mount's validation stream (``zephon mount -o
     validation=F``), for TorchTitan's ``Validator``::
@@ -354,6 +406,7 @@ class ZephonValidationDataLoader(ZephonDataLoader):
     """
 
     _loader_cls = ZephonValidationLoader
+    _one_step_per_trainer_step = False
 
     @dataclass(kw_only=True, slots=True)
     class Config(ZephonDataLoader.Config):

@@ -598,14 +598,21 @@ def test_install_into_destdir(tmp_path):
 
 def test_quickstart_runs_twice(tmp_path):
     """The README's first command, against the build under test, in a temp demo dir:
-    green twice in a row (idempotent), both checks print "identical", nothing left mounted."""
+    green twice in a row (idempotent), both checks print "identical", nothing left mounted.
+    It says how to put zephon on the shell's PATH when it is not there (the README's
+    commands call it bare), and says nothing of it when it is."""
     if not pathlib.Path('/usr/share/wordnet/data.noun').is_file():
         pytest.fail('wordnet-base is missing: mountscripts/deps build installs it')
     build = pathlib.Path(ZEPHON).resolve().parents[1]
     if not (build / 'build.ninja').is_file():
         pytest.skip('ZEPHON=%s is not in a meson build directory' % ZEPHON)
     env = dict(os.environ, ZEPHON_BUILD=str(build), ZEPHON_DEMO=str(tmp_path / 'demo'))
+    path = [d for d in env.get('PATH', '').split(os.pathsep)
+            if d and not os.path.isfile(os.path.join(d, 'zephon'))]
+    hint = 'zephon is not on your shell\'s PATH: export PATH="%s/fs:$PATH"' % build
     for i in range(2):
+        # first without any zephon on PATH, then with this build's
+        env['PATH'] = os.pathsep.join(([str(build / 'fs')] if i else []) + path)
         p = subprocess.run([str(SCRIPTS / 'quickstart')], env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=900)
         out = p.stdout.decode(errors='replace')
@@ -614,6 +621,7 @@ def test_quickstart_runs_twice(tmp_path):
         assert 'samples       117659' in out, out
         assert 'samples:48@3' in out and '== 7/7 done' in out, out
         assert not mounts_under(tmp_path), out
+        assert (hint in out) == (i == 0), out[-1500:]
 
 
 # ---------------------------------------------------------------------------

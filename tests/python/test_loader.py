@@ -227,6 +227,26 @@ class TestRefusals:
             ZephonLoader(m.path, dp_rank=0, dp_world_size=2, global_batch=16)
         nothing_consumed(m)
 
+    def test_gradient_accumulation_other_than_the_mounts_step(self, tokens, mounts):
+        """The trainer's loop (micro-batches per optimizer step) against the mount's share
+        of a step: refused naming both and the fixes; the attribute is the mount's number,
+        which a loop that takes it cannot contradict."""
+        m = mounts(tokens, world_size=2, global_batch=16, micro_batch=2)
+        with pytest.raises(ValueError) as e:
+            ZephonLoader(m.path, dp_rank=1, dp_world_size=2, micro_batch=2,
+                         gradient_accumulation_steps=2)
+        msg = str(e.value)
+        assert ('gradient_accumulation_steps 2 x micro_batch 2 = 4 samples per DP rank' in msg
+                and "the mount's share of a step is 8 samples (global_batch 16 / world_size 2)"
+                in msg and 'remount with world_size=2,global_batch=8' in msg and
+                'gradient_accumulation_steps=4' in msg), msg
+        ld = ZephonLoader(m.path, dp_rank=1, dp_world_size=2, micro_batch=2,
+                          gradient_accumulation_steps=4)
+        assert ld.gradient_accumulation_steps == 4
+        assert ZephonLoader(m.path, dp_rank=0, dp_world_size=2,
+                            micro_batch=8).gradient_accumulation_steps == 1
+        nothing_consumed(m)
+
     def test_state_of_another_dataset_or_seed(self, tokens, mounts, tmp_path):
         other = tmp_path / 'other'
         raw = tmp_path / 'tok.bin'

@@ -37,11 +37,11 @@ pytestmark = pytest.mark.skipif(not (TOK / 'tokenizer.json').is_file(),
                                 reason='shared data %s is absent' % TOK)
 
 
-def pack(out, *args, ok=True, env=None):
+def pack(out, *args, ok=True, env=None, cwd=None):
     """zephon pack --tokenizer ... -o out; the CompletedProcess (text)."""
     p = subprocess.run([ZEPHON, 'pack', *map(str, args), '-o', str(out)], text=True,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
-                       env=dict(os.environ, **(env or {})))
+                       env=dict(os.environ, **(env or {})), cwd=cwd)
     sanitizers.scan(p.stderr, 'zephon pack %s' % (args,))
     if ok is not None:
         assert (p.returncode == 0) == ok, (p.returncode, p.stdout, p.stderr)
@@ -526,14 +526,17 @@ def test_readme_torchtitan_walkthrough_from_raw_text(tmp_path):
     from torchtitan.components.loss import IGNORE_INDEX
     from torchtitan.config import ConfigManager
 
-    block = readme_block('zephon pack --tokenizer torchtitan/tests/assets/tokenizer')
+    block = readme_block('git clone --depth 1 https://github.com/pytorch/torchtitan ')
     # the pack, the mount, the GPU job and the unmount (test_torchtitan_readme.py runs the
-    # block whole, with its dry run, at 8 DP ranks): here at 1 DP rank, batches checked
-    lines = [block[0], next(c for c in block if c.startswith('zephon mount')),
+    # block whole, with its dry run, at 8 DP ranks): here at 1 DP rank, batches checked;
+    # the clone's tokenizer is ../shared/data's, linked where the clone puts it
+    lines = [block[1], next(c for c in block if c.startswith('zephon mount')),
              next(c for c in block if 'torchtitan.train' in c), block[-1]]
+    assert lines[0].startswith('zephon pack --tokenizer /tmp/torchtitan/tests/assets/tokenizer')
     assert lines[3].startswith('fusermount3 -u'), block
+    (tmp_path / 'torchtitan' / 'tests' / 'assets').mkdir(parents=True)
+    (tmp_path / 'torchtitan' / 'tests' / 'assets' / 'tokenizer').symlink_to(TOK)
     subst = [('/tmp/', '%s/' % tmp_path),  # first: tmp_path itself may lie in /tmp/
-             ('torchtitan/tests/assets/tokenizer', str(TOK)),
              ('tinyshakespeare.txt', str(SHAKESPEARE)),
              ('world_size=8,global_batch=64', 'world_size=1,global_batch=8')]
 
@@ -640,8 +643,10 @@ def test_state_names_the_documents_of_the_last_claim(tmp_path, mounts):
     want = []
     for s in last['samples']:
         docs = json.loads(zrun('info', ds, '--sample', s, '--json'))['documents']
-        want.append([{'path': d['path'], 'record': d['record']} for d in docs])
-    assert last['documents'] == want and want[0] == [{'path': str(CC), 'record': 1}]
+        want.append([{'path': d['path'], 'record': d['record'], 'line': d['line']}
+                     for d in docs])
+    # JSONL: the record is a line, from 1, and says so; "record" stays for older readers
+    assert last['documents'] == want and want[0] == [{'path': str(CC), 'record': 1, 'line': 1}]
 
 
 def test_missing_input_and_a_format_of_tokens(tmp_path):
@@ -656,3 +661,250 @@ def test_missing_input_and_a_format_of_tokens(tmp_path):
     p = pack(tmp_path / 'ds', '--text-field', 'x', '--seq-len', 2, tmp_path / 'nope.jsonl',
              ok=False)
     assert p.returncode == 2 and 'pass --tokenizer PATH' in p.stderr
+
+
+# ---------------------------------------------------------------- issue 33: first hour
+
+def test_records_are_named_lines_or_rows_in_info_and_state(tmp_path, mounts):
+    """JSONL and text lines count lines from 1 (key "line"), Parquet and Arrow rows from 0
+    (key "row"), a text file is one document (neither); in `zephon info --sample` (text
+    and JSON) and in a mount's /rank/<r>/state, beside "record" for older readers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({'text': ['first row', 'second row']}), tmp_path / 'a.parquet')
+    (tmp_path / 'b.jsonl').write_text('{"text": "first line"}\n\n{"text": "third line"}\n')
+    (tmp_path / 'c.txt').write_text('a text file')
+    ds = tmp_path / 'ds'
+    pack(ds, '--tokenizer', TOK, '--seq-len', 2, tmp_path / 'a.parquet', tmp_path / 'b.jsonl',
+         tmp_path / 'c.txt')
+    named = {}
+    for sample in range(info(ds)['samples']):
+        for d in json.loads(zrun('info', ds, '--sample', sample, '--json'))['documents']:
+            named[(pathlib.Path(d['path']).name, d['record'])] = \
+                {k: d[k] for k in ('line', 'row') if k in d}
+    assert named == {('a.parquet', 0): {'row': 0}, ('a.parquet', 1): {'row': 1},
+                     ('b.jsonl', 1): {'line': 1}, ('b.jsonl', 3): {'line': 3},
+                     ('c.txt', 0): {}}
+    text = zrun('info', ds, '--sample', 0).decode()
+    assert 'a.parquet row 0' in text, text
+    m = mounts(ds, world_size=1, global_batch=info(ds)['samples'], shuffle='none')
+    with open(m.path + '/rank/0/next', 'rb') as f:
+        f.read()
+    with open(m.path + '/rank/0/state') as f:
+        docs = [d for w in json.load(f)['last']['documents'] for d in w]
+    seen = {(pathlib.Path(d['path']).name, d['record']): {k: d[k] for k in ('line', 'row')
+                                                           if k in d} for d in docs}
+    assert seen == named
+
+
+def test_a_split_other_than_a_save_to_disk_folders_own_is_refused(tmp_path):
+    """A folder save_to_disk wrote for one split holds that split only: --split naming
+    another is refused, naming the folder's split (state.json's _split); its own, or no
+    --split, packs it."""
+    import datasets
+    (tmp_path / 'v.jsonl').write_text('{"text": "held out"}\n{"text": "also held out"}\n')
+    d = datasets.load_dataset('json', data_files={'validation': str(tmp_path / 'v.jsonl')},
+                              split='validation', cache_dir=str(tmp_path / 'cache'))
+    d.save_to_disk(str(tmp_path / 'val'))
+    p = pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2, '--split', 'train',
+             tmp_path / 'val', ok=False)
+    assert ("a datasets save_to_disk folder of split 'validation' only (state.json), not of "
+            "split 'train'") in p.stderr, p.stderr
+    for args in (['--split', 'validation'], []):
+        pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2, *args, tmp_path / 'val',
+             '--force')
+        assert info(tmp_path / 'ds')['documents'] == 2
+    # a Dataset saved without a split name: any --split is refused
+    datasets.Dataset.from_dict({'text': ['x', 'y']}).save_to_disk(str(tmp_path / 'plain'))
+    p = pack(tmp_path / 'ds2', '--tokenizer', TOK, '--seq-len', 2, '--split', 'validation',
+             tmp_path / 'plain', ok=False)
+    assert 'of one dataset without a split name (state.json)' in p.stderr, p.stderr
+
+
+def test_the_pack_records_the_tokenizers_path(tmp_path):
+    """Beside its name and sha256 (the fingerprint's), the path given to --tokenizer,
+    absolute: zephon.recipes sets the model's hf_assets_path from it. Not part of the
+    fingerprint: the same tokenizer elsewhere makes the same dataset."""
+    need(CC)
+    ds = tmp_path / 'ds'
+    pack(ds, '--tokenizer', TOK, '--seq-len', L, CC)
+    tk = info(ds)['tokenizer']
+    assert tk['path'] == str(TOK.resolve()) and tk['name'] == 'torchtitan-test'
+    assert 'tokenizer at  %s (when packed)' % TOK.resolve() in zrun('info', ds).decode()
+    moved = tmp_path / 'elsewhere'
+    shutil.copytree(TOK, moved)
+    pack(tmp_path / 'ds2', '--tokenizer', 'elsewhere', '--seq-len', L, CC, cwd=tmp_path)
+    again = info(tmp_path / 'ds2')
+    assert again['tokenizer']['path'] == str(moved)
+    assert again['fingerprint'] == info(ds)['fingerprint']
+
+
+def test_a_long_document_encoded_in_pieces_gives_the_whole_documents_ids(raw_tok):
+    """Documents longer than PIECE_CHARS are encoded in pieces, cut where the tokenizer's
+    ids do not change: after a line break, before a space; a cut that a special token's
+    text or anything else would change is not taken. Here with pieces of 2,000 characters,
+    on real text, one line of it (spaces only), special tokens' text near the cuts, CRLF
+    and non-ASCII text: the ids are the whole document's, token for token."""
+    need(SHAKESPEARE, CC)
+    from zephon import pack_text
+    spec = pack_text.load_tokenizer(str(TOK))
+    assert spec.prefix == [] and spec.suffix == []    # BOS and EOS are the front end's
+    shakespeare = SHAKESPEARE.read_text()[:200000]
+    cc = '\n'.join(jsonl_texts(CC))[:200000]
+    texts = {
+        'lines': shakespeare,
+        'one line': shakespeare.replace('\n', ' '),
+        'specials': ''.join(shakespeare[i:i + 997] + '<|end_of_text|>'
+                            for i in range(0, 100000, 997)),
+        'crlf': shakespeare.replace('\n', '\r\n'),
+        'cc': cc,
+        'no cut at all': 'x' * 9000,
+    }
+    for name, text in texts.items():
+        cuts = pack_text.piece_cuts(spec, text, size=2000)
+        if name == 'no cut at all':
+            assert cuts == []
+        else:
+            assert len(cuts) > len(text) // 4000, name
+        bounds = [0, *cuts, len(text)]
+        n = len(bounds) - 1
+        _, ids = pack_text.encode_batch(spec, [text[a:b] for a, b in zip(bounds, bounds[1:])],
+                                        [i == 0 for i in range(n)],
+                                        [i == n - 1 for i in range(n)])
+        _, whole = pack_text.encode_batch(spec, [text])
+        assert np.array_equal(ids, whole), name
+    # a cut inside a special token's text is refused by the check
+    t = 'one\n<|end_of_text|>\ntwo'
+    assert pack_text.cut_agrees(spec, t, 4) and not pack_text.cut_agrees(spec, t, 8)
+
+
+def test_a_tokenizer_without_a_pre_tokenizer_is_never_cut(tmp_path):
+    """Without a pre-tokenizer a document is one "word" to the model, whose ids no cut
+    keeps for certain: such documents are encoded whole."""
+    from tokenizers import Tokenizer, models
+    from zephon import pack_text
+    tok = Tokenizer(models.WordLevel({'a': 0, 'b': 1, '<eos>': 2, '[UNK]': 3},
+                                     unk_token='[UNK]'))
+    tok.add_special_tokens(['<eos>'])
+    tok.save(str(tmp_path / 'tokenizer.json'))
+    (tmp_path / 'tokenizer_config.json').write_text('{"eos_token": "<eos>"}')
+    spec = pack_text.load_tokenizer(str(tmp_path))
+    assert spec.prefix is None
+    assert pack_text.piece_cuts(spec, 'a\nb ' * 100000, size=1000) == []
+
+
+def test_the_front_ends_memory_does_not_grow_with_the_document(tmp_path):
+    """One JSONL document of 8 MB (tinyshakespeare's text, repeated) with TorchTitan's
+    test tokenizer: `tokenizers` needs ~200 bytes per character to encode a text at once
+    (1.6 GB here); in pieces, the front end's peak resident memory (its ru_maxrss, as the
+    kernel counts it) stays under 400 MiB, the document's text included."""
+    need(SHAKESPEARE)
+    text = SHAKESPEARE.read_text()
+    doc = (text * (8_000_000 // len(text) + 1))[:8_000_000]
+    src = tmp_path / 'big.jsonl'
+    src.write_text(json.dumps({'text': doc}) + '\n' + json.dumps({'text': 'small'}) + '\n')
+    wrapper = tmp_path / 'python'
+    report = tmp_path / 'maxrss'
+    wrapper.write_text('#!%s\nimport resource, subprocess, sys\n'
+                       'rc = subprocess.call([sys.executable] + sys.argv[1:])\n'
+                       'open(%r, "w").write(str(resource.getrusage('
+                       'resource.RUSAGE_CHILDREN).ru_maxrss))\n'
+                       'sys.exit(rc)\n' % (sys.executable, str(report)))
+    wrapper.chmod(0o755)
+    pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2048, src,
+         env={'ZEPHON_PYTHON': str(wrapper)})
+    peak_mib = int(report.read_text()) / 1024
+    assert peak_mib < 400, '%.0f MiB' % peak_mib
+    assert info(tmp_path / 'ds')['documents'] == 2
+
+
+def fake_front_end(tmp_path, records):
+    """An interpreter for ZEPHON_PYTHON that ignores its arguments and writes the stream
+    of `records` (calls on pack_text.Writer after its header) to stdout."""
+    script = tmp_path / 'fake-python'
+    script.write_text(
+        '#!%s\nimport sys\nsys.path[:0] = %r\nimport numpy as np\n'
+        'from zephon.pack_text import Writer, Unit\n'
+        'w = Writer(sys.stdout.buffer)\n'
+        'w.header({"dtype": "uint16", "eod": 3, "vocab_size": 10, "tokenizer": "t", '
+        '"tokenizer_sha256": "0" * 64})\n'
+        'u = lambda a: np.asarray(a, dtype="<u4")\n'
+        '%s\nsys.stdout.buffer.flush()\n' % (sys.executable, sys.path, records))
+    script.chmod(0o755)
+    return {'ZEPHON_PYTHON': str(script)}
+
+
+def test_a_document_streamed_in_parts_is_one_document_and_an_unfinished_one_is_refused(
+        tmp_path):
+    """The front end's 'C' records (the first tokens of a long document) and the 'B' that
+    ends it make one document of the index; a stream that ends, or starts another input,
+    inside a document is refused and leaves nothing."""
+    (tmp_path / 'x.txt').write_text('x')
+    start = 'w.input(Unit("text", "x.txt", 1))\n'
+    ok = fake_front_end(tmp_path, start + 'w.cont(u([1, 2, 4]))\nw.cont(u([5]))\n'
+                        'w.batch(u([0, 7]).astype("<u8"), u([2, 3]), u([6, 3, 7, 8, 3]))\n'
+                        'w.end()')
+    pack(tmp_path / 'ds', '--tokenizer', 'unused', '--seq-len', 2, tmp_path / 'x.txt', env=ok)
+    i = info(tmp_path / 'ds')
+    assert (i['documents'], i['tokens']) == (2, 9)
+    assert windows(tmp_path / 'ds').reshape(-1).tolist() == [1, 2, 4, 5, 6, 3, 7, 8]
+    docs = json.loads(zrun('info', tmp_path / 'ds', '--sample', 2, '--json'))['documents']
+    assert [(d['document'], d['tokens'], d['record']) for d in docs] == [(0, 6, 0)]
+    for tail in ('w.end()', 'w.input(Unit("text", "x.txt", 1))\nw.end()'):
+        bad = fake_front_end(tmp_path, start + 'w.cont(u([1, 2]))\n' + tail)
+        p = pack(tmp_path / 'bad', '--tokenizer', 'unused', '--seq-len', 2,
+                 tmp_path / 'x.txt', env=bad, ok=False)
+        assert 'left a document of x.txt unfinished (broken stream)' in p.stderr, p.stderr
+
+
+def test_the_readme_block_makes_a_venv_installs_and_packs(tmp_path):
+    """README's "Raw text to tokens" block as written, in one shell, from a fresh venv:
+    Debian's pip installs nothing outside one (PEP 668), so the block makes one and
+    activates it, `pip install '.[tokenize]'` (the wheel tests/python/run built from this
+    tree, ZEPHON_WHEEL, for `.`: pip would build the same one) and `zephon pack` with the
+    venv's python3. HOME is the test's directory (the block's ~/venv-zephon); TOKENIZER, INPUT...
+    and DATASET are ../shared/data's tokenizer and Common Crawl JSONL and a dataset there."""
+    need(CC)
+    readme = (pathlib.Path(__file__).resolve().parents[2] / 'README.md').read_text()
+    sec = readme[readme.index('### Raw text to tokens'):]
+    block = sec[sec.index('```\n') + 4:sec.index('\n```', sec.index('```\n') + 4)]
+    lines = block.split('\n')
+    assert lines[0].startswith('python3 -m venv ~/venv-zephon && . ~/venv-zephon/bin/activate')
+    assert lines[1].startswith("pip install '.[tokenize]'")
+    wheel = os.environ.get('ZEPHON_WHEEL')
+    if not wheel:
+        pytest.skip('ZEPHON_WHEEL is not set: tests/python/run sets it to the wheel it built')
+    lines[1] = lines[1].replace("'.[tokenize]'", "'%s[tokenize]'" % wheel)
+    assert lines[2] == 'zephon pack --tokenizer TOKENIZER --seq-len 2048 --overlap 1 INPUT... -o DATASET'
+    lines[2] = (lines[2].replace('TOKENIZER', str(TOK)).replace('INPUT...', str(CC))
+                .replace('DATASET', str(tmp_path / 'ds')))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('VIRTUAL_ENV', 'PYTHONPATH', 'ZEPHON_PYTHON', 'PYTHONHOME')}
+    env.update(HOME=str(tmp_path), PIP_CACHE_DIR=os.path.expanduser('~/.cache/pip'),
+               PATH=os.pathsep.join([os.path.dirname(ZEPHON), '/usr/local/bin', '/usr/bin',
+                                     '/bin']))
+    p = subprocess.run(['bash', '-ec', '\n'.join(lines)], cwd=tmp_path, env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+    assert p.returncode == 0, p.stdout[-4000:]
+    assert (tmp_path / 'venv-zephon' / 'bin' / 'activate').is_file()
+    assert info(tmp_path / 'ds')['documents'] == len(jsonl_texts(CC))
+
+
+def test_a_document_in_parts_goes_into_rows_whole_or_is_dropped(tmp_path):
+    """With --whole-documents the parts of a long document ('C' records) are kept until its
+    end and the document goes into a row whole, or, once longer than a row takes, is
+    dropped and counted, as any such document (its ids count nowhere)."""
+    (tmp_path / 'x.txt').write_text('x')
+    start = 'w.input(Unit("text", "x.txt", 1))\n'
+    end = 'w.batch(u([0, 7]).astype("<u8"), u([2, 3]), u([6, 3, 7, 8, 3]))\nw.end()'
+    for name, part, docs, dropped in (('fits', 'w.cont(u([1, 2, 4]))\n', 2, 0),
+                                      ('too long', 'w.cont(u([9] * 5))\nw.cont(u([9] * 5))\n',
+                                       1, 1)):
+        ds = tmp_path / name.replace(' ', '-')
+        p = pack(ds, '--tokenizer', 'unused', '--whole-documents', '--seq-len', 8,
+                 tmp_path / 'x.txt', env=fake_front_end(tmp_path, start + part + end))
+        i = info(ds)
+        assert (i['documents'], i.get('documents_dropped', 0), i['max_token_id']) == \
+            (docs, dropped, 8), (name, i, p.stderr)
+        if dropped:
+            assert 'x.txt: a document of 12 tokens makes 11 inputs' in p.stderr, p.stderr

@@ -75,7 +75,7 @@ def test_the_recipe_through_torchtitans_config_manager(ds, mounts):
     config = ConfigManager().parse_args([
         '--module', 'zephon.recipes', '--config', 'llama3_debugmodel_zephon',
         '--dataloader.mount', m.path, '--dataloader.eod_token', str(EOD),
-        *trainer_cli(SEQ, 4)])
+        *trainer_cli(SEQ, 4, global_batch=B)])
     assert isinstance(config.dataloader, ZephonDataLoader.Config)
     assert (config.dataloader.mount, config.dataloader.eod_token) == (m.path, EOD)
     assert not config.validator.enable

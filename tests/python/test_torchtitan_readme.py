@@ -1,9 +1,12 @@
 """README.md's TorchTitan section runs as written, on the TorchTitan of this venv (0.3.0, or
-git main under run-titan-main): its config function, and its walk-through (raw text packed
-with the debug model's tokenizer, mount, `python3 -m zephon.recipes` with the trainer's
-options, unmount) up to the torchrun line, which needs 8 GPUs; /tmp/ in the commands becomes
-the test's own directory, the tokenizer and the text those of ../shared/data. Also the dry
-run's refusals."""
+git main under run-titan-main): its config function, and its walk-through (the debug model's
+tokenizer fetched, raw text packed with it, mount, `python3 -m zephon.recipes` with the
+trainer's options, unmount) up to the torchrun line, which needs 8 GPUs; /tmp/ in the
+commands becomes the test's own directory, the text that of ../shared/data, and the `git
+clone` of TorchTitan a link at the same place to the same tokenizer files of
+../shared/data (b5bcd76's tests/assets/tokenizer, ../shared/data/README.md): no network.
+The walk-through meets none of the first hour's papercuts: no warning of a missing assets
+folder, the trainer's step equal to the mount's. Also the dry run's refusals."""
 import os
 import pathlib
 import re
@@ -14,6 +17,7 @@ import pytest
 
 from conftest import DATA
 from titan_helpers import FLAT, ROOT, ZEPHON, documents, pack_tokens
+from zephon.recipes import zephon_config
 from zephon.torchtitan import ZephonDataLoader
 
 SECTION = '## TorchTitan: `zephon.torchtitan`'
@@ -51,6 +55,9 @@ def test_the_config_function_block():
     config = ns['my_config']()
     assert isinstance(config.dataloader, ZephonDataLoader.Config)
     assert config.dataloader.mount == '/tmp/z' and config.dataloader.eod_token is None
+    # told the trainer's sizes (and at every parse: a zephon_config class)
+    assert config.dataloader.trainer is not None
+    assert type(config) is zephon_config(type(config))
 
 
 def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
@@ -58,9 +65,13 @@ def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
         if not f.exists():
             pytest.skip('shared data %s is absent' % f)
     (walk,) = [b for lang, b in blocks() if lang == '' and 'torchrun' in b]
+    clone = 'git clone --depth 1 https://github.com/pytorch/torchtitan /tmp/torchtitan'
+    assert commands(walk)[0].startswith(clone + ' '), commands(walk)[0]
+    assert '--tokenizer /tmp/torchtitan/tests/assets/tokenizer ' in commands(walk)[1]
     cmds = [c.replace('/tmp/', '%s/' % tmp_path)
-            .replace('torchtitan/tests/assets/tokenizer', str(TOKENIZER))
             .replace('tinyshakespeare.txt', str(TEXT)) for c in commands(walk)]
+    assets = tmp_path / 'torchtitan' / 'tests' / 'assets'
+    cmds[0] = 'mkdir -p %s && ln -s %s %s' % (assets, TOKENIZER, assets / 'tokenizer')
     (gpu,) = [c for c in cmds if 'torchrun' in c]
     (check,) = [c for c in cmds if '-m zephon.recipes' in c]
     # the check is given the GPU job's own trainer options
@@ -85,6 +96,15 @@ def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
                          % (r, re.escape(str(shape))), out, re.M), out[-3000:]
     assert max(int(t) for t in re.findall(r'token ids up to (\d+)', out)) < 2048
     assert 'model vocabulary 2048' in out and 'dry run passed' in out, out[-3000:]
+    # no papercut: the model's assets are the data's tokenizer (no warning of a missing
+    # folder), and the trainer's step is the mount's
+    assert 'does not exist' not in out, out[-3000:]
+    assert 'hf_assets_path %s' % (assets / 'tokenizer') in out, out[-3000:]
+    assert ('trainer step: global batch 64 samples (%s), micro-batches of 8 samples, 1 per '
+            "DP rank: the mount's global_batch 64" % (
+                'training.num_tokens_per_microbatch_per_dp_rank 16384 x data-parallel degree '
+                '8 = 131072 tokens, in samples of 2048 tokens' if FLAT else
+                'training.local_batch_size 8 x data-parallel degree 8')) in out, out[-3000:]
     assert not os.path.ismount(tmp_path / 'z')
 
 
@@ -117,3 +137,11 @@ def test_the_dry_run_refuses_what_the_trainer_could_not_read(tmp_path, mounts):
     # nothing mounted there
     p = dry_run(['--dataloader.mount', tmp_path / 'nothing', *seq])
     assert p.returncode == 1 and 'is it mounted?' in p.stderr, p.stderr
+    # a global batch other than the mount's (4): the trainer's, said, with both fixes
+    p = dry_run(['--dataloader.mount', small.path, *seq, *(
+        ['--training.num_tokens_per_train_step', 8 * 16] if FLAT else
+        ['--training.global_batch_size', 8])])
+    assert p.returncode == 1 and "ValueError: the trainer's global batch is 8 samples" in \
+        p.stderr and "the mount's global_batch is 4" in p.stderr and \
+        'remount with world_size=2,global_batch=8' in p.stderr, p.stderr
+    assert 'dry run passed' not in p.stdout

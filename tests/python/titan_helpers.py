@@ -127,16 +127,30 @@ def trainer_cli(seq, micro, global_batch=None):
     return [str(a) for a in args]
 
 
+def pp_cli(degree, n):
+    """This TorchTitan's options for pipeline parallelism of ``degree`` stages: main's
+    ``num_pp_microbatches`` n (per DP rank and accumulation step), 0.3.0's
+    ``pipeline_parallel_microbatch_size`` n (samples; its local batch is split into them).
+    CUDA graphs off: both refuse them with pipeline parallelism."""
+    args = ['--training.disable_cuda_graphs', '--parallelism.pipeline_parallel_degree', degree]
+    args += ['--parallelism.num_pp_microbatches' if FLAT else
+             '--parallelism.pipeline_parallel_microbatch_size', n]
+    return [str(a) for a in args]
+
+
 def build_as_trainer(config, dp, dp_rank, tokenizer):
     """config.dataloader built as this TorchTitan's trainer builds it from its Trainer.Config
-    (the sizes from config.training)."""
-    t = config.training
+    (the sizes from config.training; 0.3.0's trainer builds it with micro-batches of
+    pipeline_parallel_microbatch_size samples under pipeline parallelism)."""
+    t, p = config.training, config.parallelism
     if FLAT:
         kw = dict(max_context_length=t.max_context_length,
                   num_tokens_per_batch=t.num_tokens_per_microbatch_per_dp_rank)
     else:
-        kw = dict(seq_len=t.seq_len, local_batch_size=t.local_batch_size,
-                  snapshot_every_n_steps=config.checkpoint.interval)
+        pp = p.pipeline_parallel_degree > 1
+        kw = dict(seq_len=t.seq_len, snapshot_every_n_steps=config.checkpoint.interval,
+                  local_batch_size=p.pipeline_parallel_microbatch_size if pp else
+                  t.local_batch_size)
     return config.dataloader.build(dp_world_size=dp, dp_rank=dp_rank, tokenizer=tokenizer, **kw)
 
 
