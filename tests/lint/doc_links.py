@@ -14,12 +14,14 @@ page, optionally with `#anchor`, or `#anchor` alone for the page itself:
   not a letter, digit, space, `-` or `_` dropped, spaces made `-`; a repeated slug gets
   `-1`, `-2`, ... in page order.
 And every docs/*.md is the target of a link in README.md (so a page no one can find from
-the start fails).
+the start fails), and README.md has at most MAX_README lines: it is what a user reads to
+start, in about ten minutes; a topic's detail goes to its page in docs/.
 """
 import pathlib
 import re
 import sys
 
+MAX_README = 300
 LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)')
 
 
@@ -117,6 +119,10 @@ def lint(root, say=print):
         if page not in linked:
             out.append('README.md: links no %s: every docs page is linked from the README'
                        % page.relative_to(root))
+    n = len((root / 'README.md').read_text().splitlines())
+    if n > MAX_README:
+        out.append('README.md: %d lines, over %d: move detail to the topic\'s page in docs/'
+                   % (n, MAX_README))
     for m in out:
         say(m)
     return len(out)
@@ -142,6 +148,8 @@ def self_test():
                     '[x](../outside.md)'):
             (root / 'README.md').write_text(good + bad + '\n')
             assert lint(root, lambda m: None) == 1, bad
+        (root / 'README.md').write_text(good + '\n' * MAX_README)
+        assert lint(root, lambda m: None) == 1
         (root / 'README.md').write_text(good)
         (root / 'docs' / 'b.md').write_text('# B\n')      # linked from nowhere
         said = []
