@@ -1,7 +1,7 @@
 """docs/trainer-agreement.md runs as written, on the TorchTitan of this venv (0.3.0, or git
 main under run-titan-main): its dry-run transcripts of this version (a command after "$ ",
 then lines its output must hold), its config function (`bind`), and its `ZephonLoader`
-session (doctest). The mount is the README walk-through's (tinyshakespeare packed with the
+session (doctest). The mount is the TorchTitan walk-through's (README.md, docs/torchtitan.md) (tinyshakespeare packed with the
 debug model's tokenizer from ../shared/data, `world_size=8,global_batch=64`); /tmp/z in
 the page becomes the test's mountpoint."""
 import doctest

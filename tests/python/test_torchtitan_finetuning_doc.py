@@ -3,7 +3,7 @@ under run-titan-main): its walk-through (chat samples made of WordNet's verbs, p
 the debug model's tokenizer, info, mount, the `python3 -m zephon.recipes` dry run of
 sft_debugmodel_zephon, unmount) up to the torchrun line, which needs 8 GPUs, and its Python
 block while the mount is up; /tmp/ in the commands becomes the test's own directory and the
-tokenizer that of ../shared/data. README.md's "Fine-tuning data" commands are lines of the
+tokenizer that of ../shared/data. README.md's `fine-tuning` block's commands are lines of the
 walk-through (so they run here too). Also what the page says the pack prints."""
 import os
 import pathlib
