@@ -5,6 +5,7 @@
   .ci/newcomer runs on a fresh Debian 12 (the pip user's `fresh`, the source build's
   `build`), in the same order, so the README says nothing those runs do not do;
 - docs/packing.md's first pack: the commands in a shell, in a temp folder;
+- docs/journal.md's restart: four ranks, then two, through one journal;
 - docs/mixtures.md's spec and mount command: the spec with its two datasets made (web/
   beside it, /data/code here), mounted as written (the mount point made here), and the
   weights it serves.
@@ -54,6 +55,12 @@ def test_the_packing_page_first_pack(tmp_path):
                                      stdout=subprocess.PIPE, check=True).stdout)
     assert info['samples'] == 1000, info
     assert 'samples' in out and '1000' in out.replace(',', ''), out
+
+
+def test_the_journal_page_restart(tmp_path):
+    out = shell(doc_block('docs/journal.md', 'restart'), tmp_path)
+    assert 'samples:16@1\n1 16\n' in out, out
+    assert not mounted(tmp_path / 'mnt')
 
 
 def test_the_mixtures_page_spec_and_mount(tmp_path):
