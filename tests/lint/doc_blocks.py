@@ -44,8 +44,8 @@ def blocks(text):
                 j += 1
             if j == len(lines):
                 raise ValueError('the block at line %d is not closed' % (i + 1))
-            body = [ln[indent:] if ln[:indent].isspace() else ln.lstrip()
-                    for ln in lines[i + 1:j]]
+            # a fence indented in a list item: its lines lose that indentation, no more
+            body = [ln[min(indent, len(ln) - len(ln.lstrip(' '))):] for ln in lines[i + 1:j]]
             out.append((prev.group(1) if prev else None, m.group(2), i + 1,
                         '\n'.join(body) + '\n'))
             i = j
@@ -122,11 +122,12 @@ def lint(root, say=print):
 
 def self_test():
     import tempfile
-    page = ('# P\n\n<!-- test: run -->\n```sh\necho hi\n```\n\n```\n$ out\n```\n\n'
+    page = ('# P\n\n<!-- test: run -->\n```sh\necho hi\n  indented\n```\n\n```\n$ out\n```\n\n'
             '1. a step:\n   <!-- test: shown -->\n   ```text\n   indented\n     more\n   ```\n')
     got = blocks(page)
-    assert [(t, i, n) for t, i, n, _ in got] == [('run', 'sh', 4), (None, '', 8),
-                                                  ('shown', 'text', 14)], got
+    assert [(t, i, n) for t, i, n, _ in got] == [('run', 'sh', 4), (None, '', 9),
+                                                  ('shown', 'text', 15)], got
+    assert got[0][3] == 'echo hi\n  indented\n'
     assert got[2][3] == 'indented\n  more\n'
     with tempfile.TemporaryDirectory() as d:
         root = pathlib.Path(d)
