@@ -3,7 +3,7 @@
  * configuration keys and of `zephon mount --check --json` (what the mount would serve,
  * before it starts): every default and every derived value (share_samples,
  * micro_batches, share_bytes, rank_list, the journal's path) is the C code's, so that
- * no launcher or loader restates one. Keys are stable (README.md).
+ * no launcher or loader restates one. Keys are stable (docs/mounting.md).
  */
 #ifndef ZEPHON_CONFIG_JSON_H
 #define ZEPHON_CONFIG_JSON_H

@@ -1,6 +1,6 @@
 /*
  * nodes.c: the node-kind table, one row per kind of node of the tree (docs/design.md
- * §5; every file: README.md): its name and parent, attributes, whether it exists, its
+ * §5; every file: docs/mounting.md): its name and parent, attributes, whether it exists, its
  * size without a handle, what an open puts in a handle, how a handle is read, and what
  * a directory lists. The handlers (ops.c) read the row of an inode's kind.
  */

@@ -1,7 +1,7 @@
 /*
  * ops.c: the FUSE low-level handlers of the mount, one per operation (squashfuse's ll.c
  * shape): decode the inode, call the row of its kind (nodes.c) or core, reply. The tree
- * is docs/design.md §5 (every file: README.md); inode numbers are fs/inode.h; what the
+ * is docs/design.md §5 (every file: docs/mounting.md); inode numbers are fs/inode.h; what the
  * handlers share is fs/ops_int.h.
  */
 #include <errno.h>

@@ -278,7 +278,7 @@ static int threads_from(const struct mount_options *o, struct mount_config *c, c
 	c->workers = (unsigned)v;
 	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
 	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
-	 * RESULTS.md, "B4: request threads"; README.md gives the figures). Requests that
+	 * RESULTS.md, "B4: request threads"; docs/mounting.md gives the figures). Requests that
 	 * may block (claims, step/ builds) are answered on offload threads (core/util/jobq.h),
 	 * so they do not hold up the others. */
 	if ((rc = number("max_threads", o->max_threads,

@@ -1,5 +1,5 @@
 /*
- * opts.h: the mount options of README.md "Mounting", parsed with fuse_opt (one table,
+ * opts.h: the mount options of docs/mounting.md "Options", parsed with fuse_opt (one table,
  * offsetof into struct mount_options, as libfuse's passthrough_ll.c does) and validated
  * in one function with one message per rule. `zephon mount` and `zephon batch` share it.
  */

@@ -1,6 +1,6 @@
 /*
  * render.c: the generated files of the mount: /README (plain text), /status and
- * /rank/<r>/state (JSON through jansson; its keys are stable, README.md),
+ * /rank/<r>/state (JSON through jansson; its keys are stable, docs/mounting.md),
  * /metrics (Prometheus text exposition format 0.0.4).
  */
 #include <errno.h>

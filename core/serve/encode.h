@@ -1,5 +1,5 @@
 /*
- * encode.h: batch encodings (README.md, `format=`).
+ * encode.h: batch encodings (docs/mounting.md, `format=`).
  *
  *   lines  each sample followed by '\n' (text content)
  *   tar    a POSIX (pax) tar stream, written with libarchive: for files content one member

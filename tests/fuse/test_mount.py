@@ -142,7 +142,7 @@ def test_tarfile_reads_tar_batches(records, mount):
     opts = 'world_size=1,global_batch=6,format=tar,shuffle=none'
     m = mount(ds, opts)
     # 'r:' (plain tar) opens the path once. A bare tarfile.open(path) would first try
-    # gzip, bz2 and xz, opening the path - and claiming - each time (README says so).
+    # gzip, bz2 and xz, opening the path - and claiming - each time (docs/mounting.md says so).
     with tarfile.open(m.path('rank', 0, 'next'), 'r:') as t:
         members = [(x.name, t.extractfile(x).read()) for x in t.getmembers()]
     assert [n for n, _ in members] == ['%09d.json' % i for i in range(6)]
