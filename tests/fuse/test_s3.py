@@ -320,6 +320,16 @@ def test_the_object_storage_page_runs_as_written(s3, tmp_path):
     assert "'samples_fetched': " in out and "'requests': " in out
 
 
+def test_the_readme_section_runs_as_written(s3, tmp_path):
+    """README.md's object-storage block as written: upload the dataset `ds` (packed here as
+    the object-storage page packs one), mount it from the bucket, read a batch, unmount."""
+    setup = ("seq 1 100 | sed 's/^/line /' > lines.txt\n"
+             "zephon pack lines.txt --format lines -o ds\nmkdir -p mnt\n")
+    out = run_page([doc_block('README.md', 's3')], s3, tmp_path, setup)
+    batch = out.split('+ cat mnt/rank/1/next\n')[1].split('+ ')[0]
+    assert batch.count('line ') == 2, out[-3000:]
+
+
 def test_fetch_all_fills_the_cache_in_the_background(data, tmp_path):
     url, cache = data['urls']['js'], tmp_path / 'cache'
     opts = 'world_size=1,global_batch=4,seed=6,readahead=0,prefetch=0,cache=%s' % cache
