@@ -881,7 +881,10 @@ def test_open_read_close_cycles_stay_flat(records, mount, monkeypatch):
     # per claim still fails it; LSan reports unreachable blocks at exit).
     asan = os.environ.get('ASAN_OPTIONS', '')
     monkeypatch.setenv('ASAN_OPTIONS', (asan + ':' if asan else '') + 'quarantine_size_mb=0')
-    bound_kib = 16384 if built_with(b'__asan_init') else 4096
+    # ThreadSanitizer's allocator and its shadow of each new block grow the RSS by a few
+    # MiB over 80,000 claims with no leak (5,000 KiB seen), so it takes ASan's bound too;
+    # the plain build keeps the tight one.
+    bound_kib = 16384 if built_with(b'__asan_init') or built_with(b'__tsan_init') else 4096
     m = mount(ds, 'world_size=1,global_batch=4,micro_batch=1,journal=%s' % (ds.parent / 'j.sqlite'))
     nxt = str(m.path('rank', 0, 'next'))
     pid = m.proc.pid
