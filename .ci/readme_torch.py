@@ -3,7 +3,7 @@
 
     . ~/venv/bin/activate && python .ci/readme_torch.py IDX WORKDIR
 
-The first ```python block of README's "PyTorch: `import zephon`" section, with only the
+README.md's block tagged `pytorch` (tests/lint/doc_blocks.py), with only the
 dataset, mountpoint and journal paths and the sizes line replaced (the replacements of
 tests/python/test_readme.py; each must match the README, so a changed snippet fails here
 rather than going untested), run with torchrun at 2 processes to its end (checkpoints at
@@ -14,7 +14,6 @@ the wheel's `zephon pack`. No ZEPHON, no PYTHONPATH: the package runs its own ex
 """
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -25,14 +24,15 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 import zephon
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'tests'))
+from lint.doc_blocks import doc_block  # noqa: E402  (tests/lint/doc_blocks.py)
+
 SIZES = ('SEQ, MICRO, GLOBAL, STEPS, SAVE, VOCAB = 2048, 4, 96, 100, 50, 50304',
          'SEQ, MICRO, GLOBAL, STEPS, SAVE, VOCAB = 16, 2, 12, 6, 3, 50304')
 
 
 def snippet():
-    text = (ROOT / 'README.md').read_text()
-    section = text[text.index('## PyTorch: `import zephon`'):]
-    return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+    return doc_block('README.md', 'pytorch')
 
 
 def script(work, ds):

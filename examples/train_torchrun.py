@@ -109,7 +109,7 @@ def main():
         loss_sum = torch.zeros((), device=device)
         for k in range(micros):
             # One open of `next` is one claim: read it whole, from one process per rank
-            # (DataLoader workers would reorder the batches; see README.md).
+            # (DataLoader workers would reorder the batches; see docs/mounting.md, "Reading rules").
             tokens = np.load(nxt)                          # (micro_batch, L)
             if tokens.max() >= a.vocab:
                 fail('token %d is not below --vocab %d' % (tokens.max(), a.vocab))

@@ -131,29 +131,29 @@ static int resolve_layout(const struct mount_options *o, struct mount_config *cf
 		return -1;
 	}
 	if (cfg->resume.rule == RESUME_SAMPLES) {
-		cfg->layout.start_samples = cfg->resume.value;
+		uint64_t s0;
+
 		if (cfg->resume.has_step && a->have_start && cfg->resume.step != a->start_step) {
 			die_msg("batch: resume=samples:G@S and --start-step disagree on the step number");
 			return -1;
 		}
-		cfg->layout.start_step = cfg->resume.has_step ? cfg->resume.step :
-					 a->have_start ? a->start_step :
-					 layout_resume_step(NULL, cfg->layout.global_batch,
-							    cfg->resume.value);
+		s0 = cfg->resume.has_step ? cfg->resume.step : a->have_start ? a->start_step :
+		     layout_resume_step(NULL, layout_global_batch(&cfg->layout), cfg->resume.value);
+		if (layout_start_at(&cfg->layout, s0, cfg->resume.value, &cfg->layout, why,
+				    sizeof(why))) {
+			die_msg("batch: invalid options: %s", why);
+			return -1;
+		}
 	} else if (a->have_start) {
 		die_msg("batch: --start-step goes with -o resume=samples:G");
 		return -1;
 	}
-	if (layout_check(&cfg->layout, why, sizeof(why))) {
-		die_msg("batch: invalid options: %s", why);
-		return -1;
-	}
-	if (a->rank >= cfg->layout.world_size || a->step < cfg->layout.start_step ||
+	if (a->rank >= layout_world_size(&cfg->layout) || a->step < layout_start_step(&cfg->layout) ||
 	    (a->have_micro && a->micro >= layout_micros(&cfg->layout))) {
 		die_msg("batch: rank %" PRIu64 " step %" PRIu64 " micro %" PRIu64 " is outside the "
 			"layout (world_size %" PRIu64 ", start step %" PRIu64 ", %" PRIu64
-			" micro-batch%s per step)", a->rank, a->step, a->micro, cfg->layout.world_size,
-			cfg->layout.start_step, layout_micros(&cfg->layout),
+			" micro-batch%s per step)", a->rank, a->step, a->micro, layout_world_size(&cfg->layout),
+			layout_start_step(&cfg->layout), layout_micros(&cfg->layout),
 			layout_micros(&cfg->layout) == 1 ? "" : "es");
 		return -1;
 	}
@@ -201,9 +201,9 @@ static int replay_journal(struct served *st, const char *path, const struct layo
 	if (!rc)
 		rc = served_replay(st, rows, n, why, why_len);
 	if (!rc)
-		rc = served_check_change(st, rows, n, l->start_samples, 0, why, why_len);
+		rc = served_check_change(st, rows, n, layout_start_samples(l), why, why_len);
 	if (!rc)
-		rc = served_start(st, l->start_samples);
+		rc = served_start(st, layout_start_samples(l));
 	free(rows);
 	journal_close(j);
 	return rc == -ENOMEM ? rc : rc ? -EINVAL : 0;
@@ -228,7 +228,8 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		return 1;
 	}
 	ds = st.ds;
-	rc = served_set_order(&st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation,
+	rc = served_set_order(&st, &(struct served_options){ cfg->seed, cfg->shuffle, cfg->weights,
+			      cfg->validation },
 			      why, sizeof(why));
 	if (!rc)
 		rc = mount_config_check_dataset(cfg, ds, why, sizeof(why));
@@ -250,8 +251,9 @@ static int write_batch(const struct mount_options *o, struct mount_config *cfg,
 		die_msg("batch: out of memory");
 		goto out_ds;
 	}
-	rc = batch_build(r, dataset_info(ds), &st.order, &cfg->layout, cfg->format, a->rank, a->step,
-			 a->have_micro ? a->micro : 0, a->have_micro ? 1 : a_micros, &b, &bad);
+	rc = batch_build(r, &(struct batch_spec){ dataset_info(ds), &st.order, &cfg->layout,
+			 cfg->format, a->rank, a->step, a->have_micro ? a->micro : 0,
+			 a->have_micro ? 1 : a_micros }, &b, &bad);
 	if (rc == -EIO) {
 		die_msg("batch: sample %" PRIu64 " in %s failed its checksum; run zephon verify %s",
 			bad, dataset_shard_name(ds, bad) ? dataset_shard_name(ds, bad) : "?", o->dataset);

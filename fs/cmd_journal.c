@@ -91,7 +91,7 @@ static const char *utc(int64_t unix_s, char *buf, size_t len)
  * steps (G0 with no cursor). */
 static uint64_t consumed_of(const struct layout *l, const struct journal_cursor *cs, size_t n)
 {
-	uint64_t slowest = n ? UINT64_MAX : l->start_step;
+	uint64_t slowest = n ? UINT64_MAX : layout_start_step(l);
 
 	for (size_t i = 0; i < n; i++)
 		slowest = cs[i].delivered_step < slowest ? cs[i].delivered_step : slowest;
@@ -335,8 +335,9 @@ static int show_text(struct journal *j, const char *path, const struct history *
 
 		printf("  %4" PRId64 "  %-19s  %-12.12s %6" PRIu64 " %6" PRIu64 " %5" PRIu64
 		       "  %-9s %10" PRIu64 " %14" PRIu64 "\n", l->id, utc(l->time, when, sizeof(when)),
-		       l->host, l->layout.world_size, l->layout.global_batch, l->layout.micro_batch,
-		       l->ranks, l->layout.start_step, l->layout.start_samples);
+		       l->host, layout_world_size(&l->layout), layout_global_batch(&l->layout),
+		       layout_micro_batch(&l->layout),
+		       l->ranks, layout_start_step(&l->layout), layout_start_samples(&l->layout));
 		printf("        resume  %s\n", l->resume);
 		if (l->weights[0])
 			printf("        weights %s (the mixture's, in source order)\n", l->weights);
@@ -439,11 +440,11 @@ static int cmd_resume_point(int argc, char **argv)
 	json_object_set_new(o, "journals", paths);
 	json_object_set_new(o, "last_layout", pt.basis == JOURNAL_POINT_EMPTY ? json_null() :
 		json_pack("{s:o, s:o, s:o, s:o, s:o}",
-			  "world_size", json_u64(pt.last.world_size),
-			  "global_batch", json_u64(pt.last.global_batch),
-			  "micro_batch", json_u64(pt.last.micro_batch),
-			  "start_step", json_u64(pt.last.start_step),
-			  "start_samples", json_u64(pt.last.start_samples)));
+			  "world_size", json_u64(layout_world_size(&pt.last)),
+			  "global_batch", json_u64(layout_global_batch(&pt.last)),
+			  "micro_batch", json_u64(layout_micro_batch(&pt.last)),
+			  "start_step", json_u64(layout_start_step(&pt.last)),
+			  "start_samples", json_u64(layout_start_samples(&pt.last))));
 	return emit_json(o);
 }
 

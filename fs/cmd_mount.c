@@ -23,6 +23,7 @@
 
 #include "clock.h"
 #include "cmd.h"
+#include "config_json.h"
 #include "log.h"
 #include "jobq.h"
 #include "s3.h"
@@ -49,7 +50,7 @@ static void server_log(void *ctx, int prio, const char *fmt, va_list ap)
 static void mount_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s] [--check]\n"
+		"usage: zephon mount DATASET MOUNTPOINT [-o OPTIONS] [-f] [-d] [-s] [--check [--json]]\n"
 		"       zephon DATASET MOUNTPOINT [-o OPTIONS]     (what mount.fuse3 and fstab call)\n"
 		"\n"
 		"Mount a packed dataset: rank r reads /rank/<r>/next, and every open of it hands\n"
@@ -63,6 +64,7 @@ static void mount_usage(FILE *f)
 		"              (the mountpoint and the journal are not looked at). On stdout, a\n"
 		"              mixture's weights= as integers and the validation split as\n"
 		"              /status would show them (weights=7,3; validation=1/100)\n"
+		"  --json      with --check: what the mount would serve, as /status's JSON keys\n"
 		"  -h, --help  this text;  -V, --version  the version\n"
 		"\n%s", mount_options_help);
 }
@@ -182,9 +184,8 @@ static int prepare_mixture(struct zmount *z)
 	if (!rc) {
 		int64_t g = planned_start(z->journal, &z->cfg->resume);
 
-		if (g >= 0)
-			rc = served_check_change(z->served, rows, n, (uint64_t)g,
-						 z->cfg->resume.rule == RESUME_FRESH, why, sizeof(why));
+		if (g >= 0 && z->cfg->resume.rule != RESUME_FRESH)
+			rc = served_check_change(z->served, rows, n, (uint64_t)g, why, sizeof(why));
 	}
 	/* a row records weights only where this mount sets them */
 	if (!rc && (rc = journal_set_weights(z->journal, served_records_weights(z->served) ?
@@ -219,7 +220,7 @@ static int start_journal(struct zmount *z, const struct journal_ident *ident)
 		return rc;
 	rc = journal_start(z->journal, &z->cfg->resume, &z->cfg->ranks, &z->cfg->layout,
 			   z->resume_applied, sizeof(z->resume_applied));
-	if (!rc && served_start(z->served, z->cfg->layout.start_samples))
+	if (!rc && served_start(z->served, layout_start_samples(&z->cfg->layout)))
 		rc = -ENOMEM;
 	if (rc) {
 		char rule[64];
@@ -248,11 +249,12 @@ static void warn_if_stream_over(const struct mount_config *cfg, const struct ord
 	if (!cfg->epochs)
 		return;
 	limit = order_limit(ord, cfg->epochs);
-	if (!layout_step_in_stream(&cfg->layout, limit, cfg->layout.start_step))
+	if (!layout_step_in_stream(&cfg->layout, limit, layout_start_step(&cfg->layout)))
 		zmount_log(LOG_WARNING, "epochs=%" PRIu64 " ends the stream at gsn %" PRIu64
 			", and this mount starts at %" PRIu64 " with global_batch %" PRIu64
 			": no full step is left, every open of next will fail with ENODATA",
-			cfg->epochs, limit, cfg->layout.start_samples, cfg->layout.global_batch);
+			cfg->epochs, limit, layout_start_samples(&cfg->layout),
+			layout_global_batch(&cfg->layout));
 }
 
 /*
@@ -543,8 +545,8 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	if (o->singlethread)
 		z->cfg->max_threads = 1; /* -s: the one thread must never wait in a claim */
 	rc = server_new(z->ds, &sc, z->journal, &z->srv);
-	if (!rc && (rc = progress_new(z->cfg->ranks.ranks, z->cfg->ranks.count,
-				      sc.layout.global_batch, &z->progress)))
+	if (!rc && (rc = progress_new(z->cfg->ranks.ranks, z->cfg->ranks.count, &sc.layout,
+				      &z->progress)))
 		server_free(z->srv);
 	if (rc) {
 		zmount_log(LOG_ERR, "cannot start serving: %s", strerror(-rc));
@@ -564,8 +566,8 @@ static int serve(struct zmount *z, struct fuse_session *se, const struct mount_o
 	zmount_log(LOG_INFO, "serving %s: world_size=%" PRIu64 " global_batch=%" PRIu64
 		" micro_batch=%" PRIu64 ", %s; %u decode workers, %u request threads, up to %u "
 		"offload threads",
-		z->dataset_path, sc.layout.world_size, sc.layout.global_batch,
-		sc.layout.micro_batch, z->resume_applied, sc.workers,
+		z->dataset_path, layout_world_size(&sc.layout), layout_global_batch(&sc.layout),
+		layout_micro_batch(&sc.layout), z->resume_applied, sc.workers,
 		z->cfg->max_threads,
 		(z->journal_queue ? OFFLOAD_THREADS : 0) + (z->build_queue ? OFFLOAD_THREADS : 0));
 	stopper_start(&stopper);
@@ -622,6 +624,8 @@ static int parse_command_line(struct fuse_args *args, struct mount_options *o)
 		printf("zephon %s (libfuse %s)\n", ZEPHON_VERSION, fuse_pkgversion());
 		return 1;
 	}
+	if (o->check_json && !o->check_only)
+		return die_msg("--json goes with --check: zephon mount DS MP --check --json"), -1;
 	if (!o->dataset || !o->mountpoint || o->extra_nonopt) {
 		die_msg(o->extra_nonopt ? "mount takes two arguments, DATASET and MOUNTPOINT, and "
 			"-o OPTIONS; see zephon mount --help" : "mount needs DATASET and MOUNTPOINT; "
@@ -681,8 +685,8 @@ static int open_served(struct mount_config *cfg, struct served *st, const char *
 		/* s3://: credentials, bucket, prefix, URL: the user's to fix, as an option */
 		return (s3_is_url(dataset) && (rc == -EACCES || rc == -ENOENT || rc == -EINVAL)) + 1;
 	}
-	rc = served_set_order(st, cfg->seed, cfg->shuffle, cfg->weights, cfg->validation, why,
-			      sizeof(why));
+	rc = served_set_order(st, &(struct served_options){ cfg->seed, cfg->shuffle, cfg->weights,
+			      cfg->validation }, why, sizeof(why));
 	if (!rc && st->is_mixture && !cfg->journal)
 		rc = mount_config_mixture_journal(cfg, dataset);
 	if (!rc)
@@ -765,12 +769,8 @@ int cmd_mount(int argc, char **argv)
 	if (status)
 		goto out_cfg;
 	if (o.check_only) {
-		/* what a launcher compares with a live mount's /status before reusing it
-		 * (mixture.weights, validation.split): the values this mount would serve */
-		if (st.is_mixture && cfg.weights)
-			printf("weights=%s\n", st.weights_text);
-		if (st.split[0])
-			printf("validation=%s\n", st.split + strlen("validation="));
+		status = config_check_print(&(struct mount_view){ dataset, &st, &cfg, &cfg.layout, 0 },
+					    o.check_json, stdout);
 		goto out_ds;
 	}
 	status = 1;

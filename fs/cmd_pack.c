@@ -158,7 +158,7 @@ static void usage(FILE *f)
 		"                        CPU); the dataset is the same for every N\n"
 		"  -q, --quiet           no progress bar and no summary\n"
 		"\n"
-		"raw text (README, \"Raw text to tokens\"): with --tokenizer the inputs are text,\n"
+		"raw text (docs/packing.md, \"Raw text to tokens\"): with --tokenizer the inputs are text,\n"
 		"tokenized with Hugging Face tokenizers by zephon's Python front end\n"
 		"(pip install 'zephon[tokenize]'; ZEPHON_PYTHON names its interpreter, default\n"
 		"python3) and packed as tokens, one document after the other, each with the BOS\n"

@@ -112,7 +112,6 @@ static void frame(FILE *f, const char *mnt, const json_t *st)
 	const json_t *err = json_object_get(st, "last_error"), *ranks, *v;
 	const char *key;
 	uint64_t consumed = jget_u64(st, "consumed_samples"), b = jget_u64(st, "global_batch");
-	uint64_t s0 = jget_u64(st, "start_step"), g0 = jget_u64(st, "start_samples");
 	uint64_t n = jget_u64(p, "epoch_samples");
 	double rate = jget_num(p, "samples_per_s");
 	char t1[32], t2[32], t3[32], now[16];
@@ -126,8 +125,8 @@ static void frame(FILE *f, const char *mnt, const json_t *st)
 		jget_str(st, "resume"));
 	fprintf(f, "consumed_samples %" PRIu64 " (%s)  ", consumed,
 		jget_str(p, "consumed_samples_from"));
-	if (b && consumed >= g0 && (consumed - g0) % b == 0)
-		fprintf(f, "step %" PRIu64 "  ", s0 + (consumed - g0) / b);
+	if (json_is_integer(json_object_get(st, "consumed_step")))
+		fprintf(f, "step %" PRIu64 "  ", jget_u64(st, "consumed_step"));
 	fprintf(f, "epoch %" PRIu64, jget_u64(st, "epoch"));
 	if (n && !json_is_object(mix))
 		fprintf(f, "  %.1f%% of %" PRIu64 "  ETA %s", 100.0 * (double)(consumed % n) /

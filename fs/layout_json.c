@@ -12,12 +12,12 @@ int layout_json_add(json_t *o, const struct journal_layout *jl, int with_rule)
 {
 	const struct layout *l = &jl->layout;
 
-	if (json_object_set_new(o, "world_size", json_u64(l->world_size)) ||
-	    json_object_set_new(o, "global_batch", json_u64(l->global_batch)) ||
-	    json_object_set_new(o, "micro_batch", json_u64(l->micro_batch)) ||
+	if (json_object_set_new(o, "world_size", json_u64(layout_world_size(l))) ||
+	    json_object_set_new(o, "global_batch", json_u64(layout_global_batch(l))) ||
+	    json_object_set_new(o, "micro_batch", json_u64(layout_micro_batch(l))) ||
 	    json_object_set_new(o, "ranks", json_string(jl->ranks)) ||
-	    json_object_set_new(o, "start_step", json_u64(l->start_step)) ||
-	    json_object_set_new(o, "start_samples", json_u64(l->start_samples)) ||
+	    json_object_set_new(o, "start_step", json_u64(layout_start_step(l))) ||
+	    json_object_set_new(o, "start_samples", json_u64(layout_start_samples(l))) ||
 	    json_object_set_new(o, "time", json_integer((json_int_t)jl->time)) ||
 	    json_object_set_new(o, "host", json_string(jl->host)) ||
 	    (with_rule && json_object_set_new(o, "rule", json_string(jl->rule))) ||

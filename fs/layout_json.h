@@ -1,6 +1,6 @@
 /*
  * layout_json.h: a journal's layout as JSON, the one spelling that `zephon journal show
- * --json` (its layouts) and /status (its layouts) share. Keys are stable (README.md).
+ * --json` (its layouts) and /status (its layouts) share. Keys are stable (docs/mounting.md).
  */
 #ifndef ZEPHON_LAYOUT_JSON_H
 #define ZEPHON_LAYOUT_JSON_H

@@ -1,6 +1,6 @@
 /*
  * nodes.c: the node-kind table, one row per kind of node of the tree (docs/design.md
- * §5; every file: README.md): its name and parent, attributes, whether it exists, its
+ * §5; every file: docs/mounting.md): its name and parent, attributes, whether it exists, its
  * size without a handle, what an open puts in a handle, how a handle is read, and what
  * a directory lists. The handlers (ops.c) read the row of an inode's kind.
  */
@@ -436,7 +436,7 @@ int node_attr(struct zmount *z, uint64_t ino, uint32_t pid, const struct open_fi
 /* A loop retrying it must not flood the log. */
 void say_unserved_rank(struct zmount *z, const char *name)
 {
-	uint64_t r, w = z->cfg->layout.world_size;
+	uint64_t r, w = layout_world_size(&z->cfg->layout);
 	char ranks[256];
 
 	if (parse_decimal(name, UINT64_MAX, &r))

@@ -69,22 +69,21 @@ struct jobq *open_queue(const struct zmount *z, uint64_t ino)
 
 static void run_job(struct jobq_job *job, void *ctx, int cancelled);
 
-int defer(struct zmount *z, struct jobq *q, enum job_op op, fuse_req_t req,
-		 fuse_ino_t ino, const struct fuse_file_info *fi, const char *data, size_t size)
+int defer(struct zmount *z, struct jobq *q, const struct deferred *d)
 {
 	struct request_job *j;
 
 	if (!q)
 		return 0;
-	j = calloc(1, sizeof(*j) + size);
+	j = calloc(1, sizeof(*j) + d->size);
 	if (!j)
 		return 0;
-	*j = (struct request_job){ .job.run = run_job, .z = z, .op = op, .req = req, .ino = ino,
-				   .size = size };
-	if (fi)
-		j->fi = *fi;
-	if (size)
-		memcpy(j->data, data, size);
+	*j = (struct request_job){ .job.run = run_job, .z = z, .op = d->op, .req = d->req,
+				   .ino = d->ino, .size = d->size };
+	if (d->fi)
+		j->fi = *d->fi;
+	if (d->size)
+		memcpy(j->data, d->data, d->size);
 	if (jobq_submit(q, &j->job)) {
 		free(j);
 		return 0;

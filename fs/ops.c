@@ -1,7 +1,7 @@
 /*
  * ops.c: the FUSE low-level handlers of the mount, one per operation (squashfuse's ll.c
  * shape): decode the inode, call the row of its kind (nodes.c) or core, reply. The tree
- * is docs/design.md §5 (every file: README.md); inode numbers are fs/inode.h; what the
+ * is docs/design.md §5 (every file: docs/mounting.md); inode numbers are fs/inode.h; what the
  * handlers share is fs/ops_int.h.
  */
 #include <errno.h>
@@ -41,7 +41,8 @@ static void zmount_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!defer(z, attr_queue(z, ino), JOB_LOOKUP, req, ino, NULL, NULL, 0))
+	if (!defer(z, attr_queue(z, ino), &(struct deferred){ JOB_LOOKUP, req, ino, NULL, NULL,
+		   0 }))
 		reply_entry(z, req, ino);
 }
 
@@ -54,7 +55,8 @@ static void zmount_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 
 	if (inode_type(ino) == NODE_CONTROL)
 		f = NULL; /* its handle holds pending input, not content */
-	if (f || !defer(z, attr_queue(z, ino), JOB_GETATTR, req, ino, NULL, NULL, 0))
+	if (f || !defer(z, attr_queue(z, ino), &(struct deferred){ JOB_GETATTR, req, ino, NULL,
+			 NULL, 0 }))
 		reply_attr(z, req, ino, f);
 }
 
@@ -117,7 +119,8 @@ static void zmount_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (inode_type(ino) == NODE_NEXT && claim_inline_begin(z)) {
 		open_node(z, req, ino, fi);
 		claim_inline_end(z);
-	} else if (!defer(z, open_queue(z, ino), JOB_OPEN, req, ino, fi, NULL, 0)) {
+	} else if (!defer(z, open_queue(z, ino), &(struct deferred){ JOB_OPEN, req, ino, fi, NULL,
+			  0 })) {
 		open_node(z, req, ino, fi);
 	}
 }
@@ -160,7 +163,8 @@ static void zmount_write(fuse_req_t req, fuse_ino_t ino, const char *data, size_
 		fuse_reply_err(req, E2BIG);
 		return;
 	}
-	if (!defer(z, z->journal_queue, JOB_WRITE, req, ino, NULL, data, size))
+	if (!defer(z, z->journal_queue, &(struct deferred){ JOB_WRITE, req, ino, NULL, data,
+		   size }))
 		control_write(z, req, data, size);
 }
 
@@ -198,7 +202,8 @@ static void zmount_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	} else if (claim_inline_begin(z)) {
 		flush_next(z, f);
 		claim_inline_end(z);
-	} else if (!defer(z, z->journal_queue, JOB_FLUSH, NULL, ino, fi, NULL, 0)) {
+	} else if (!defer(z, z->journal_queue, &(struct deferred){ JOB_FLUSH, NULL, ino, fi, NULL,
+			  0 })) {
 		flush_next(z, f);
 	}
 }

@@ -142,10 +142,20 @@ enum job_op { JOB_LOOKUP, JOB_GETATTR, JOB_OPEN, JOB_WRITE, JOB_FLUSH };
  * never blocks. */
 struct jobq *attr_queue(const struct zmount *z, uint64_t ino);
 struct jobq *open_queue(const struct zmount *z, uint64_t ino);
-/* Queue the request on q: 1 when queued (the job answers it), 0 when the caller must
- * answer it itself (q is NULL, no offload thread could run it, or out of memory). */
-int defer(struct zmount *z, struct jobq *q, enum job_op op, fuse_req_t req, fuse_ino_t ino,
-	  const struct fuse_file_info *fi, const char *data, size_t size);
+/* A request to answer on an offload thread: the operation, its request and inode, and
+ * what it came with (fi: may be NULL; data: size bytes written, JOB_WRITE). */
+struct deferred {
+	enum job_op op;
+	fuse_req_t req;
+	fuse_ino_t ino;
+	const struct fuse_file_info *fi;
+	const char *data;
+	size_t size;
+};
+/* Queue the request on q (its fi and data are copied): 1 when queued (the job answers
+ * it), 0 when the caller must answer it itself (q is NULL, no offload thread could run
+ * it, or out of memory). */
+int defer(struct zmount *z, struct jobq *q, const struct deferred *d);
 /* May a claim (or a close's commit) run on this request thread? 1: go ahead, then call
  * claim_inline_end(); 0: offload it. */
 int claim_inline_begin(struct zmount *z);

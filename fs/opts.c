@@ -1,3 +1,4 @@
+#include "buf.h"
 #include "fault.h"
 #include "log.h"
 #include "opts.h"
@@ -18,7 +19,7 @@
 
 enum {
 	KEY_FOREGROUND, KEY_DEBUG, KEY_SINGLE, KEY_HELP, KEY_VERSION,
-	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS, KEY_CHECK,
+	KEY_ALLOW_OTHER, KEY_DEFAULT_PERMISSIONS, KEY_RANKS, KEY_CHECK, KEY_JSON,
 };
 
 #define OPT(t, field) { t, offsetof(struct mount_options, field), 0 }
@@ -54,6 +55,7 @@ static const struct fuse_opt option_table[] = {
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_KEY("--check", KEY_CHECK),
+	FUSE_OPT_KEY("--json", KEY_JSON),
 	FUSE_OPT_KEY("ranks=", KEY_RANKS),
 	FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
 	FUSE_OPT_KEY("default_permissions", KEY_DEFAULT_PERMISSIONS),
@@ -138,6 +140,11 @@ static int option_proc(void *data, const char *arg, int key, struct fuse_args *o
 			o->bad_option = strdup(arg);
 		o->check_only = 1;
 		return 0;
+	case KEY_JSON:
+		if (o->batch_mode && !o->bad_option)
+			o->bad_option = strdup(arg);
+		o->check_json = 1;
+		return 0;
 	case KEY_ALLOW_OTHER: o->allow_other = 1; return 0;
 	case KEY_DEFAULT_PERMISSIONS: o->default_permissions = 1; return 0;
 	case FUSE_OPT_KEY_NONOPT:
@@ -201,8 +208,6 @@ void mount_options_release(struct mount_options *o)
 	}
 }
 
-#define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
-
 static int number(const char *name, const char *text, uint64_t dflt, uint64_t *out,
 		  char *why, size_t why_len)
 {
@@ -213,8 +218,9 @@ static int number(const char *name, const char *text, uint64_t dflt, uint64_t *o
 	if (parse_u64(text, out)) {
 		char problem[80];
 
-		return WHY("%s=%s is not a non-negative whole number: %s", name, text,
-			   parse_u64_problem(text, problem, sizeof(problem)));
+		return err_set(why, why_len, -EINVAL, "%s=%s is not a non-negative whole "
+				"number: %s", name, text,
+				parse_u64_problem(text, problem, sizeof(problem)));
 	}
 	return 0;
 }
@@ -230,16 +236,16 @@ static int layout_from(const struct mount_options *o, struct layout *l, char *wh
 	if ((rc = number("world_size", o->world_size, 1, &w, why, why_len)))
 		return rc;
 	if (w > (UINT64_C(1) << 20))
-		return WHY("world_size=%" PRIu64 " is above the supported 2^20 ranks", w);
+		return err_set(why, why_len, -EINVAL,
+				"world_size=%" PRIu64 " is above the supported 2^20 ranks", w);
 	/* by default one sample per rank and one micro-batch per step; what is wrong with the
-	 * values given is layout_check()'s to say */
+	 * values given is layout_make()'s to say */
 	if ((rc = number("global_batch", o->global_batch, w, &b, why, why_len)))
 		return rc;
-	if ((rc = number("micro_batch", o->micro_batch, w && b % w == 0 ? b / w : 1, &m, why,
-			 why_len)))
+	if ((rc = number("micro_batch", o->micro_batch, layout_default_micro_batch(w, b), &m,
+			 why, why_len)))
 		return rc;
-	*l = (struct layout){ w, b, m, 0, 0 };
-	return layout_check(l, why, why_len);
+	return layout_make(&(struct layout_values){ w, b, m, 0, 0 }, l, why, why_len);
 }
 
 /* prefetch, readahead, workers and max_threads of o into c, with defaults from the CPUs online. 0,
@@ -254,27 +260,33 @@ static int threads_from(const struct mount_options *o, struct mount_config *c, c
 	if ((rc = number("prefetch", o->prefetch, 2, &v, why, why_len)))
 		return rc;
 	if (v > SERVER_MAX_PREFETCH)
-		return WHY("prefetch=%" PRIu64 " is above the limit of %u", v, SERVER_MAX_PREFETCH);
+		return err_set(why, why_len, -EINVAL,
+				"prefetch=%" PRIu64 " is above the limit of %u", v,
+				SERVER_MAX_PREFETCH);
 	c->prefetch = (unsigned)v;
 	c->readahead = MOUNT_READAHEAD_DEFAULT;
 	if (o->readahead && parse_size(o->readahead, &c->readahead))
-		return WHY("readahead=%s is not a size in bytes (e.g. 64M, 1G, 0)", o->readahead);
+		return err_set(why, why_len, -EINVAL, "readahead=%s is not a size in bytes "
+				"(e.g. 64M, 1G, 0)", o->readahead);
 	if ((rc = number("workers", o->workers, cpus < 1 ? 1 : cpus > 8 ? 8 : (uint64_t)cpus,
 			 &v, why, why_len)))
 		return rc;
 	if (v < 1 || v > SERVER_MAX_WORKERS)
-		return WHY("workers=%" PRIu64 " must be between 1 and %u", v, SERVER_MAX_WORKERS);
+		return err_set(why, why_len, -EINVAL,
+				"workers=%" PRIu64 " must be between 1 and %u", v,
+				SERVER_MAX_WORKERS);
 	c->workers = (unsigned)v;
 	/* One request thread per CPU (at least 2): readers that keep every CPU busy get the
 	 * shortest tail when the copies of replies do not share the CPUs (tests/bench/
-	 * RESULTS.md, "B4: request threads"; README.md gives the figures). Requests that
+	 * RESULTS.md, "B4: request threads"; docs/mounting.md gives the figures). Requests that
 	 * may block (claims, step/ builds) are answered on offload threads (core/util/jobq.h),
 	 * so they do not hold up the others. */
 	if ((rc = number("max_threads", o->max_threads,
 			 cpus < 2 ? 2 : cpus > 256 ? 256 : (uint64_t)cpus, &v, why, why_len)))
 		return rc;
 	if (v < 1 || v > 256)
-		return WHY("max_threads=%" PRIu64 " must be between 1 and 256", v);
+		return err_set(why, why_len, -EINVAL,
+				"max_threads=%" PRIu64 " must be between 1 and 256", v);
 	c->max_threads = (unsigned)v;
 	return 0;
 }
@@ -290,23 +302,25 @@ static int remote_from(const struct mount_options *o, struct dataset_remote_opts
 
 	memset(r, 0, sizeof(*r));
 	if (o->cache && !*o->cache)
-		return WHY("cache= needs a folder");
+		return err_set(why, why_len, -EINVAL, "cache= needs a folder");
 	r->cache_dir = o->cache;
 	if (o->cache_size && parse_size(o->cache_size, &r->cache_size))
-		return WHY("cache_size=%s is not a size in bytes (e.g. 100G)", o->cache_size);
+		return err_set(why, why_len, -EINVAL, "cache_size=%s is not a size in bytes (e.g. "
+			       "100G)", o->cache_size);
 	if ((rc = number("s3_connections", o->s3_connections, 64, &v, why, why_len)))
 		return rc;
 	if (v < 1 || v > 1024)
-		return WHY("s3_connections=%" PRIu64 " must be between 1 and 1024", v);
+		return err_set(why, why_len, -EINVAL, "s3_connections=%" PRIu64 " must be between "
+			       "1 and 1024", v);
 	r->connections = (unsigned)v;
 	if (o->s3_timeout) {
 		r->timeout_s = strtod(o->s3_timeout, &end);
 		if (*end || end == o->s3_timeout || !(r->timeout_s > 0 && r->timeout_s <= 86400))
-			return WHY("s3_timeout=%s is not a number of seconds in (0, 86400]",
-				   o->s3_timeout);
+			return err_set(why, why_len, -EINVAL, "s3_timeout=%s is not a number of "
+				       "seconds in (0, 86400]", o->s3_timeout);
 	}
 	if (o->fetch && strcmp(o->fetch, "exact") && strcmp(o->fetch, "all"))
-		return WHY("fetch=%s: expected exact or all", o->fetch);
+		return err_set(why, why_len, -EINVAL, "fetch=%s: expected exact or all", o->fetch);
 	r->fill = o->fetch && !strcmp(o->fetch, "all");
 	dataset_remote_defaults(r);
 	return 0;
@@ -324,18 +338,20 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	if ((rc = number("seed", o->seed, 0, &c->seed, why, why_len)))
 		return rc;
 	if (o->shuffle && order_shuffle_parse(o->shuffle, &c->shuffle))
-		return WHY("shuffle=%s: expected global or none", o->shuffle);
+		return err_set(why, why_len, -EINVAL, "shuffle=%s: expected global or none",
+				o->shuffle);
 	if ((rc = number("epochs", o->epochs, 0, &c->epochs, why, why_len)))
 		return rc;
 	if (o->format) {
 		if (encode_format_parse(o->format, &c->format))
-			return WHY("format=%s: expected lines, tar, npy or bin", o->format);
+			return err_set(why, why_len, -EINVAL, "format=%s: expected lines, tar, "
+					"npy or bin", o->format);
 		c->format_given = 1;
 	}
 	if (o->resume) {
 		if (journal_resume_parse(o->resume, &c->resume))
-			return WHY("resume=%s: expected auto, fresh, samples:G, samples:G@S or step:S",
-				   o->resume);
+			return err_set(why, why_len, -EINVAL, "resume=%s: expected auto, "
+					"fresh, samples:G, samples:G@S or step:S", o->resume);
 	} else {
 		c->resume.rule = RESUME_AUTO;
 	}
@@ -346,13 +362,15 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	else if (!strcmp(o->sync, "full"))
 		c->sync = JOURNAL_SYNC_FULL;
 	else
-		return WHY("sync=%s: expected normal or full", o->sync);
+		return err_set(why, why_len, -EINVAL, "sync=%s: expected normal or full", o->sync);
 	if (o->journal && !*o->journal)
-		return WHY("journal= needs a path");
+		return err_set(why, why_len, -EINVAL, "journal= needs a path");
 	if (o->weights && !*o->weights)
-		return WHY("weights= needs a list such as 0.7+0.3 or web:0.7+code:0.3");
+		return err_set(why, why_len, -EINVAL, "weights= needs a list such as 0.7+0.3 "
+				"or web:0.7+code:0.3");
 	if (o->validation && !*o->validation)
-		return WHY("validation= needs a fraction such as 0.01 or 1/100");
+		return err_set(why, why_len, -EINVAL, "validation= needs a fraction such as "
+				"0.01 or 1/100");
 	c->weights = o->weights;
 	c->validation = o->validation;
 	if ((rc = remote_from(o, &c->remote, why, why_len)))
@@ -362,10 +380,14 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 		if ((rc = number("watch_fd", o->watch_fd, 0, &v, why, why_len)))
 			return rc;
 		if (o->batch_mode)
-			return WHY("watch_fd= is a mount's option; zephon batch serves no mount");
+			return err_set(why, why_len, -EINVAL, "watch_fd= is a mount's option; "
+					"zephon batch serves no mount");
 		if (v > INT_MAX || fcntl((int)v, F_GETFD) < 0)
-			return WHY("watch_fd=%" PRIu64 " is not an open file descriptor of this "
-				   "process (give the read end of a pipe the launcher passes on)", v);
+			return err_set(why, why_len, -EINVAL,
+					"watch_fd=%" PRIu64 " is not an open file descriptor "
+					"of this process (give the read end of a pipe the "
+					"launcher passes on)",
+					v);
 		c->watch_fd = (int)v;
 	}
 	if (o->journal && !(c->journal = strdup(o->journal)))
@@ -373,9 +395,10 @@ int mount_config_from(const struct mount_options *o, struct mount_config *c,
 	if (o->ranks && !*o->ranks) {
 		free(c->journal);
 		c->journal = NULL;
-		return WHY("ranks= needs a list such as 0-3 or 8,9 (leave it out to serve every rank)");
+		return err_set(why, why_len, -EINVAL, "ranks= needs a list such as 0-3 or 8,9 "
+				"(leave it out to serve every rank)");
 	}
-	rc = rankset_parse(o->ranks, c->layout.world_size, &c->ranks, why, why_len);
+	rc = rankset_parse(o->ranks, layout_world_size(&c->layout), &c->ranks, why, why_len);
 	if (rc) {
 		free(c->journal);
 		c->journal = NULL;
@@ -396,7 +419,8 @@ static double batch_memory(const struct mount_config *c, const struct dataset_in
 		per_sample += info->samples ? (double)info->raw_bytes / (double)info->samples : 0;
 	if (c->format == FORMAT_TAR)
 		per_sample += 1024;
-	return (double)c->ranks.count * (c->prefetch + 2) * (double)c->layout.micro_batch *
+	return (double)c->ranks.count * (c->prefetch + 2) *
+	       (double)layout_micros_samples(&c->layout, 1) *
 	       per_sample;
 }
 
@@ -443,12 +467,14 @@ int mount_config_check_dataset(struct mount_config *c, const struct dataset *ds,
 	/* refused here, not by an ENOMEM at every open of next */
 	need = batch_memory(c, info);
 	if (need > mem)
-		return WHY("micro-batches of %" PRIu64 " samples need about %.1f GB for the %zu "
-			   "served rank%s (prefetch=%u, plus one being read and one being decoded "
-			   "per rank), more than this machine's %.1f GB of memory: lower global_batch "
-			   "or micro_batch, or prefetch, or serve fewer ranks per mount (ranks=)",
-			   c->layout.micro_batch, need / 1e9, c->ranks.count,
-			   c->ranks.count == 1 ? "" : "s", c->prefetch, mem / 1e9);
+		return err_set(why, why_len, -EINVAL,
+				"micro-batches of %" PRIu64 " samples need about %.1f GB for "
+				"the %zu served rank%s (prefetch=%u, plus one being read and "
+				"one being decoded per rank), more than this machine's %.1f GB "
+				"of memory: lower global_batch or micro_batch, or prefetch, or "
+				"serve fewer ranks per mount (ranks=)",
+				layout_micro_batch(&c->layout), need / 1e9, c->ranks.count,
+				c->ranks.count == 1 ? "" : "s", c->prefetch, mem / 1e9);
 	if (!c->journal && !strncmp(dataset_dir(ds), "s3://", 5))
 		return remote_journal(c, ds, why, why_len);
 	if (!c->journal) {

@@ -1,5 +1,5 @@
 /*
- * opts.h: the mount options of README.md "Mounting", parsed with fuse_opt (one table,
+ * opts.h: the mount options of docs/mounting.md "Options", parsed with fuse_opt (one table,
  * offsetof into struct mount_options, as libfuse's passthrough_ll.c does) and validated
  * in one function with one message per rule. `zephon mount` and `zephon batch` share it.
  */
@@ -31,6 +31,7 @@ struct mount_options {
 	char *s3_connections, *s3_timeout, *fetch;
 	int foreground, debug, singlethread, show_help, show_version;
 	int check_only;               /* --check: validate against the dataset, mount nothing */
+	int check_json;               /* --json (with --check): print the resolved configuration */
 	int allow_other, default_permissions;
 	char *dataset, *mountpoint;   /* the first two non-option arguments */
 	int extra_nonopt;             /* a third non-option argument: a usage error */

@@ -17,6 +17,7 @@
 #include "guard.h"
 #include "le.h"
 #include "ops_int.h"
+#include "run.h"
 
 /* A read of n bytes at off of the handle's batch is about to be replied: when it
  * reaches the batch's last byte (a claim of next, a step/ or at/ share), the rank has
@@ -104,8 +105,8 @@ void read_run(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 		rd.bytes = 0;
 	} else {
 		/* noted before the reply, so that a /status read after it shows it */
-		progress_note_run(z->progress, run->rank, run->gsn, run->share, run->share_samples,
-				  (uint64_t)off, rd.bytes, clock_mono_s());
+		progress_note_run(z->progress, &(struct progress_read){ run->rank, run->gsn,
+				  run->share, (uint64_t)off, rd.bytes }, clock_mono_s());
 		fuse_reply_iov(req, rd.iov, (int)rd.niov); /* the kernel has the bytes then */
 	}
 	pthread_mutex_lock(&z->lock);
@@ -122,7 +123,7 @@ void read_run(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size, off_t off)
 {
 	struct share_run *run = f->run;
-	uint64_t per = run->share_samples * 8, pos = off < 0 ? f->ids_size : (uint64_t)off;
+	uint64_t per = server_ids_share_bytes(z->srv), pos = off < 0 ? f->ids_size : (uint64_t)off;
 	uint64_t end = f->ids_size - pos < size ? f->ids_size : pos + size;
 	uint64_t *ids = NULL;
 	uint8_t *out = NULL;
@@ -140,22 +141,22 @@ void read_ids(struct zmount *z, fuse_req_t req, struct open_file *f, size_t size
 	if (!ids || !out)
 		rc = -ENOMEM;
 	for (uint64_t p = pos; !rc && p < end;) {
-		uint64_t k = p / per, within = p % per;
-		uint64_t take = per - within < end - p ? per - within : end - p;
+		struct run_piece piece;
 
-		rc = share_run_ids(run, k, ids);
+		run_piece(per, p, end, &piece);
+		rc = share_run_ids(run, piece.share, ids);
 		for (uint64_t i = 0; !rc && i < run->share_samples; i++)
 			le64_put(&ids[i], ids[i]);
 		if (!rc)
-			memcpy(out + (p - pos), (const uint8_t *)ids + within, take);
-		p += take;
+			memcpy(out + (p - pos), (const uint8_t *)ids + piece.within, piece.len);
+		p += piece.len;
 	}
 	if (rc) {
 		fuse_reply_err(req, claim_errno(rc));
 	} else {
 		/* noted before the reply, so that a /status read after it shows it */
-		progress_note_run(z->progress, run->rank, run->gsn, per, run->share_samples, pos,
-				  end - pos, clock_mono_s());
+		progress_note_run(z->progress, &(struct progress_read){ run->rank, run->gsn, per,
+				  pos, end - pos }, clock_mono_s());
 		fuse_reply_buf(req, (const char *)out, end - pos);
 	}
 	free(ids);

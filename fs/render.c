@@ -1,6 +1,6 @@
 /*
  * render.c: the generated files of the mount: /README (plain text), /status and
- * /rank/<r>/state (JSON through jansson; its keys are stable, README.md),
+ * /rank/<r>/state (JSON through jansson; its keys are stable, docs/mounting.md),
  * /metrics (Prometheus text exposition format 0.0.4).
  */
 #include <errno.h>
@@ -8,9 +8,11 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "catalog.h"
 #include "clock.h"
+#include "config_json.h"
 #include "docindex.h"
 #include "layout_json.h"
 #include "rows_json.h"
@@ -59,11 +61,12 @@ int render_readme(struct zmount *z, struct buf *out)
 		"read them. A failed mmap of next still claimed its batch (numpy's\n"
 		"np.load(mmap_mode='r') opens it three times). Unmount with fusermount3 -u.\n",
 		ZEPHON_VERSION, z->dataset_path, z->info->samples, dataset_kind_name(z->info->kind),
-		z->info->fingerprint, c->layout.world_size, c->layout.global_batch,
-		c->layout.micro_batch, ranks, c->layout.start_step, c->layout.start_samples,
+		z->info->fingerprint, layout_world_size(&c->layout), layout_global_batch(&c->layout),
+		layout_micro_batch(&c->layout), ranks, layout_start_step(&c->layout),
+		layout_start_samples(&c->layout),
 		z->resume_applied, c->order.seed, order_shuffle_name(c->order.shuffle), z->cfg->epochs,
 		z->cfg->epochs ? "" : " (endless)", encode_format_name(c->format), z->cfg->journal,
-		c->layout.micro_batch);
+		layout_micro_batch(&c->layout));
 }
 
 static int dump_json(json_t *root, struct buf *out)
@@ -143,16 +146,6 @@ static json_t *mixture_json(struct zmount *z, const uint64_t *used, const uint64
 			 "segments", segments);
 }
 
-/* Tokens a sample trains: the pack's --seq-len (a window's overlap token is the next
- * window's first; a row's positions, of its three planes); 0 for a dataset of another
- * kind. */
-static uint64_t sample_tokens(const struct zmount *z)
-{
-	if (z->info->row_len)
-		return z->info->row_len;
-	return z->info->kind == DATASET_TOKENS ? z->info->seq_len - z->info->overlap : 0;
-}
-
 /* The job's consumed_samples and what it counts: the claims' (server_consumed()) for a
  * job that claimed from next, or for one that read nothing yet; otherwise that of the
  * readers of the pure files (progress_total(): the least rank position). */
@@ -168,7 +161,8 @@ static void job_progress(struct zmount *z, const struct server_stats *st, struct
 	uint64_t reads;
 
 	jp->now = clock_mono_s();
-	jp->any_read = progress_total(z->progress, server_get_config(z->srv)->layout.start_samples,
+	jp->any_read = progress_total(z->progress,
+				      layout_start_samples(&server_get_config(z->srv)->layout),
 				      jp->now, &reads, &jp->samples_per_s, &jp->last_read_s);
 	if (st->claims || !jp->any_read) {
 		jp->consumed = server_consumed(z->srv);
@@ -182,8 +176,7 @@ static void job_progress(struct zmount *z, const struct server_stats *st, struct
 /* /status' progress: the job's rates and each served rank's reads (core/serve/progress.h). */
 static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 {
-	const struct layout *l = &server_get_config(z->srv)->layout;
-	uint64_t tokens = sample_tokens(z);
+	uint64_t tokens = config_sample_tokens(z->info);
 	json_t *ranks = json_object();
 
 	for (size_t i = 0; i < z->cfg->ranks.count; i++) {
@@ -196,7 +189,7 @@ static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 		snprintf(key, sizeof(key), "%" PRIu64, r);
 		json_object_set_new(ranks, key, json_pack(
 			"{s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
-			"step", in.have_position && !progress_step_number(l, in.step_gsn, &step) ?
+			"step", in.have_position && !progress_step_number(z->progress, in.step_gsn, &step) ?
 				json_u64(step) : json_null(),
 			"gsn", in.have_position ? json_u64(in.step_gsn) : json_null(),
 			"consumed_samples", in.have_position ? json_u64(in.position) : json_null(),
@@ -216,71 +209,6 @@ static json_t *progress_json(struct zmount *z, const struct job_progress *jp)
 			 "seconds_since_read", jp->any_read ? json_real(jp->now - jp->last_read_s)
 							    : json_null(),
 			 "ranks", ranks);
-}
-
-/* The shard files where a loader that reads ids/<G> gathers the samples itself
- * (server_ids_served: uncompressed token shards, samples back to back): per shard, in id
- * order, its absolute "path", its "first" sample id and its "samples"; sample id lies at
- * byte (id - first) * sample_bytes of its file. null where ids/ is not served. */
-static json_t *flat_shards(struct zmount *z)
-{
-	size_t n = dataset_info(z->ds)->shards;
-	json_t *list;
-
-	if (!z->cfg->ranks.count || !z->ids_served)
-		return json_null();
-	list = json_array();
-	for (size_t i = 0; list && i < n; i++) {
-		const char *dir, *file;
-		uint64_t first, count, dev, ino;
-		char *path, *abs;
-		json_t *o;
-
-		if (dataset_flat_shard(z->ds, i, &dir, &file, &first, &count) ||
-		    dataset_shard_file_id(z->ds, i, &dev, &ino) ||
-		    asprintf(&path, "%s/%s", dir, file) < 0) {
-			json_decref(list);
-			return json_null();
-		}
-		abs = realpath(path, NULL); /* the daemon's directory is not the reader's */
-		/* dev and ino: the file the daemon has open, which a reader compares with the
-		 * path's before it maps it (a pack --force in place replaces the path) */
-		o = json_pack("{s:s, s:o, s:o, s:o, s:o}", "path", abs ? abs : path,
-			      "first", json_u64(first), "samples", json_u64(count),
-			      "dev", json_u64(dev), "ino", json_u64(ino));
-		free(abs);
-		free(path);
-		if (!o || json_array_append_new(list, o)) {
-			json_decref(list);
-			return json_null();
-		}
-	}
-	return list ? list : json_null();
-}
-
-/* The layout as a loader of the pure files needs it, each value from the core function
- * that owns its rule, so that loaders compute none of it: the served ranks as a list,
- * one rank's share of a step in samples (layout_share) and micro-batches
- * (layout_micros), and the bytes of one share of at/<G> and of each share of from/<G>
- * (server_share_len of SHARE_AT: npy and bin; null for formats whose shares differ in
- * size, server_shares_fixed). */
-static void loader_fields(struct zmount *z, json_t *root)
-{
-	const struct layout *l = &server_get_config(z->srv)->layout;
-	struct share at = { SHARE_AT, z->cfg->ranks.count ? z->cfg->ranks.ranks[0] : 0,
-			    l->start_samples };
-	json_t *list = json_array();
-	uint64_t len;
-
-	for (size_t i = 0; list && i < z->cfg->ranks.count; i++)
-		json_array_append_new(list, json_u64(z->cfg->ranks.ranks[i]));
-	json_object_set_new(root, "rank_list", list);
-	json_object_set_new(root, "share_samples", json_u64(layout_share(l)));
-	json_object_set_new(root, "micro_batches", json_u64(layout_micros(l)));
-	json_object_set_new(root, "share_bytes", z->cfg->ranks.count &&
-			    server_shares_fixed(z->srv) && !server_share_len(z->srv, &at, &len) ?
-			    json_u64(len) : json_null());
-	json_object_set_new(root, "shards", flat_shards(z));
 }
 
 /* /status's cursors: for each served rank, {"step", "micro"} of its next claim. */
@@ -368,90 +296,48 @@ static json_t *fetch_json(struct zmount *z)
 			 "last_error", f.last_error);
 }
 
-/* /status's fields of a token dataset: what a loader needs to decode batches without the
- * dataset's catalog. */
-static void token_fields(struct zmount *z, json_t *root)
-{
-	json_object_set_new(root, "dtype", json_string(dtype_name(z->info->dtype)));
-	json_object_set_new(root, "npy_descr", json_string(dtype_npy_descr(z->info->dtype)));
-	json_object_set_new(root, "dtype_bytes", json_u64(dtype_size(z->info->dtype)));
-	json_object_set_new(root, "seq_len", json_u64(z->info->seq_len));
-	json_object_set_new(root, "window", json_u64(z->info->seq_len));
-	json_object_set_new(root, "sample_tokens", json_u64(sample_tokens(z)));
-	json_object_set_new(root, "overlap", json_u64(z->info->overlap));
-	json_object_set_new(root, "eod_token", z->info->have_eod_token ?
-			    json_u64(z->info->eod_token) : json_null());
-	/* loaders refuse a dataset whose ids a model's embedding cannot hold */
-	json_object_set_new(root, "max_token_id", z->info->have_max_token_id ?
-			    json_u64(z->info->max_token_id) : json_null());
-	/* layout, and a dataset of rows' row_len, max_context_length, padding, chat */
-	rows_json_meta(root, z->ds);
-}
-
 int render_status(struct zmount *z, struct buf *out)
 {
 	const struct server_config *c = server_get_config(z->srv);
-	json_t *root, *layouts, *cursors, *counters, *last_error, *overlaps = json_object();
+	struct mount_view view = { z->dataset_path, z->served, z->cfg, &c->layout, 1 };
+	json_t *root, *layouts, *overlaps;
 	struct server_stats st;
 	struct job_progress jp;
-	uint64_t consumed, used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
-	char ranks[256];
+	uint64_t consumed, step, used[MIX_MAX_SOURCES], epoch[MIX_MAX_SOURCES];
 
 	server_get_stats(z->srv, &st);
 	job_progress(z, &st, &jp);
 	consumed = jp.consumed;
 	if (z->served->is_mixture)
 		source_progress(z->served, consumed, used, epoch);
-	rankset_format(&z->cfg->ranks, ranks, sizeof(ranks));
+	/* the configuration first, as `zephon mount --check --json` prints it */
+	root = config_json(&view);
+	if (!root)
+		return -ENOMEM;
+	if (z->served->is_mixture)
+		json_object_set_new(root, "mixture", mixture_json(z, used, epoch));
 	layouts = json_array();
-	for (size_t i = 0; i < z->nlayouts; i++)
+	for (size_t i = 0; layouts && i < z->nlayouts; i++)
 		json_array_append_new(layouts, layout_json(&z->layouts[i]));
-	cursors = cursors_json(z);
-	counters = counters_json(z, &st, overlaps);
-	last_error = last_error_json();
-	root = json_pack("{s:s, s:s, s:o, s:s, s:o, s:o, s:o, s:s, s:o, s:o, s:o, s:o, s:s, "
-			 "s:o, s:s, s:o, s:s, s:s, s:f, s:o, s:o, s:o, s:o, s:o}",
-			 "dataset", z->dataset_path,
-			 "fingerprint", z->info->fingerprint,
-			 "samples", json_u64(z->info->samples),
-			 "kind", dataset_kind_name(z->info->kind),
-			 "world_size", json_u64(c->layout.world_size),
-			 "global_batch", json_u64(c->layout.global_batch),
-			 "micro_batch", json_u64(c->layout.micro_batch),
-			 "ranks", ranks,
-			 "start_step", json_u64(c->layout.start_step),
-			 "start_samples", json_u64(c->layout.start_samples),
-			 "consumed_samples", json_u64(consumed),
-			 /* the epoch of a batch at consumed (a mixture's: mixture_epoch's, as
-			  * in /rank/<r>/state) */
-			 "epoch", json_u64(order_epoch(&c->order, consumed)),
-			 "resume", z->resume_applied,
-			 "seed", json_u64(c->order.seed),
-			 "shuffle", order_shuffle_name(c->order.shuffle),
-			 "epochs", json_u64(z->cfg->epochs),
-			 "format", encode_format_name(c->format),
-			 "journal", z->cfg->journal,
-			 "journal_wait_s", server_journal_wait(z->srv),
-			 "layouts", layouts,
-			 "cursors", cursors,
-			 "counters", counters,
-			 "overlapping_opens", overlaps,
-			 "last_error", last_error);
-	if (root) {
-		json_object_set_new(root, "progress", progress_json(z, &jp));
-		json_object_set_new(root, "mixture", z->served->is_mixture ?
-				    mixture_json(z, used, epoch) : json_null());
-		json_object_set_new(root, "validation", c->validation.n ? json_pack(
-			"{s:s, s:o, s:o}", "split", z->served->split + strlen("validation="),
-			"samples", json_u64(c->validation.n),
-			"steps", json_u64(server_validation_steps(z->srv))) : json_null());
-	}
-	if (root)
-		json_object_set_new(root, "fetch", fetch_json(z));
-	if (root)
-		loader_fields(z, root);
-	if (root && z->info->kind == DATASET_TOKENS)
-		token_fields(z, root);
+	overlaps = json_object();
+	json_object_set_new(root, "pid", json_integer((json_int_t)getpid()));
+	json_object_set_new(root, "consumed_samples", json_u64(consumed));
+	/* the step that starts there (null off the layout's steps: a reader elsewhere) */
+	json_object_set_new(root, "consumed_step",
+			    layout_step_number(&c->layout, consumed, &step) ? json_null() :
+			    json_u64(step));
+	/* the epoch of a batch at consumed (a mixture's: mixture_epoch's, as in
+	 * /rank/<r>/state) */
+	json_object_set_new(root, "epoch", json_u64(order_epoch(&c->order, consumed)));
+	json_object_set_new(root, "resume", json_string(z->resume_applied));
+	json_object_set_new(root, "journal_wait_s", json_real(server_journal_wait(z->srv)));
+	json_object_set_new(root, "layouts", layouts);
+	json_object_set_new(root, "cursors", cursors_json(z));
+	json_object_set_new(root, "counters", counters_json(z, &st, overlaps));
+	json_object_set_new(root, "overlapping_opens", overlaps);
+	json_object_set_new(root, "last_error", last_error_json());
+	json_object_set_new(root, "progress", progress_json(z, &jp));
+	json_object_set_new(root, "fetch", fetch_json(z));
 	return dump_json(root, out);
 }
 
@@ -613,7 +499,7 @@ int render_state(struct zmount *z, uint64_t rank, struct buf *out)
 static int render_progress_metrics(struct zmount *z, const struct job_progress *jp,
 				   struct buf *out)
 {
-	uint64_t tokens = sample_tokens(z);
+	uint64_t tokens = config_sample_tokens(z->info);
 	int rc = buf_printf(out, "# HELP zephon_read_samples_per_second Samples read per second "
 			    "over the last %d s, every served rank (reads of next, step/, at/, from/ "
 			    "to a batch's end).\n# TYPE zephon_read_samples_per_second gauge\n"

@@ -98,15 +98,12 @@ void codec_free(struct codec *c)
 	free(c);
 }
 
-int codec_decode(struct codec *c, const uint8_t *src, size_t src_len, size_t *src_pos,
-		 uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path, char *err,
+int codec_decode(struct codec *c, struct dec_io *io, const char *path, char *err,
 		 size_t errlen)
 {
 	if (c->gz)
-		return gunzip_decode(c->gz, src, src_len, src_pos, dst, dst_cap, dst_pos, path,
-				     err, errlen);
-	return unzstd_decode(c->zs, src, src_len, src_pos, dst, dst_cap, dst_pos, path, err,
-			     errlen);
+		return gunzip_decode(c->gz, io, path, err, errlen);
+	return unzstd_decode(c->zs, io, path, err, errlen);
 }
 
 int codec_finish(const struct codec *c, const char *path, char *err, size_t errlen)

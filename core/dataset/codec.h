@@ -16,6 +16,8 @@
 #ifndef ZEPHON_CODEC_H
 #define ZEPHON_CODEC_H
 
+#include "decio.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,8 +51,7 @@ void codec_free(struct codec *c);
  * (corrupt data, trailing garbage) or -ENOMEM with a one-line reason naming path and a
  * byte offset in err: gunzip_decode() and unzstd_decode() list the cases. After an error
  * c must only be freed. */
-int codec_decode(struct codec *c, const uint8_t *src, size_t src_len, size_t *src_pos,
-		 uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path, char *err,
+int codec_decode(struct codec *c, struct dec_io *io, const char *path, char *err,
 		 size_t errlen);
 
 /* At the end of the file: 0 when the input ended after a complete, checked member or

@@ -194,6 +194,7 @@ static int read_plain(struct dstream *d, uint8_t *dst, size_t cap, size_t *n, ch
 static int read_codec(struct dstream *d, uint8_t *dst, size_t cap, size_t *n, char *err,
 		      size_t errlen)
 {
+	struct dec_io io;
 	int rc;
 
 	for (;;) {
@@ -207,8 +208,10 @@ static int read_codec(struct dstream *d, uint8_t *dst, size_t cap, size_t *n, ch
 				return rc;
 			continue;
 		}
-		rc = codec_decode(d->dec, d->raw, d->raw_len, &d->raw_pos, dst, cap, n, d->path,
-				  err, errlen);
+		io = (struct dec_io){ d->raw, d->raw_len, d->raw_pos, dst, cap, *n };
+		rc = codec_decode(d->dec, &io, d->path, err, errlen);
+		d->raw_pos = io.src_pos;
+		*n = io.dst_pos;
 		if (rc || *n)
 			return rc;
 	}

@@ -66,19 +66,19 @@ static int data_error(const struct gunzip *g, const char *path, char *err, size_
 	return -EBADMSG;
 }
 
-/* Between members: skip zero padding; 1 if a new member starts at src[*src_pos], 0 if
+/* Between members: skip zero padding; 1 if a new member starts at io's src_pos, 0 if
  * the input is used up, -EBADMSG for a non-zero byte after padding. */
-static int next_member(struct gunzip *g, const uint8_t *src, size_t src_len,
-		       size_t *src_pos, const char *path, char *err, size_t errlen)
+static int next_member(struct gunzip *g, struct dec_io *io, const char *path, char *err,
+		       size_t errlen)
 {
 	/* Padding only after a member: a file never starts with it (the caller sniffed the
 	 * gzip magic), and it only ever ends a file. */
-	while (g->members && *src_pos < src_len && src[*src_pos] == 0) {
-		(*src_pos)++;
+	while (g->members && io->src_pos < io->src_len && io->src[io->src_pos] == 0) {
+		io->src_pos++;
 		g->in_total++;
 		g->padding = 1;
 	}
-	if (*src_pos == src_len)
+	if (io->src_pos == io->src_len)
 		return 0;
 	if (g->padding) {
 		snprintf(err, errlen, "%s: trailing garbage after the gzip data at byte %ju (a "
@@ -94,31 +94,30 @@ static int next_member(struct gunzip *g, const uint8_t *src, size_t src_len,
 	return 1;
 }
 
-int gunzip_decode(struct gunzip *g, const uint8_t *src, size_t src_len, size_t *src_pos,
-		  uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path,
-		  char *err, size_t errlen)
+int gunzip_decode(struct gunzip *g, struct dec_io *io, const char *path, char *err,
+		  size_t errlen)
 {
-	while (*src_pos < src_len && *dst_pos < dst_cap) {
+	while (io->src_pos < io->src_len && io->dst_pos < io->dst_cap) {
 		size_t in_avail, out_avail, used, made;
 		int zr;
 
 		if (!g->in_member) {
-			zr = next_member(g, src, src_len, src_pos, path, err, errlen);
+			zr = next_member(g, io, path, err, errlen);
 			if (zr <= 0)
 				return zr;
 		}
 		/* zlib counts in uInt; larger windows are simply fed in turns */
-		in_avail = src_len - *src_pos < UINT_MAX ? src_len - *src_pos : UINT_MAX;
-		out_avail = dst_cap - *dst_pos < UINT_MAX ? dst_cap - *dst_pos : UINT_MAX;
-		g->z.next_in = src + *src_pos;
+		in_avail = io->src_len - io->src_pos < UINT_MAX ? io->src_len - io->src_pos : UINT_MAX;
+		out_avail = io->dst_cap - io->dst_pos < UINT_MAX ? io->dst_cap - io->dst_pos : UINT_MAX;
+		g->z.next_in = io->src + io->src_pos;
 		g->z.avail_in = (uInt)in_avail;
-		g->z.next_out = dst + *dst_pos;
+		g->z.next_out = io->dst + io->dst_pos;
 		g->z.avail_out = (uInt)out_avail;
 		zr = inflate(&g->z, Z_NO_FLUSH);
 		used = in_avail - g->z.avail_in;
 		made = out_avail - g->z.avail_out;
-		*src_pos += used;
-		*dst_pos += made;
+		io->src_pos += used;
+		io->dst_pos += made;
 		g->in_total += used;
 		switch (zr) {
 		case Z_STREAM_END:       /* the trailer matched: CRC32 and ISIZE checked */

@@ -19,6 +19,8 @@
 #ifndef ZEPHON_GUNZIP_H
 #define ZEPHON_GUNZIP_H
 
+#include "decio.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,9 +37,8 @@ void gunzip_free(struct gunzip *g);
  *             not match the decoded bytes, or non-zero bytes after a member;
  *   -ENOMEM   zlib could not allocate its window.
  * After an error g must only be freed. */
-int gunzip_decode(struct gunzip *g, const uint8_t *src, size_t src_len, size_t *src_pos,
-		  uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path,
-		  char *err, size_t errlen);
+int gunzip_decode(struct gunzip *g, struct dec_io *io, const char *path, char *err,
+		  size_t errlen);
 
 /* Call at the end of the file: 0 when the input ended after a checked member (or its zero
  * padding), -EBADMSG with a reason in err when it ended inside a member (truncated). */

@@ -72,18 +72,17 @@ static int data_error(const struct unzstd *z, size_t zr, const char *path, char 
 	return -EBADMSG;
 }
 
-int unzstd_decode(struct unzstd *z, const uint8_t *src, size_t src_len, size_t *src_pos,
-		  uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path,
-		  char *err, size_t errlen)
+int unzstd_decode(struct unzstd *z, struct dec_io *io, const char *path, char *err,
+		  size_t errlen)
 {
-	while (*src_pos < src_len && *dst_pos < dst_cap) {
-		ZSTD_inBuffer zin = { src, src_len, *src_pos };
-		ZSTD_outBuffer zout = { dst, dst_cap, *dst_pos };
+	while (io->src_pos < io->src_len && io->dst_pos < io->dst_cap) {
+		ZSTD_inBuffer zin = { io->src, io->src_len, io->src_pos };
+		ZSTD_outBuffer zout = { io->dst, io->dst_cap, io->dst_pos };
 		size_t zr = ZSTD_decompressStream(z->ds, &zout, &zin);
 
-		z->in_total += zin.pos - *src_pos;
-		*src_pos = zin.pos;
-		*dst_pos = zout.pos;
+		z->in_total += zin.pos - io->src_pos;
+		io->src_pos = zin.pos;
+		io->dst_pos = zout.pos;
 		if (ZSTD_isError(zr))
 			return data_error(z, zr, path, err, errlen);
 		/* 0: a frame ended and is fully flushed (its checksum checked). zstd never

@@ -20,6 +20,8 @@
 #ifndef ZEPHON_UNZSTD_H
 #define ZEPHON_UNZSTD_H
 
+#include "decio.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,9 +39,8 @@ void unzstd_free(struct unzstd *z);
  *             (128 MiB; zstd --long=31), or bytes after a frame that are not a frame;
  *   -ENOMEM   zstd could not allocate its window.
  * After an error z must only be freed. */
-int unzstd_decode(struct unzstd *z, const uint8_t *src, size_t src_len, size_t *src_pos,
-		  uint8_t *dst, size_t dst_cap, size_t *dst_pos, const char *path,
-		  char *err, size_t errlen);
+int unzstd_decode(struct unzstd *z, struct dec_io *io, const char *path, char *err,
+		  size_t errlen);
 
 /* Call at the end of the file: 0 when the input ended after a complete frame (its
  * checksum, if it has one, checked), -EBADMSG with a reason in err when it ended inside

@@ -33,9 +33,7 @@ static int pos_same(struct rank_pos a, struct rank_pos b)
 /* Index of rank in the served set, or -1 (caller holds j->mu). */
 static ssize_t rank_index(const struct journal *j, uint64_t rank)
 {
-	const struct rankset set = { .ranks = j->ranks, .count = j->nranks };
-
-	return rankset_index(&set, rank);
+	return rankset_index(&j->ranks, rank);
 }
 
 /* Claims between two checks that the journal is still the file at its path. */
@@ -48,11 +46,11 @@ static struct rank_pos delivered_now(struct journal *j, size_t i)
 	struct rank_pos d;
 
 	if (!j->track)
-		return j->pos[i];
+		return j->rk[i].pos;
 	pthread_mutex_lock(&j->dmu);
-	d = j->dlv[i];
+	d = j->rk[i].dlv;
 	pthread_mutex_unlock(&j->dmu);
-	return pos_before(j->pos[i], d) ? j->pos[i] : d;
+	return pos_before(j->rk[i].pos, d) ? j->rk[i].pos : d;
 }
 
 /* consumed_samples of the current layout (caller holds j->mu, and cur.id is set):
@@ -61,7 +59,7 @@ static uint64_t consumed_locked(struct journal *j, uint64_t *minstep)
 {
 	uint64_t m = UINT64_MAX;
 
-	for (size_t i = 0; i < j->nranks; i++)
+	for (size_t i = 0; i < j->ranks.count; i++)
 		if (delivered_now(j, i).step < m)
 			m = delivered_now(j, i).step;
 	return layout_consumed_at(&j->cur.layout, m, minstep);
@@ -126,7 +124,7 @@ static int check_unmoved(struct journal *j, int every_time)
 		/* From the cursors: the deliveries this handle knows, written or not (the
 		 * history only has those written with each rank's last claim). */
 		if (j->moved_known && j->moved_point.basis == JOURNAL_POINT_CURSORS &&
-		    j->cur.id && j->nranks == j->cur.layout.world_size) {
+		    j->cur.id && j->ranks.count == layout_world_size(&j->cur.layout)) {
 			j->moved_point.samples = consumed_locked(j, &minstep);
 			j->moved_point.step = minstep;
 			err_printf(j->moved_point.why, sizeof(j->moved_point.why), "every rank of the "
@@ -155,7 +153,7 @@ static int write_row(struct journal *j, size_t i, struct rank_pos c, struct rank
 	sqlite3_bind_int64(j->st_claim, 1, (int64_t)c.step);
 	sqlite3_bind_int64(j->st_claim, 2, (int64_t)c.micro);
 	sqlite3_bind_int64(j->st_claim, 3, j->cur.id);
-	sqlite3_bind_int64(j->st_claim, 4, (int64_t)j->ranks[i]);
+	sqlite3_bind_int64(j->st_claim, 4, (int64_t)j->ranks.ranks[i]);
 	sqlite3_bind_int64(j->st_claim, 5, (int64_t)d.step);
 	sqlite3_bind_int64(j->st_claim, 6, (int64_t)d.micro);
 	rc = sqlite3_step(j->st_claim);
@@ -172,15 +170,15 @@ static int write_row(struct journal *j, size_t i, struct rank_pos c, struct rank
  * pos: journal_sync_delivered), when nothing is written. */
 static int claim_locked(struct journal *j, size_t i)
 {
-	struct rank_pos next = j->pos[i], d;
+	struct rank_pos next = j->rk[i].pos, d;
 	int rc;
 
 	rc = check_unmoved(j, 0);
 	if (rc)
 		return rc;
 	layout_advance(&j->cur.layout, &next.step, &next.micro);
-	if (pos_before(j->pos[i], j->cpos[i])) {
-		d = j->dpos[i];
+	if (pos_before(j->rk[i].pos, j->rk[i].cpos)) {
+		d = j->rk[i].dpos;
 	} else {
 		d = delivered_now(j, i);
 		if (!j->track) /* the caller hands the batch over as the claim commits */
@@ -188,18 +186,18 @@ static int claim_locked(struct journal *j, size_t i)
 		rc = write_row(j, i, next, d);
 		if (rc == SQLITE_NOTFOUND)
 			return jfail(j, -EIO, "journal %s: the cursor row of rank %" PRIu64 " is "
-				     "missing", j->path, j->ranks[i]);
+				     "missing", j->path, j->ranks.ranks[i]);
 		if (rc != SQLITE_OK) {
 			jfail_sql(j, rc, "cannot journal a claim");
 			return -EIO;
 		}
-		j->cpos[i] = next;
+		j->rk[i].cpos = next;
 	}
-	j->pos[i] = next;
-	j->dpos[i] = d;
+	j->rk[i].pos = next;
+	j->rk[i].dpos = d;
 	if (j->track) {
 		pthread_mutex_lock(&j->dmu);
-		j->claimed[i] = j->pos[i];
+		j->rk[i].claimed = j->rk[i].pos;
 		pthread_mutex_unlock(&j->dmu);
 	}
 	return 0;
@@ -210,8 +208,8 @@ void journal_track_delivery(struct journal *j)
 	pthread_mutex_lock(&j->mu);
 	if (!j->track && j->cur.id) {
 		pthread_mutex_lock(&j->dmu);
-		for (size_t i = 0; i < j->nranks; i++)
-			j->dlv[i] = j->want[i] = j->claimed[i] = j->pos[i];
+		for (size_t i = 0; i < j->ranks.count; i++)
+			j->rk[i].dlv = j->rk[i].want = j->rk[i].claimed = j->rk[i].pos;
 		pthread_mutex_unlock(&j->dmu);
 	}
 	j->track = 1;
@@ -226,10 +224,10 @@ int journal_delivered(struct journal *j, uint64_t rank, uint64_t step, uint64_t 
 
 	pthread_mutex_lock(&j->dmu);
 	i = j->cur.id ? rank_index(j, rank) : -1;
-	if (i < 0 || !j->track || pos_before(j->claimed[i], p))
+	if (i < 0 || !j->track || pos_before(j->rk[i].claimed, p))
 		rc = -EINVAL;
-	else if (pos_before(j->dlv[i], p))
-		j->dlv[i] = p;
+	else if (pos_before(j->rk[i].dlv, p))
+		j->rk[i].dlv = p;
 	pthread_mutex_unlock(&j->dmu);
 	return rc;
 }
@@ -256,15 +254,15 @@ static int claim_check(struct journal *j, uint64_t rank, ssize_t *i)
  * the cursors as handed out). */
 static struct rank_pos row_cursor(struct journal *j, size_t i, struct rank_pos d, int reserve)
 {
-	struct rank_pos c = j->pos[i];
+	struct rank_pos c = j->rk[i].pos;
 
 	if (!reserve)
 		return c;
-	if (pos_same(d, c) && pos_same(j->cpos[i], c)) {
+	if (pos_same(d, c) && pos_same(j->rk[i].cpos, c)) {
 		layout_advance(&j->cur.layout, &c.step, &c.micro);
 		return c;
 	}
-	return j->cpos[i];
+	return j->rk[i].cpos;
 }
 
 /* The delivered position flush_locked() writes for ranks[i] (caller holds j->mu):
@@ -276,12 +274,12 @@ static struct rank_pos to_write(struct journal *j, size_t i, int reserve)
 
 	if (reserve) {
 		pthread_mutex_lock(&j->dmu);
-		d = j->want[i];
+		d = j->rk[i].want;
 		pthread_mutex_unlock(&j->dmu);
 	} else {
 		d = delivered_now(j, i);
 	}
-	return pos_before(d, j->dpos[i]) ? j->dpos[i] : d;
+	return pos_before(d, j->rk[i].dpos) ? j->rk[i].dpos : d;
 }
 
 /* Write every delivered position reported and not yet written, in one transaction
@@ -298,35 +296,35 @@ static int flush_locked(struct journal *j, int reserve, int every_time)
 	size_t n = 0;
 	int rc;
 
-	for (size_t i = 0; i < j->nranks && j->cur.id; i++)
-		n += !pos_same(to_write(j, i, reserve), j->dpos[i]) ||
-		     (!reserve && !pos_same(j->cpos[i], j->pos[i]));
+	for (size_t i = 0; i < j->ranks.count && j->cur.id; i++)
+		n += !pos_same(to_write(j, i, reserve), j->rk[i].dpos) ||
+		     (!reserve && !pos_same(j->rk[i].cpos, j->rk[i].pos));
 	if (!n)
 		return 0;
 	rc = check_unmoved(j, every_time);
 	if (rc)
 		return rc;
-	if (n > 1 && !(w = malloc(2 * j->nranks * sizeof(*w))))
+	if (n > 1 && !(w = malloc(2 * j->ranks.count * sizeof(*w))))
 		return jfail(j, -ENOMEM, "cannot record the delivered positions: out of memory");
 	rc = n > 1 ? jnl_exec(j->db, "BEGIN IMMEDIATE") : SQLITE_OK;
-	for (size_t i = 0, k = 0; rc == SQLITE_OK && i < j->nranks; i++) {
+	for (size_t i = 0, k = 0; rc == SQLITE_OK && i < j->ranks.count; i++) {
 		k = n > 1 ? 2 * i : 0;
 		w[k + 1] = to_write(j, i, reserve);
-		w[k] = j->cpos[i];
-		if (pos_same(w[k + 1], j->dpos[i]) && (reserve || pos_same(w[k], j->pos[i])))
+		w[k] = j->rk[i].cpos;
+		if (pos_same(w[k + 1], j->rk[i].dpos) && (reserve || pos_same(w[k], j->rk[i].pos)))
 			continue; /* nothing new: no reservation either */
 		w[k] = row_cursor(j, i, w[k + 1], reserve);
 		rc = write_row(j, i, w[k], w[k + 1]);
 		if (rc == SQLITE_OK && n == 1) { /* an autocommit UPDATE: committed */
-			j->cpos[i] = w[0];
-			j->dpos[i] = w[1];
+			j->rk[i].cpos = w[0];
+			j->rk[i].dpos = w[1];
 		}
 	}
 	if (rc == SQLITE_OK && n > 1)
 		rc = jnl_exec(j->db, "COMMIT");
-	for (size_t i = 0; rc == SQLITE_OK && n > 1 && i < j->nranks; i++) {
-		j->cpos[i] = w[2 * i];
-		j->dpos[i] = w[2 * i + 1];
+	for (size_t i = 0; rc == SQLITE_OK && n > 1 && i < j->ranks.count; i++) {
+		j->rk[i].cpos = w[2 * i];
+		j->rk[i].dpos = w[2 * i + 1];
 	}
 	if (w != one)
 		free(w);
@@ -365,15 +363,15 @@ int journal_sync_delivered(struct journal *j, uint64_t rank)
 	 * whoever holds mu and commits next writes it too. */
 	pthread_mutex_lock(&j->dmu);
 	i = j->cur.id ? rank_index(j, rank) : -1;
-	if (i >= 0 && j->track && pos_before(j->want[i], j->dlv[i]))
-		j->want[i] = j->dlv[i]; /* never past claimed[i]: journal_delivered checks */
+	if (i >= 0 && j->track && pos_before(j->rk[i].want, j->rk[i].dlv))
+		j->rk[i].want = j->rk[i].dlv; /* never past claimed[i]: journal_delivered checks */
 	pthread_mutex_unlock(&j->dmu);
 	pthread_mutex_lock(&j->mu);
 	rc = claim_check(j, rank, &i);
 	if (!rc && !j->track)
 		rc = jfail(j, -EINVAL, "deliveries are not tracked (journal_track_delivery)");
 	/* written already: by the rank's claim, or by another caller's group commit */
-	if (!rc && !pos_same(to_write(j, (size_t)i, 1), j->dpos[i]))
+	if (!rc && !pos_same(to_write(j, (size_t)i, 1), j->rk[i].dpos))
 		rc = flush_locked(j, 1, 0);
 	pthread_mutex_unlock(&j->mu);
 	return rc;
@@ -386,10 +384,10 @@ int journal_claim(struct journal *j, uint64_t rank, uint64_t step, uint64_t micr
 
 	pthread_mutex_lock(&j->mu);
 	rc = claim_check(j, rank, &i);
-	if (!rc && (j->pos[i].step != step || j->pos[i].micro != micro))
+	if (!rc && (j->rk[i].pos.step != step || j->rk[i].pos.micro != micro))
 		rc = jfail(j, -EINVAL, "claim of rank %" PRIu64 " at step %" PRIu64 " micro %"
 			   PRIu64 " is not its cursor (step %" PRIu64 " micro %" PRIu64 ")", rank,
-			   step, micro, j->pos[i].step, j->pos[i].micro);
+			   step, micro, j->rk[i].pos.step, j->rk[i].pos.micro);
 	if (!rc)
 		rc = claim_locked(j, (size_t)i);
 	pthread_mutex_unlock(&j->mu);
@@ -405,8 +403,8 @@ int journal_claim_next(struct journal *j, uint64_t rank, uint64_t *step, uint64_
 	pthread_mutex_lock(&j->mu);
 	rc = claim_check(j, rank, &i);
 	if (!rc) {
-		s = j->pos[i].step;
-		m = j->pos[i].micro;
+		s = j->rk[i].pos.step;
+		m = j->rk[i].pos.micro;
 		rc = claim_locked(j, (size_t)i);
 	}
 	pthread_mutex_unlock(&j->mu);
@@ -427,8 +425,8 @@ int journal_cursor(struct journal *j, uint64_t rank, uint64_t *step, uint64_t *m
 	if (i < 0) {
 		rc = jfail(j, -EINVAL, "rank %" PRIu64 " is not served by this mount", rank);
 	} else {
-		*step = j->pos[i].step;
-		*micro = j->pos[i].micro;
+		*step = j->rk[i].pos.step;
+		*micro = j->rk[i].pos.micro;
 	}
 	pthread_mutex_unlock(&j->mu);
 	return rc;
@@ -472,12 +470,13 @@ static int step_check(struct journal *j, const char *what, uint64_t step, uint64
 	if (!j->cur.id)
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": no mount started on this journal", what,
 			     step);
-	for (size_t i = 0; i < j->nranks; i++)
-		if (j->pos[i].step > far)
-			far = j->pos[i].step;
-	if (step < j->cur.layout.start_step)
+	for (size_t i = 0; i < j->ranks.count; i++)
+		if (j->rk[i].pos.step > far)
+			far = j->rk[i].pos.step;
+	if (step < layout_start_step(&j->cur.layout))
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": the step is before step %" PRIu64
-			     ", where this mount started", what, step, j->cur.layout.start_step);
+			     ", where this mount started", what, step,
+			     layout_start_step(&j->cur.layout));
 	if (step > far)
 		return jfail(j, -EINVAL, "%s %" PRIu64 ": no served rank has reached that step "
 			     "yet (the furthest, by next or step/, is step %" PRIu64 ")", what, step, far);
@@ -566,11 +565,11 @@ int journal_rewind(struct journal *j, uint64_t step)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(j->db, "INSERT INTO rewind_cursor (rewind, rank, step, "
 					"micro) VALUES (?1, ?2, ?3, ?4)", -1, &st, NULL);
-	for (size_t i = 0; rc == SQLITE_OK && i < j->nranks; i++) {
+	for (size_t i = 0; rc == SQLITE_OK && i < j->ranks.count; i++) {
 		sqlite3_bind_int64(st, 1, id);
-		sqlite3_bind_int64(st, 2, (int64_t)j->ranks[i]);
-		sqlite3_bind_int64(st, 3, (int64_t)j->pos[i].step);
-		sqlite3_bind_int64(st, 4, (int64_t)j->pos[i].micro);
+		sqlite3_bind_int64(st, 2, (int64_t)j->ranks.ranks[i]);
+		sqlite3_bind_int64(st, 3, (int64_t)j->rk[i].pos.step);
+		sqlite3_bind_int64(st, 4, (int64_t)j->rk[i].pos.micro);
 		rc = sqlite3_step(st);
 		sqlite3_reset(st);
 		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -597,10 +596,10 @@ int journal_rewind(struct journal *j, uint64_t step)
 	}
 	j->next_seq++;
 	pthread_mutex_lock(&j->dmu);
-	for (size_t i = 0; i < j->nranks; i++) {
-		j->pos[i].step = step;
-		j->pos[i].micro = 0;
-		j->cpos[i] = j->dpos[i] = j->dlv[i] = j->want[i] = j->claimed[i] = j->pos[i];
+	for (size_t i = 0; i < j->ranks.count; i++) {
+		j->rk[i].pos.step = step;
+		j->rk[i].pos.micro = 0;
+		j->rk[i].cpos = j->rk[i].dpos = j->rk[i].dlv = j->rk[i].want = j->rk[i].claimed = j->rk[i].pos;
 	}
 	pthread_mutex_unlock(&j->dmu);
 	j->err[0] = 0;

@@ -105,7 +105,7 @@ int jnl_birth_unfinished(const char *path, char *err, size_t errlen)
 	if (src == SQLITE_NOMEM)
 		return -ENOMEM;
 	if (src == SQLITE_OK && layouts > 0)
-		return jnl_fail(err, errlen, -EBADMSG, "journal %s has a history, yet beside it "
+		return err_set(err, errlen, -EBADMSG, "journal %s has a history, yet beside it "
 				"%s-journal would roll it back to nothing: not what a mount leaves; "
 				"nothing was written to either: keep both for inspection and pass "
 				"another journal=PATH", path, path);
@@ -122,7 +122,7 @@ int jnl_birth_discard(const char *path, char *err, size_t errlen)
 	/* the file first: a kill after it leaves a -journal beside no file, which the
 	 * creation that follows removes (jnl_birth_sides) */
 	if ((unlink(path) && errno != ENOENT) || (unlink(rj) && errno != ENOENT))
-		rc = jnl_fail(err, errlen, -errno, "cannot remove the unfinished journal %s (a "
+		rc = err_set(err, errlen, -errno, "cannot remove the unfinished journal %s (a "
 			      "mount killed while creating it): %s", path, strerror(errno));
 	free(rj);
 	if (rc)
@@ -144,14 +144,14 @@ int jnl_birth_sides(const char *path, char *err, size_t errlen)
 	if (!rj || !wal) {
 		rc = -ENOMEM;
 	} else if (!stat(wal, &st) && st.st_size > 0) {
-		rc = jnl_fail(err, errlen, -EEXIST, "journal %s is missing or empty, but its "
+		rc = err_set(err, errlen, -EEXIST, "journal %s is missing or empty, but its "
 			      "write-ahead log %s holds records (a journal deleted without its -wal, "
 			      "or moved away from it): put the journal back, or delete %s to start "
 			      "over; nothing was written", path, wal, wal);
 	} else if ((unlink(rj) && errno != ENOENT) || (unlink(wal) && errno != ENOENT)) {
 		/* a rollback journal or an empty log beside no data: what rolls back into an
 		 * empty file is nothing, and a new journal must not inherit either */
-		rc = jnl_fail(err, errlen, -errno, "cannot remove %s-journal or %s-wal, left "
+		rc = err_set(err, errlen, -errno, "cannot remove %s-journal or %s-wal, left "
 			      "beside no journal: %s", path, path, strerror(errno));
 	}
 	free(rj);
@@ -257,13 +257,13 @@ static int drop_empty(const char *path, mode_t *mode, char *err, size_t errlen)
 	struct stat st;
 
 	if (stat(path, &st))
-		return errno == ENOENT ? 0 : jnl_fail(err, errlen, -errno, "cannot write journal "
+		return errno == ENOENT ? 0 : err_set(err, errlen, -errno, "cannot write journal "
 						      "%s: %s", path, strerror(errno));
 	*mode = st.st_mode & 07777;
 	if (st.st_size != 0)
 		return -EAGAIN;
 	if (unlink(path) && errno != ENOENT)
-		return jnl_fail(err, errlen, -errno, "cannot write journal %s: %s", path,
+		return err_set(err, errlen, -errno, "cannot write journal %s: %s", path,
 				strerror(errno));
 	return 0;
 }
@@ -279,23 +279,23 @@ static int place_image(int dfd, const char *path, int over_empty, const unsigned
 	int rc, fd = open_unnamed(dfd, path, mode, &tmp);
 
 	if (fd < 0)
-		return fd == -ENOMEM ? fd : jnl_fail(err, errlen, fd, "cannot create journal %s: %s; "
+		return fd == -ENOMEM ? fd : err_set(err, errlen, fd, "cannot create journal %s: %s; "
 				"pass journal=PATH on a writable file system", path, strerror(-fd));
 	rc = write_all(fd, img, len);
 	if (!rc && fsync(fd))
 		rc = -errno;
 	if (rc)
-		jnl_fail(err, errlen, rc, "cannot create journal %s: %s", path, strerror(-rc));
+		err_set(err, errlen, rc, "cannot create journal %s: %s", path, strerror(-rc));
 	if (!rc && over_empty && !(rc = drop_empty(path, &mode, err, errlen)) &&
 	    (fchmod(fd, mode) || fsync(fd)))
-		rc = jnl_fail(err, errlen, -errno, "cannot create journal %s: %s", path,
+		rc = err_set(err, errlen, -errno, "cannot create journal %s: %s", path,
 			      strerror(errno));
 	if (!rc) {
 		rc = link_at(fd, tmp, path);
 		if (rc == -EEXIST)
 			rc = -EAGAIN;
 		else if (rc)
-			jnl_fail(err, errlen, rc, "cannot create journal %s: %s", path, strerror(-rc));
+			err_set(err, errlen, rc, "cannot create journal %s: %s", path, strerror(-rc));
 	}
 	if (tmp)
 		unlink(tmp);
@@ -312,22 +312,22 @@ int jnl_create_file(const char *path, int over_empty, const struct journal_ident
 	int src, rc, dfd = open_dir(path);
 
 	if (dfd == -ENOENT)
-		return jnl_fail(err, errlen, -ENOENT, "cannot create journal %s: its directory "
+		return err_set(err, errlen, -ENOENT, "cannot create journal %s: its directory "
 				"does not exist; create it, or pass another journal=PATH", path);
 	if (dfd < 0)
-		return dfd == -ENOMEM ? dfd : jnl_fail(err, errlen, dfd, "cannot create journal %s: "
+		return dfd == -ENOMEM ? dfd : err_set(err, errlen, dfd, "cannot create journal %s: "
 				"%s; pass journal=PATH on a writable file system", path, strerror(-dfd));
 	src = build_image(want, &img, &len);
 	if (src != SQLITE_OK) {
 		close(dfd);
-		return jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+		return err_set(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
 				"cannot create journal %s: %s", path, sqlite3_errstr(src));
 	}
 	rc = jnl_birth_sides(path, err, errlen);
 	if (!rc)
 		rc = place_image(dfd, path, over_empty, img, (size_t)len, err, errlen);
 	if (!rc && (rc = sync_dir(dfd)))
-		jnl_fail(err, errlen, rc, "cannot create journal %s: syncing its directory: %s",
+		err_set(err, errlen, rc, "cannot create journal %s: syncing its directory: %s",
 			 path, strerror(-rc));
 	sqlite3_free(img);
 	close(dfd);

@@ -125,19 +125,12 @@ int hist_load(sqlite3 *db, int version, size_t src, struct hist *h)
 		if (e->kind == HEV_LAYOUT) {
 			const char *rule = (const char *)sqlite3_column_text(st, 9);
 
-			if (jnl_u64_col(st, 6, &e->l.world_size) || jnl_u64_col(st, 7, &e->l.global_batch) ||
-			    jnl_u64_col(st, 8, &e->l.micro_batch) || !rule ||
+			if (jnl_layout_cols(st, (const int[]){ 6, 7, 8, 3, 4 }, &e->l) || !rule ||
 			    journal_resume_parse(rule, &r)) {
 				rc = SQLITE_CORRUPT;
 				break;
 			}
-			e->l.start_step = e->step;
-			e->l.start_samples = e->gsn;
 			e->rule = r.rule;
-			if (layout_check(&e->l, NULL, 0)) {
-				rc = SQLITE_CORRUPT;
-				break;
-			}
 		}
 		h->nev++;
 	}
@@ -201,7 +194,7 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 	size_t loaded = 0;
 
 	if (!npaths)
-		return jnl_fail(err, errlen, -EINVAL, "no journal given");
+		return err_set(err, errlen, -EINVAL, "no journal given");
 	hs = calloc(npaths, sizeof(*hs));
 	if (!hs)
 		return -ENOMEM;
@@ -216,14 +209,14 @@ int journal_resume_point_files_ex(const char *const *paths, size_t npaths,
 		} else if (!journal_ident_same(&first, &j->ident)) {
 			journal_ident_text(&first, a, sizeof(a));
 			journal_ident_text(&j->ident, b, sizeof(b));
-			rc = jnl_fail(err, errlen, -ESTALE, "journals %s (%s) and %s (%s) belong to "
+			rc = err_set(err, errlen, -ESTALE, "journals %s (%s) and %s (%s) belong to "
 				  "different datasets, orders or splits; pass the journals of one job",
 				  paths[0], a, paths[i], b);
 		}
 		if (!rc) {
 			rc = hist_load(j->db, j->version, i, &hs[i]);
 			if (rc)
-				jnl_fail(err, errlen, rc, "cannot read journal %s: %s", paths[i],
+				err_set(err, errlen, rc, "cannot read journal %s: %s", paths[i],
 				     hist_errmsg(j->db));
 			else
 				loaded = i + 1;
@@ -289,9 +282,7 @@ int journal_layouts(struct journal *j, struct journal_layout **out, size_t *coun
 		e = &v[n];
 		memset(e, 0, sizeof(*e));
 		e->id = sqlite3_column_int64(st, 0);
-		if (jnl_u64_col(st, 1, &e->layout.world_size) || jnl_u64_col(st, 2, &e->layout.global_batch) ||
-		    jnl_u64_col(st, 3, &e->layout.micro_batch) || jnl_u64_col(st, 5, &e->layout.start_step) ||
-		    jnl_u64_col(st, 6, &e->layout.start_samples)) {
+		if (jnl_layout_cols(st, (const int[]){ 1, 2, 3, 5, 6 }, &e->layout)) {
 			rc = SQLITE_CORRUPT;
 			break;
 		}

@@ -34,6 +34,23 @@ struct rank_pos {
 	uint64_t micro;
 };
 
+/* One served rank of the current layout: its positions (caller holds j->mu; dlv and
+ * claimed are under j->dmu too). */
+struct jrank {
+	struct rank_pos pos;        /* the cursor: the next claim handed out */
+	/* the committed cursor: pos, or one claim past it when a delivery's commit
+	 * (journal_sync_delivered) reserved the rank's next claim; a claim below it needs
+	 * no commit of its own */
+	struct rank_pos cpos;
+	struct rank_pos dpos;       /* committed delivered position */
+	struct rank_pos dlv;        /* delivered position reported, not yet written */
+	/* the delivered position journal_sync_delivered() was asked to write (under mu): a
+	 * group commit writes these, never a position only reported (a last byte read by a
+	 * reader that may yet fail: that one goes with the rank's next claim) */
+	struct rank_pos want;
+	struct rank_pos claimed;    /* = pos, for journal_delivered's check */
+};
+
 /* journal->created: whether journal_abandon() has something to undo. */
 enum { JOURNAL_NEW_NONE, JOURNAL_NEW_FILE, JOURNAL_NEW_FILLED_EMPTY };
 struct journal {
@@ -52,27 +69,17 @@ struct journal {
 	/* The current layout (journal_start on this handle); cur.id == 0: none. */
 	struct journal_layout cur;
 	char weights[JOURNAL_WEIGHTS_MAX]; /* journal_set_weights(): "" for none */
-	size_t nranks;
-	uint64_t *ranks;            /* sorted */
-	struct rank_pos *pos;       /* cursor of ranks[i]: the next claim handed out */
-	/* committed cursor of ranks[i]: pos, or one claim past it when a delivery's commit
-	 * (journal_sync_delivered) reserved the rank's next claim; a claim below it needs
-	 * no commit of its own */
-	struct rank_pos *cpos;
-	struct rank_pos *dpos;      /* committed delivered position of ranks[i] */
+	/* the served ranks of the current layout, and their positions: rk[i] is
+	 * ranks.ranks[i]'s (jnl_ranks_set) */
+	struct rankset ranks;
+	struct jrank *rk;
 	/* journal_track_delivery(): deliveries are reported by journal_delivered() and
 	 * written with the rank's next claim or journal_flush_delivered(); else a claim
-	 * counts as delivered when it commits. dmu guards dlv and claimed, and is never held
-	 * during a commit: a delivery never waits for the journal's file system. Lock
-	 * order: mu, then dmu. */
+	 * counts as delivered when it commits. dmu guards each rank's dlv and claimed, and is
+	 * never held during a commit: a delivery never waits for the journal's file system.
+	 * Lock order: mu, then dmu. */
 	int track;
 	pthread_mutex_t dmu;
-	struct rank_pos *dlv;       /* delivered position reported, not yet written */
-	/* the delivered position journal_sync_delivered() was asked to write (under mu): a
-	 * group commit writes these, never a position only reported (a last byte read by a
-	 * reader that may yet fail: that one goes with the rank's next claim) */
-	struct rank_pos *want;
-	struct rank_pos *claimed;   /* = pos, for journal_delivered's check */
 	uint64_t reached;           /* step/ files read by this mount: the last one's t + 1;
 				     * atomic, not under mu: a step/ read must not wait for a
 				     * commit (the journal's file system may stall) */
@@ -96,10 +103,6 @@ int64_t jnl_now_us(void);
  * are formatted with err_printf() (core/util/buf.h), which truncates the same way. */
 void jnl_copy_str(char *dst, size_t len, const char *src);
 
-/* Write a reason into err (when err and errlen) and return rc. */
-__attribute__((format(printf, 4, 5)))
-int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...);
-
 /* Record the reason of a failing call in j->err (caller holds j->mu) and return rc. */
 __attribute__((format(printf, 3, 4)))
 int jfail(struct journal *j, int rc, const char *fmt, ...);
@@ -117,8 +120,18 @@ char *jnl_file_uri(const char *path, const char *query);
 /* One integer from a one-row query; SQLite's rc (SQLITE_EMPTY: no row). */
 int jnl_query_i64(sqlite3 *db, const char *sql, int64_t *out);
 
+/* Make ranks (taken over: its array is j's now) and rk (ranks->count positions, in its
+ * order; malloc'd) j's served ranks, freeing those it had (caller holds j->mu; takes
+ * j->dmu). NULL and NULL: none. The one place they are freed. */
+void jnl_ranks_set(struct journal *j, struct rankset *ranks, struct jrank *rk);
+
 /* Column col as a uint64_t: 0, or -EBADMSG when negative (a corrupt or edited row). */
 int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out);
+
+/* The layout of a row whose columns col[0..5) hold its world_size, global_batch,
+ * micro_batch, start_step and start_samples: 0, or -EBADMSG when they make no layout
+ * (layout_make refuses them: a corrupt or edited row). */
+int jnl_layout_cols(sqlite3_stmt *st, const int col[5], struct layout *out);
 
 /* ---- schema and identity (journal_schema.c) ---- */
 

@@ -40,18 +40,18 @@ static int check_header(const char *path, char *err, size_t errlen)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return jnl_fail(err, errlen, -errno, "cannot read journal %s: %s", path, strerror(errno));
+		return err_set(err, errlen, -errno, "cannot read journal %s: %s", path, strerror(errno));
 	n = pread(fd, h, sizeof(h), 0);
 	close(fd);
 	if (n < 0)
-		return jnl_fail(err, errlen, -EIO, "cannot read journal %s: %s", path, strerror(errno));
+		return err_set(err, errlen, -EIO, "cannot read journal %s: %s", path, strerror(errno));
 	if (n < (ssize_t)sizeof(h) || memcmp(h, magic, sizeof(magic)))
-		return jnl_fail(err, errlen, -EBADMSG,
+		return err_set(err, errlen, -EBADMSG,
 			    "%s is not a Zephon journal (not a SQLite database, or truncated); "
 			    "nothing was written to it: pass another journal=PATH", path);
 	app = (uint32_t)h[68] << 24 | (uint32_t)h[69] << 16 | (uint32_t)h[70] << 8 | h[71];
 	if (app != JOURNAL_APPLICATION_ID)
-		return jnl_fail(err, errlen, -EBADMSG,
+		return err_set(err, errlen, -EBADMSG,
 			    "%s is a SQLite database but not a Zephon journal (application_id "
 			    "0x%08" PRIx32 "); nothing was written to it: pass another journal=PATH",
 			    path, app);
@@ -125,7 +125,7 @@ static int dir_writable(const char *path, char *err, size_t errlen)
 	if (!dir)
 		return -ENOMEM;
 	if (access(dir, W_OK))
-		rc = jnl_fail(err, errlen, -errno,
+		rc = err_set(err, errlen, -errno,
 			  "cannot write journal %s: its directory %s is not writable (%s); "
 			  "pass journal=PATH in a writable directory", path, dir, strerror(errno));
 	free(dir);
@@ -189,7 +189,7 @@ static int precheck(const char *path, enum open_mode mode, int *create, int *exi
 		int e = errno;
 
 		if (e != ENOENT || mode != OPEN_WRITE)
-			return jnl_fail(err, errlen, -e, "cannot open journal %s: %s%s", path,
+			return err_set(err, errlen, -e, "cannot open journal %s: %s%s", path,
 				    strerror(e), mode != OPEN_WRITE ? "" :
 				    "; pass journal=PATH where a file can be created");
 		*create = 1;
@@ -197,14 +197,14 @@ static int precheck(const char *path, enum open_mode mode, int *create, int *exi
 		return 0;
 	}
 	if (S_ISDIR(st.st_mode))
-		return jnl_fail(err, errlen, -EISDIR, "journal %s is a directory; pass journal=PATH "
+		return err_set(err, errlen, -EISDIR, "journal %s is a directory; pass journal=PATH "
 			    "naming a file", path);
 	if (!S_ISREG(st.st_mode))
-		return jnl_fail(err, errlen, -EINVAL, "journal %s is not a regular file; pass "
+		return err_set(err, errlen, -EINVAL, "journal %s is not a regular file; pass "
 			    "journal=PATH naming a file", path);
 	if (st.st_size == 0) {
 		if (mode != OPEN_WRITE)
-			return jnl_fail(err, errlen, -EBADMSG, "journal %s is empty: no mount has "
+			return err_set(err, errlen, -EBADMSG, "journal %s is empty: no mount has "
 				    "recorded anything in it", path);
 		*create = 1;
 		return 0;
@@ -216,7 +216,7 @@ static int precheck(const char *path, enum open_mode mode, int *create, int *exi
 	if (!rc && (rc = jnl_birth_unfinished(path, err, errlen)) == 1) {
 		rc = 0;
 		if (mode != OPEN_WRITE)
-			return jnl_fail(err, errlen, -EBADMSG, "journal %s is empty: the mount that "
+			return err_set(err, errlen, -EBADMSG, "journal %s is empty: the mount that "
 				    "created it was stopped before it was complete (nothing was recorded "
 				    "in it; the next mount creates it anew)", path);
 		*create = *unfinished = 1;
@@ -271,7 +271,7 @@ static int open_file(struct opening *o, const struct journal_ident *want, char *
 			break;
 	}
 	if (rc == -EAGAIN)
-		rc = jnl_fail(err, errlen, -EBUSY, "journal %s is being created by another process "
+		rc = err_set(err, errlen, -EBUSY, "journal %s is being created by another process "
 			      "at the same time; two mounts need two journal=PATHs", o->path);
 	if (o->create) {
 		o->made = !rc;
@@ -281,7 +281,7 @@ static int open_file(struct opening *o, const struct journal_ident *want, char *
 	if (fd < 0) {
 		int e = errno;
 
-		return jnl_fail(err, errlen, -e, "cannot write journal %s: %s; pass journal=PATH on "
+		return err_set(err, errlen, -e, "cannot write journal %s: %s; pass journal=PATH on "
 				"a writable file system", o->path, strerror(e));
 	}
 	close(fd);
@@ -302,7 +302,7 @@ static int open_db(struct opening *o, char *err, size_t errlen)
 		struct stat st;
 
 		if (o->wal_existed && !stat(o->wal, &st) && st.st_size > 0)
-			return jnl_fail(err, errlen, -EROFS, "cannot read journal %s: its write-ahead "
+			return err_set(err, errlen, -EROFS, "cannot read journal %s: its write-ahead "
 					"log %s holds records that only a writable open can replay; run "
 					"this where the journal's directory is writable", o->path, o->wal);
 		o->mode = OPEN_READ_IMMUTABLE;
@@ -314,7 +314,7 @@ static int open_db(struct opening *o, char *err, size_t errlen)
 		(o->mode == OPEN_READ_IMMUTABLE ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
 	src = sqlite3_open_v2(o->uri, &o->db, flags, NULL);
 	if (src != SQLITE_OK)
-		return jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+		return err_set(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
 				"cannot open journal %s: %s", o->path,
 				o->db ? sqlite3_errmsg(o->db) : "out of memory");
 	sqlite3_extended_result_codes(o->db, 1);
@@ -325,10 +325,10 @@ static int open_db(struct opening *o, char *err, size_t errlen)
 	src = jnl_exec(o->db, "PRAGMA locking_mode = EXCLUSIVE");
 	if (src == SQLITE_OK && o->mode != OPEN_READ_IMMUTABLE &&
 	    sqlite3_db_readonly(o->db, "main") == 1)
-		return jnl_fail(err, errlen, -EROFS, "cannot write journal %s: it is read-only; "
+		return err_set(err, errlen, -EROFS, "cannot write journal %s: it is read-only; "
 				"pass journal=PATH on a writable file system", o->path);
 	if (src != SQLITE_OK)
-		return jnl_fail(err, errlen, -EIO, "cannot open journal %s: %s", o->path,
+		return err_set(err, errlen, -EIO, "cannot open journal %s: %s", o->path,
 				sqlite3_errmsg(o->db));
 	return 0;
 }
@@ -352,7 +352,7 @@ static int open_existing(struct opening *o, const struct journal_ident *want, ch
 	if (!rc && want && !journal_ident_same(&o->have, want)) {
 		journal_ident_text(&o->have, a, sizeof(a));
 		journal_ident_text(want, b, sizeof(b));
-		rc = jnl_fail(err, errlen, -ESTALE,
+		rc = err_set(err, errlen, -ESTALE,
 			      "journal %s belongs to another dataset, order or split (%s) than this "
 			      "mount (%s), and no resume= rule can use it; pass journal=PATH naming "
 			      "a file that does not exist yet (add resume=samples:G@S to keep the "
@@ -362,13 +362,13 @@ static int open_existing(struct opening *o, const struct journal_ident *want, ch
 	if (!rc && o->mode == OPEN_WRITE && o->version < JOURNAL_SCHEMA_VERSION) {
 		src = jnl_migrate(o->db, o->version);
 		if (src != SQLITE_OK)
-			rc = jnl_fail(err, errlen, -EIO, "cannot migrate journal %s from schema "
+			rc = err_set(err, errlen, -EIO, "cannot migrate journal %s from schema "
 				      "version %d: %s", o->path, o->version, sqlite3_errmsg(o->db));
 		else
 			o->version = JOURNAL_SCHEMA_VERSION;
 	}
 	if (!rc && (src = jnl_exec(o->db, "COMMIT")) != SQLITE_OK)
-		rc = jnl_fail(err, errlen, -EIO, "cannot open journal %s: %s", o->path,
+		rc = err_set(err, errlen, -EIO, "cannot open journal %s: %s", o->path,
 			      sqlite3_errmsg(o->db));
 	if (rc)
 		jnl_exec(o->db, "ROLLBACK");
@@ -391,7 +391,7 @@ static int open_settings(struct opening *o, enum journal_sync sync, char *err, s
 		 sync == JOURNAL_SYNC_FULL ? "FULL" : "NORMAL", JOURNAL_WAL_LIMIT);
 	src = jnl_exec(o->db, pragmas);
 	if (src != SQLITE_OK)
-		return jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
+		return err_set(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EIO,
 				"cannot open journal %s: %s", o->path, sqlite3_errmsg(o->db));
 	return 0;
 }
@@ -428,7 +428,7 @@ static int open_handle(struct opening *o, struct journal **out, char *err, size_
 	if (src == SQLITE_OK && o->mode == OPEN_WRITE)
 		src = prepare_claim(j);
 	if (src != SQLITE_OK) {
-		int rc = jnl_fail(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EBADMSG,
+		int rc = err_set(err, errlen, sqlite_errno(src) == -ENOMEM ? -ENOMEM : -EBADMSG,
 				  "cannot open journal %s: %s", o->path, sqlite3_errmsg(o->db));
 
 		sqlite3_finalize(j->st_claim);
@@ -472,17 +472,19 @@ static void open_unwind(struct opening *o)
 	}
 }
 
-static int open_common(const char *path, const struct journal_ident *want,
-		       enum open_mode mode, enum journal_sync sync, struct journal **out,
-		       char *err, size_t errlen)
+/* Open op->path as op->mode says (op: path and mode set, the rest zero). */
+static int open_common(const struct opening *op, const struct journal_ident *want,
+		       enum journal_sync sync, struct journal **out, char *err, size_t errlen)
 {
-	struct opening o = { .path = path, .mode = mode, .existed = 1, .wal_existed = 1 };
+	struct opening o = *op;
+	const char *path = o.path;
 	int rc;
 
+	o.existed = o.wal_existed = 1;
 	if (!path || !*path)
-		return jnl_fail(err, errlen, -EINVAL, "journal path is empty");
+		return err_set(err, errlen, -EINVAL, "journal path is empty");
 	rc = open_file(&o, want, err, errlen);
-	if (!rc && mode == OPEN_WRITE)
+	if (!rc && o.mode == OPEN_WRITE)
 		rc = dir_writable(path, err, errlen);
 	if (!rc)
 		rc = open_db(&o, err, errlen);
@@ -495,7 +497,7 @@ static int open_common(const char *path, const struct journal_ident *want,
 	if (rc)
 		open_unwind(&o);
 	else if (o.unfinished)
-		jnl_fail(err, errlen, 0, "journal %s was left unfinished by a mount stopped while "
+		err_set(err, errlen, 0, "journal %s was left unfinished by a mount stopped while "
 			 "creating it (nothing had been recorded in it): created anew", path);
 	else if (err && errlen)
 		err[0] = 0;
@@ -508,19 +510,21 @@ int journal_open(const char *path, const struct journal_ident *ident,
 		 enum journal_sync sync, struct journal **out, char *err, size_t errlen)
 {
 	if (!ident || !out)
-		return jnl_fail(err, errlen, -EINVAL, "journal_open: no identity given");
+		return err_set(err, errlen, -EINVAL, "journal_open: no identity given");
 	if (!memchr(ident->fingerprint, 0, sizeof(ident->fingerprint)) ||
 	    !memchr(ident->split, 0, sizeof(ident->split)))
-		return jnl_fail(err, errlen, -EINVAL, "journal_open: the identity's fingerprint "
+		return err_set(err, errlen, -EINVAL, "journal_open: the identity's fingerprint "
 				"or split is not NUL-terminated");
-	return open_common(path, ident, OPEN_WRITE, sync, out, err, errlen);
+	return open_common(&(struct opening){ .path = path, .mode = OPEN_WRITE }, ident, sync,
+			   out, err, errlen);
 }
 
 int journal_open_readonly(const char *path, struct journal **out, char *err, size_t errlen)
 {
 	if (!out)
-		return jnl_fail(err, errlen, -EINVAL, "journal_open_readonly: no result pointer");
-	return open_common(path, NULL, OPEN_READ, JOURNAL_SYNC_NORMAL, out, err, errlen);
+		return err_set(err, errlen, -EINVAL, "journal_open_readonly: no result pointer");
+	return open_common(&(struct opening){ .path = path, .mode = OPEN_READ }, NULL,
+			   JOURNAL_SYNC_NORMAL, out, err, errlen);
 }
 
 void journal_close(struct journal *j)
@@ -530,16 +534,10 @@ void journal_close(struct journal *j)
 	sqlite3_finalize(j->st_claim);
 	sqlite3_close_v2(j->db);
 	drop_empty_side(j->wal_cleanup, 0);
+	jnl_ranks_set(j, NULL, NULL);
 	pthread_mutex_destroy(&j->mu);
 	pthread_mutex_destroy(&j->dmu);
 	free(j->wal_cleanup);
-	free(j->ranks);
-	free(j->pos);
-	free(j->cpos);
-	free(j->dpos);
-	free(j->dlv);
-	free(j->want);
-	free(j->claimed);
 	free(j->path);
 	free(j);
 }

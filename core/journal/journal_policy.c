@@ -120,8 +120,9 @@ static int is_statement(const struct hev *e)
  * serves the same gsns (its c_r is taken against its own S0). */
 static int same_key(const struct layout *a, const struct layout *b)
 {
-	return a->start_samples == b->start_samples && a->world_size == b->world_size &&
-	       a->global_batch == b->global_batch;
+	return layout_start_samples(a) == layout_start_samples(b) &&
+	       layout_world_size(a) == layout_world_size(b) &&
+	       layout_global_batch(a) == layout_global_batch(b);
 }
 
 struct rank_claim {
@@ -239,7 +240,7 @@ static int gather_claims(const struct hist *hs, size_t n, const struct hev *last
 		if (!hs[i].last || !same_key(&hs[i].last->l, &last->l))
 			continue;
 		for (size_t k = 0; k < hs[i].ncur; k++) {
-			if (hs[i].cur[k].rank >= last->l.world_size)
+			if (hs[i].cur[k].rank >= layout_world_size(&last->l))
 				continue;
 			claims[m].rank = hs[i].cur[k].rank;
 			claims[m].step = hs[i].cur[k].delivered_step;
@@ -260,7 +261,7 @@ static int point_cursors(const struct hist *hs, size_t n, const struct hev *last
 {
 	size_t m, covered = 0;
 	struct rank_claim *claims;
-	uint64_t minc = UINT64_MAX, maxc = 0, slow = 0, prev = 0, W = last->l.world_size;
+	uint64_t minc = UINT64_MAX, maxc = 0, slow = 0, prev = 0, W = layout_world_size(&last->l);
 	int any = 0, rc = gather_claims(hs, n, last, &claims, &m);
 
 	if (rc)
@@ -332,10 +333,12 @@ int hist_point(const struct hist *hs, size_t n, const char *const *names,
 /* ---- where a new layout starts ---- */
 
 /* S0 for samples:G, G0 for step:S, from the history. 0 or -EINVAL (why). */
-static int map_rule(const struct hist *h, const struct journal_resume *r,
-		    hist_reached_fn reached_fn, void *ctx, const char *path, struct layout *l,
-		    char *applied, size_t alen, char *why, size_t wlen)
+static int map_rule(const struct hist *h, const struct hist_start *start,
+		    struct layout_values *l, char *why, size_t wlen)
 {
+	const struct journal_resume *r = start->rule;
+	char *applied = start->desc;
+	size_t alen = start->desc_len;
 	const struct hev *best = NULL, *reached = NULL;
 
 	for (size_t k = 0; k < h->nev; k++) {
@@ -346,7 +349,7 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 		if (r->rule == RESUME_SAMPLES ? e->gsn <= r->value : e->step <= r->value)
 			best = e; /* events are in seq order: the latest wins */
 		if (r->rule == RESUME_STEP && e->step <= r->value &&
-		    (e->step == r->value || reached_fn(ctx, e, r->value)))
+		    (e->step == r->value || start->reached(start->ctx, e, r->value)))
 			reached = e;
 	}
 	/* step:S names a step of the run that saved the checkpoint: the latest layout that
@@ -372,7 +375,7 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 	if (!best) {
 		err_printf(why, wlen, "resume=step:%" PRIu64 " cannot be mapped to a sample position: "
 		    "journal %s has no layout starting at or before step %" PRIu64 "; use "
-		    "resume=samples:G", r->value, path, r->value);
+		    "resume=samples:G", r->value, start->path, r->value);
 		return -EINVAL;
 	}
 	l->start_step = r->value;
@@ -388,9 +391,10 @@ static int map_rule(const struct hist *h, const struct journal_resume *r,
 
 /* resume=auto: the resume point, which one journal knows only when it holds every
  * rank. 0, -EINVAL (why), -ENOMEM. */
-static int resolve_auto(const struct hist *h, size_t nranks, struct layout *l,
-			char *desc, size_t dlen, char *why, size_t wlen)
+static int resolve_auto(const struct hist *h, const struct hist_start *start,
+			struct layout_values *l, char *why, size_t wlen)
 {
+	size_t nranks = start->nranks;
 	struct journal_point p;
 	int rc;
 
@@ -410,26 +414,30 @@ static int resolve_auto(const struct hist *h, size_t nranks, struct layout *l,
 		return rc;
 	l->start_step = p.step;
 	l->start_samples = p.samples;
-	err_printf(desc, dlen, "auto: %s -> step %" PRIu64 ", samples:%" PRIu64 "%s%s", p.why, p.step,
+	err_printf(start->desc, start->desc_len, "auto: %s -> step %" PRIu64 ", samples:%" PRIu64
+	    "%s%s", p.why, p.step,
 	    p.samples, p.warning[0] ? "; " : "", p.warning);
 	return 0;
 }
 
-int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t nranks,
-		 hist_reached_fn reached, void *ctx, const char *path, struct layout *l,
-		 char *desc, size_t desc_len, char *why, size_t why_len)
+int hist_resolve(const struct hist *h, const struct hist_start *start, struct layout *l,
+		 char *why, size_t why_len)
 {
-	struct layout nl = *l;
+	const struct journal_resume *rule = start->rule;
+	char *desc = start->desc;
+	size_t desc_len = start->desc_len;
+	struct layout_values nl;
+	struct layout started;
 	char bad[128] = "";
-	uint64_t g;
 	int rc = 0;
 
+	layout_get(l, &nl);
 	nl.start_step = 0;
 	nl.start_samples = 0;
 	err_printf(desc, desc_len, "%s", "");
 	switch (rule->rule) {
 	case RESUME_AUTO:
-		rc = resolve_auto(h, nranks, &nl, desc, desc_len, why, why_len);
+		rc = resolve_auto(h, start, &nl, why, why_len);
 		break;
 	case RESUME_FRESH:
 		snprintf(desc, desc_len, "fresh: step 0, samples:0%s",
@@ -441,7 +449,7 @@ int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t
 			err_printf(why, why_len, "resume value %" PRIu64 " is not below 2^62", rule->value);
 			return -EINVAL;
 		}
-		rc = map_rule(h, rule, reached, ctx, path, &nl, desc, desc_len, why, why_len);
+		rc = map_rule(h, start, &nl, why, why_len);
 		break;
 	default:
 		err_printf(why, why_len, "unknown resume rule");
@@ -449,12 +457,11 @@ int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t
 	}
 	if (rc)
 		return rc;
-	if (layout_check(&nl, bad, sizeof(bad)) || layout_step_gsn(&nl, nl.start_step, &g) ||
-	    layout_step_gsn(&nl, nl.start_step + 1, &g)) {
+	if (layout_start_at(l, nl.start_step, nl.start_samples, &started, bad, sizeof(bad))) {
 		err_printf(why, why_len, "the resume point (step %" PRIu64 ", samples %" PRIu64 ") is out "
 		    "of range: %s", nl.start_step, nl.start_samples, bad);
 		return -EINVAL;
 	}
-	*l = nl;
+	*l = started;
 	return 0;
 }

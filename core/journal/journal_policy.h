@@ -53,17 +53,26 @@ int hist_point(const struct hist *hs, size_t n, const char *const *names,
  * cursors of earlier layouts are not in a struct hist: the caller looks them up. */
 typedef int (*hist_reached_fn)(void *ctx, const struct hev *e, uint64_t step);
 
-/* Where a mount that starts by `rule` over history h begins: sets l->start_step and
- * l->start_samples (W, B, m of *l are the caller's, already layout_check'ed with
- * S0 = G0 = 0) as journal_start() documents, and writes what was done into desc
- * ("auto: ... -> step 12, samples:384"). nranks: the ranks this mount serves (auto
- * needs all W when there is a history). reached answers for step:S (see map_rule in
- * journal_policy.c); path names the journal in messages. 0, or -EINVAL with the reason
- * in why (a partial auto, step:S unmappable, a value or resulting start out of range),
- * -ENOMEM. *l is changed only on success. */
-int hist_resolve(const struct hist *h, const struct journal_resume *rule, size_t nranks,
-		 hist_reached_fn reached, void *ctx, const char *path, struct layout *l,
-		 char *desc, size_t desc_len, char *why, size_t why_len);
+/* What a mount starts by: the rule; nranks, the ranks it serves (auto needs all W when
+ * there is a history); reached(ctx, ...) answers for step:S (see map_rule in
+ * journal_policy.c); path names the journal in messages; desc receives what was done
+ * ("auto: ... -> step 12, samples:384"), desc_len bytes. */
+struct hist_start {
+	const struct journal_resume *rule;
+	size_t nranks;
+	hist_reached_fn reached;
+	void *ctx;
+	const char *path;
+	char *desc;
+	size_t desc_len;
+};
+
+/* Where a mount that starts as `start` says over history h begins: *l (W, B, m are the
+ * caller's) gets its start_step and start_samples as journal_start() documents. 0, or
+ * -EINVAL with the reason in why (a partial auto, step:S unmappable, a value or resulting
+ * start out of range), -ENOMEM. *l is changed only on success. */
+int hist_resolve(const struct hist *h, const struct hist_start *start, struct layout *l,
+		 char *why, size_t why_len);
 
 /* A decimal (parse_u64) below 2^62, as resume rules and the meta table hold gsns, steps
  * and sample counts. 0 or -EINVAL. */

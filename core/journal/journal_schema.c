@@ -48,12 +48,12 @@ int jnl_bad_file(sqlite3 *db, int src, const char *path, char *err, size_t errle
 	int e = sqlite_errno(src);
 
 	if (e == -EBUSY)
-		return jnl_fail(err, errlen, -EBUSY, "journal %s is in use by another process (a "
+		return err_set(err, errlen, -EBUSY, "journal %s is in use by another process (a "
 			    "running mount holds it): read that mount's /status, or unmount it "
 			    "first; two mounts need two journal=PATHs", path);
 	if (e == -ENOMEM)
-		return jnl_fail(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
-	return jnl_fail(err, errlen, -EBADMSG, "journal %s cannot be read (%s): it is corrupt or "
+		return err_set(err, errlen, -ENOMEM, "out of memory reading journal %s", path);
+	return err_set(err, errlen, -EBADMSG, "journal %s cannot be read (%s): it is corrupt or "
 		    "not a Zephon journal; nothing was written to it: keep it for inspection and "
 		    "pass a new journal=PATH (resume=samples:G keeps the position)", path,
 		    sqlite3_errmsg(db));
@@ -97,11 +97,11 @@ static int read_meta(sqlite3 *db, const char *path, struct journal_ident *id,
 	}
 	sqlite3_finalize(st);
 	if (have != 15)
-		return jnl_fail(err, errlen, -EBADMSG,
+		return err_set(err, errlen, -EBADMSG,
 			    "%s is not a Zephon journal (its meta table lacks the "
 			    "fingerprint, seed, shuffle or samples); nothing was written to it", path);
 	if (bad_split)
-		return jnl_fail(err, errlen, -EBADMSG,
+		return err_set(err, errlen, -EBADMSG,
 			    "journal %s has a damaged validation split in its meta table (empty, "
 			    "or longer than %zu characters); nothing was written to it: keep it "
 			    "for inspection and pass a new journal=PATH", path, sizeof(id->split) - 1);
@@ -215,22 +215,22 @@ int jnl_validate(sqlite3 *db, const char *path, struct journal_ident *id, int *v
 	if (rc != SQLITE_OK)
 		return jnl_bad_file(db, rc, path, err, errlen);
 	if (app != JOURNAL_APPLICATION_ID)
-		return jnl_fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (application_id "
+		return err_set(err, errlen, -EBADMSG, "%s is not a Zephon journal (application_id "
 			    "0x%08" PRIx64 "); nothing was written to it", path, (uint64_t)app);
 	if (ver > JOURNAL_SCHEMA_VERSION)
-		return jnl_fail(err, errlen, -EBADMSG,
+		return err_set(err, errlen, -EBADMSG,
 			    "journal %s has schema version %" PRId64 " but this zephon reads "
 			    "versions up to %d; use a newer zephon (nothing was written to it)",
 			    path, ver, JOURNAL_SCHEMA_VERSION);
 	if (ver < 1)
-		return jnl_fail(err, errlen, -EBADMSG, "%s is not a Zephon journal (schema "
+		return err_set(err, errlen, -EBADMSG, "%s is not a Zephon journal (schema "
 			    "version %" PRId64 "); nothing was written to it", path, ver);
 	rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
 	if (rc == SQLITE_OK) {
 		rc = sqlite3_step(st);
 		res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
 		if (rc == SQLITE_ROW && res && strcmp(res, "ok")) {
-			jnl_fail(err, errlen, -EBADMSG, "journal %s is corrupt (quick_check: %s); "
+			err_set(err, errlen, -EBADMSG, "journal %s is corrupt (quick_check: %s); "
 			     "nothing was written to it: keep it for inspection and pass a new "
 			     "journal=PATH with resume=samples:G", path, res);
 			sqlite3_finalize(st);

@@ -51,81 +51,85 @@ int journal_set_weights(struct journal *j, const char *weights)
 	return rc;
 }
 
-static int insert_layout(struct journal *j, const struct layout *l, const char *ranks,
-			 const char *host, const char *rule, const char *applied, int64_t t,
-			 int64_t *id)
+/* A new layout, built before its commit and installed after it: the layout with its
+ * resolved start, its row's texts, and its served ranks at (S0, 0). */
+struct start_state {
+	struct layout layout;
+	struct rankset ranks;
+	struct jrank *rk;
+	char *ranks_text;
+	char desc[sizeof(((struct journal_layout *)0)->resume) * 2]; /* what was applied */
+	char rule_text[64];
+	char host[64];
+	int64_t t;                  /* time_us of the row */
+	int64_t id;                 /* the row's id, once inserted */
+};
+
+/* The layout row of st (caller holds j->mu, in a transaction): st->id. SQLite's rc. */
+static int insert_layout(struct journal *j, struct start_state *st)
 {
-	sqlite3_stmt *st;
+	struct layout_values v;
+	sqlite3_stmt *q;
 	int rc = sqlite3_prepare_v2(j->db,
 		"INSERT INTO layout (seq, world_size, global_batch, micro_batch, ranks, "
 		"start_step, start_samples, time_us, host, rule, applied, weights) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", -1, &st, NULL);
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)", -1, &q, NULL);
 
 	if (rc != SQLITE_OK)
 		return rc;
-	sqlite3_bind_int64(st, 1, j->next_seq);
-	sqlite3_bind_int64(st, 2, (int64_t)l->world_size);
-	sqlite3_bind_int64(st, 3, (int64_t)l->global_batch);
-	sqlite3_bind_int64(st, 4, (int64_t)l->micro_batch);
-	sqlite3_bind_text(st, 5, ranks, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 6, (int64_t)l->start_step);
-	sqlite3_bind_int64(st, 7, (int64_t)l->start_samples);
-	sqlite3_bind_int64(st, 8, t);
-	sqlite3_bind_text(st, 9, host, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 10, rule, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 11, applied, -1, SQLITE_STATIC);
+	layout_get(&st->layout, &v);
+	sqlite3_bind_int64(q, 1, j->next_seq);
+	sqlite3_bind_int64(q, 2, (int64_t)v.world_size);
+	sqlite3_bind_int64(q, 3, (int64_t)v.global_batch);
+	sqlite3_bind_int64(q, 4, (int64_t)v.micro_batch);
+	sqlite3_bind_text(q, 5, st->ranks_text, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(q, 6, (int64_t)v.start_step);
+	sqlite3_bind_int64(q, 7, (int64_t)v.start_samples);
+	sqlite3_bind_int64(q, 8, st->t);
+	sqlite3_bind_text(q, 9, st->host, -1, SQLITE_STATIC);
+	sqlite3_bind_text(q, 10, st->rule_text, -1, SQLITE_STATIC);
+	sqlite3_bind_text(q, 11, st->desc, -1, SQLITE_STATIC);
 	if (j->weights[0])
-		sqlite3_bind_text(st, 12, j->weights, -1, SQLITE_STATIC);
+		sqlite3_bind_text(q, 12, j->weights, -1, SQLITE_STATIC);
 	else
-		sqlite3_bind_null(st, 12);
-	rc = sqlite3_step(st);
-	sqlite3_finalize(st);
+		sqlite3_bind_null(q, 12);
+	rc = sqlite3_step(q);
+	sqlite3_finalize(q);
 	if (rc != SQLITE_DONE)
 		return rc;
-	*id = sqlite3_last_insert_rowid(j->db);
+	st->id = sqlite3_last_insert_rowid(j->db);
 	return SQLITE_OK;
 }
 
-static int insert_cursors(struct journal *j, int64_t layout_id, const uint64_t *ranks,
-			  size_t n, uint64_t step)
+/* The cursor rows of st's ranks, each at (S0, 0). SQLite's rc. */
+static int insert_cursors(struct journal *j, const struct start_state *st)
 {
-	sqlite3_stmt *st;
+	uint64_t s0 = layout_start_step(&st->layout);
+	sqlite3_stmt *q;
 	int rc = sqlite3_prepare_v2(j->db, "INSERT INTO cursor (layout, rank, step, micro, "
 				    "delivered_step, delivered_micro) VALUES (?1, ?2, ?3, 0, ?3, 0)",
-				    -1, &st, NULL);
+				    -1, &q, NULL);
 
 	if (rc != SQLITE_OK)
 		return rc;
-	for (size_t i = 0; i < n; i++) {
-		sqlite3_bind_int64(st, 1, layout_id);
-		sqlite3_bind_int64(st, 2, (int64_t)ranks[i]);
-		sqlite3_bind_int64(st, 3, (int64_t)step);
-		rc = sqlite3_step(st);
-		sqlite3_reset(st);
+	for (size_t i = 0; i < st->ranks.count; i++) {
+		sqlite3_bind_int64(q, 1, st->id);
+		sqlite3_bind_int64(q, 2, (int64_t)st->ranks.ranks[i]);
+		sqlite3_bind_int64(q, 3, (int64_t)s0);
+		rc = sqlite3_step(q);
+		sqlite3_reset(q);
 		if (rc != SQLITE_DONE)
 			break;
 		rc = SQLITE_OK;
 	}
-	sqlite3_finalize(st);
+	sqlite3_finalize(q);
 	return rc;
 }
 
-/* The new layout's state in memory, built before the commit and swapped in after it. */
-struct start_state {
-	uint64_t *ranks;
-	struct rank_pos *pos, *cpos, *dpos, *dlv, *want, *claimed;
-	char *ranks_text;
-};
-
 static void start_state_free(struct start_state *st)
 {
-	free(st->ranks);
-	free(st->pos);
-	free(st->cpos);
-	free(st->dpos);
-	free(st->dlv);
-	free(st->want);
-	free(st->claimed);
+	rankset_release(&st->ranks);
+	free(st->rk);
 	free(st->ranks_text);
 }
 
@@ -133,31 +137,27 @@ static void start_state_free(struct start_state *st)
 static int start_check(struct journal *j, const struct journal_resume *rule,
 		       const struct rankset *ranks, const struct layout *l)
 {
-	struct layout nl;
-	char why[128] = "";
+	uint64_t w;
 
 	if (j->readonly)
 		return jfail(j, -EROFS, "journal %s is open read-only", j->path);
-	if (!rule || !l)
-		return jfail(j, -EINVAL, "journal_start: no rule or layout given");
+	if (!rule || !l || !layout_valid(l))
+		return jfail(j, -EINVAL, "journal_start: no rule or no layout given (one "
+			     "layout_make() made)");
 	if (!ranks || !ranks->count)
 		return jfail(j, -EINVAL, "a mount must serve at least one rank");
-	nl = *l;
-	nl.start_step = 0;
-	nl.start_samples = 0;
-	if (layout_check(&nl, why, sizeof(why)))
-		return jfail(j, -EINVAL, "%s", why);
+	w = layout_world_size(l);
 	for (size_t i = 0; i < ranks->count; i++)
-		if (ranks->ranks[i] >= nl.world_size || (i && ranks->ranks[i] <= ranks->ranks[i - 1]))
+		if (ranks->ranks[i] >= w || (i && ranks->ranks[i] <= ranks->ranks[i - 1]))
 			return jfail(j, -EINVAL, "ranks must be sorted, unique and below world_size "
-				     "(%" PRIu64 ")", nl.world_size);
+				     "(%" PRIu64 ")", w);
 	return 0;
 }
 
-/* S0 and G0 of *l for rule, from the history (caller holds j->mu); desc receives what
- * was done. 0, -EINVAL, -ENOMEM, -EIO. */
-static int start_resolve(struct journal *j, const struct journal_resume *rule, size_t nranks,
-			 struct layout *l, char *desc, size_t desc_len)
+/* S0 and G0 of st->layout for rule, from the history (caller holds j->mu); st->desc
+ * receives what was done. 0, -EINVAL, -ENOMEM, -EIO. */
+static int start_resolve(struct journal *j, const struct journal_resume *rule,
+			 struct start_state *st)
 {
 	struct hist h;
 	int rc = hist_load(j->db, j->version, 0, &h);
@@ -165,72 +165,51 @@ static int start_resolve(struct journal *j, const struct journal_resume *rule, s
 	if (rc)
 		return jfail(j, rc == -ENOMEM ? rc : -EIO, "journal %s: cannot read the history: %s",
 			     j->path, hist_errmsg(j->db));
-	rc = hist_resolve(&h, rule, nranks, layout_reached, j, j->path, l, desc, desc_len,
-			  j->err, sizeof(j->err));
+	rc = hist_resolve(&h, &(struct hist_start){ rule, st->ranks.count, layout_reached, j,
+			  j->path, st->desc, sizeof(st->desc) }, &st->layout, j->err, sizeof(j->err));
 	hist_release(&h);
 	if (rc == -ENOMEM)
 		return jfail(j, rc, "out of memory");
 	return rc;
 }
 
-/* Every served rank at (S0, 0): the arrays, and the rank list for the row. 0 or -ENOMEM. */
-static int start_state_new(const struct rankset *ranks, uint64_t s0, struct start_state *st)
+/* Every served rank of ranks at (S0, 0) into st: a copy of the set, the positions, and
+ * the rank list for the row. 0 or -ENOMEM. */
+static int start_state_ranks(const struct rankset *ranks, struct start_state *st)
 {
 	/* the list for the row: whole unless absurdly fragmented (compact ranges are short) */
 	size_t n = ranks->count, text_len = n < 3000 ? n * 21 + 1 : 65536;
+	struct rank_pos s0 = { layout_start_step(&st->layout), 0 };
 
-	st->ranks = malloc(n * sizeof(*st->ranks));
-	st->pos = malloc(n * sizeof(*st->pos));
-	st->cpos = malloc(n * sizeof(*st->pos));
-	st->dpos = malloc(n * sizeof(*st->pos));
-	st->dlv = malloc(n * sizeof(*st->pos));
-	st->want = malloc(n * sizeof(*st->pos));
-	st->claimed = malloc(n * sizeof(*st->pos));
+	st->ranks.ranks = malloc(n * sizeof(*st->ranks.ranks));
+	st->rk = malloc(n * sizeof(*st->rk));
 	st->ranks_text = malloc(text_len);
-	if (!st->ranks || !st->pos || !st->cpos || !st->dpos || !st->dlv || !st->want || !st->claimed || !st->ranks_text)
+	if (!st->ranks.ranks || !st->rk || !st->ranks_text)
 		return -ENOMEM;
-	memcpy(st->ranks, ranks->ranks, n * sizeof(*st->ranks));
-	for (size_t i = 0; i < n; i++) {
-		st->pos[i] = (struct rank_pos){ s0, 0 };
-		st->cpos[i] = st->dpos[i] = st->dlv[i] = st->want[i] = st->claimed[i] = st->pos[i];
-	}
+	memcpy(st->ranks.ranks, ranks->ranks, n * sizeof(*st->ranks.ranks));
+	st->ranks.count = n;
+	for (size_t i = 0; i < n; i++)
+		st->rk[i] = (struct jrank){ s0, s0, s0, s0, s0, s0 };
 	rankset_format(ranks, st->ranks_text, text_len);
 	return 0;
 }
 
-/* Make the recorded layout id (row l, st) the handle's current one (caller holds j->mu);
- * st's arrays become j's. */
-static void start_install(struct journal *j, int64_t id, const struct layout *l, size_t n,
-			  struct start_state *st, int64_t t, const char *host,
-			  const char *rule_text, const char *desc)
+/* Make the recorded layout st the handle's current one (caller holds j->mu); st's ranks
+ * become j's. */
+static void start_install(struct journal *j, struct start_state *st)
 {
+	jnl_ranks_set(j, &st->ranks, st->rk);
+	st->rk = NULL;
 	pthread_mutex_lock(&j->dmu);
-	free(j->ranks);
-	free(j->pos);
-	free(j->cpos);
-	free(j->dpos);
-	free(j->dlv);
-	free(j->want);
-	free(j->claimed);
-	j->ranks = st->ranks;
-	j->pos = st->pos;
-	j->cpos = st->cpos;
-	j->dpos = st->dpos;
-	j->dlv = st->dlv;
-	j->want = st->want;
-	j->claimed = st->claimed;
-	st->ranks = NULL;
-	st->pos = st->cpos = st->dpos = st->dlv = st->want = st->claimed = NULL;
-	j->nranks = n;
 	memset(&j->cur, 0, sizeof(j->cur));
-	j->cur.id = id;
-	j->cur.layout = *l;
+	j->cur.id = st->id;
+	j->cur.layout = st->layout;
 	pthread_mutex_unlock(&j->dmu);
 	jnl_copy_str(j->cur.ranks, sizeof(j->cur.ranks), st->ranks_text);
-	j->cur.time = t / 1000000;
-	jnl_copy_str(j->cur.host, sizeof(j->cur.host), host);
-	jnl_copy_str(j->cur.rule, sizeof(j->cur.rule), rule_text);
-	jnl_copy_str(j->cur.resume, sizeof(j->cur.resume), desc);
+	j->cur.time = st->t / 1000000;
+	jnl_copy_str(j->cur.host, sizeof(j->cur.host), st->host);
+	jnl_copy_str(j->cur.rule, sizeof(j->cur.rule), st->rule_text);
+	jnl_copy_str(j->cur.resume, sizeof(j->cur.resume), st->desc);
 	jnl_copy_str(j->cur.weights, sizeof(j->cur.weights), j->weights);
 }
 
@@ -239,32 +218,30 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		  char *applied, size_t applied_len)
 {
 	struct start_state st = { 0 };
-	struct layout nl;
-	char desc[sizeof(j->cur.resume) * 2], rule_text[64], host[64] = "";
-	int64_t id = 0, t;
 	int rc;
 
 	pthread_mutex_lock(&j->mu);
 	rc = start_check(j, rule, ranks, l);
 	if (rc)
 		goto out;
-	nl = *l;
-	rc = start_resolve(j, rule, ranks->count, &nl, desc, sizeof(desc));
+	st.layout = *l;
+	st.ranks.count = ranks->count;
+	rc = start_resolve(j, rule, &st);
 	if (rc)
 		goto out;
-	if (start_state_new(ranks, nl.start_step, &st)) {
+	if (start_state_ranks(ranks, &st)) {
 		rc = jfail(j, -ENOMEM, "out of memory");
 		goto out;
 	}
-	journal_resume_format(rule, rule_text, sizeof(rule_text));
-	if (gethostname(host, sizeof(host) - 1))
-		jnl_copy_str(host, sizeof(host), "?");
-	t = jnl_now_us();
+	journal_resume_format(rule, st.rule_text, sizeof(st.rule_text));
+	if (gethostname(st.host, sizeof(st.host) - 1))
+		jnl_copy_str(st.host, sizeof(st.host), "?");
+	st.t = jnl_now_us();
 	rc = jnl_exec(j->db, "BEGIN IMMEDIATE");
 	if (rc == SQLITE_OK)
-		rc = insert_layout(j, &nl, st.ranks_text, host, rule_text, desc, t, &id);
+		rc = insert_layout(j, &st);
 	if (rc == SQLITE_OK)
-		rc = insert_cursors(j, id, st.ranks, ranks->count, nl.start_step);
+		rc = insert_cursors(j, &st);
 	if (rc == SQLITE_OK)
 		rc = jnl_exec(j->db, "COMMIT");
 	if (rc != SQLITE_OK) {
@@ -273,9 +250,9 @@ int journal_start(struct journal *j, const struct journal_resume *rule,
 		goto out;
 	}
 	j->next_seq++;
-	start_install(j, id, &nl, ranks->count, &st, t, host, rule_text, desc);
-	*l = nl;
-	jnl_copy_str(applied, applied_len, desc);
+	start_install(j, &st);
+	*l = st.layout;
+	jnl_copy_str(applied, applied_len, st.desc);
 	j->err[0] = 0;
 out:
 	start_state_free(&st);

@@ -52,16 +52,6 @@ void jnl_copy_str(char *dst, size_t len, const char *src)
 	err_printf(dst, len, "%s", src ? src : "");
 }
 
-int jnl_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	err_vset(err, errlen, rc, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 int jfail(struct journal *j, int rc, const char *fmt, ...)
 {
 	va_list ap;
@@ -117,6 +107,29 @@ int jnl_u64_col(sqlite3_stmt *st, int col, uint64_t *out)
 		return -EBADMSG;
 	*out = (uint64_t)v;
 	return 0;
+}
+
+int jnl_layout_cols(sqlite3_stmt *st, const int col[5], struct layout *out)
+{
+	struct layout_values v;
+
+	if (jnl_u64_col(st, col[0], &v.world_size) || jnl_u64_col(st, col[1], &v.global_batch) ||
+	    jnl_u64_col(st, col[2], &v.micro_batch) || jnl_u64_col(st, col[3], &v.start_step) ||
+	    jnl_u64_col(st, col[4], &v.start_samples) || layout_make(&v, out, NULL, 0))
+		return -EBADMSG;
+	return 0;
+}
+
+void jnl_ranks_set(struct journal *j, struct rankset *ranks, struct jrank *rk)
+{
+	pthread_mutex_lock(&j->dmu);
+	rankset_release(&j->ranks);
+	free(j->rk);
+	j->ranks = ranks ? *ranks : (struct rankset){ NULL, 0 };
+	j->rk = rk;
+	pthread_mutex_unlock(&j->dmu);
+	if (ranks)
+		*ranks = (struct rankset){ NULL, 0 };
 }
 
 /* "file:" URI for sqlite3_open_v2 (https://www.sqlite.org/uri.html): '%', '?', '#' of

@@ -11,8 +11,6 @@
 #include "order_one.h"
 #include "prp.h"
 
-#define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
-
 static uint64_t gcd(uint64_t a, uint64_t b)
 {
 	while (b) {
@@ -77,37 +75,47 @@ int mix_weights_exact(const double *w, size_t k, uint64_t *a, char *why, size_t 
 	uint64_t p[MIX_MAX_SOURCES], q[MIX_MAX_SOURCES], lcm = 1, g = 0, sum = 0;
 
 	if (k == 0 || k > MIX_MAX_SOURCES)
-		return WHY("a mixture has 1 to %d sources, not %zu", MIX_MAX_SOURCES, k);
+		return err_set(why, why_len, -EINVAL, "a mixture has 1 to %d sources, not %zu",
+				MIX_MAX_SOURCES, k);
 	for (size_t s = 0; s < k; s++) {
 		if (!isfinite(w[s]) || w[s] < 0)
-			return WHY("weight %zu (%g) must be a finite number >= 0", s + 1, w[s]);
+			return err_set(why, why_len, -EINVAL, "weight %zu (%g) must be a "
+					"finite number >= 0", s + 1, w[s]);
 		if (w[s] == 0) {
 			p[s] = 0;
 			q[s] = 1;
 			continue;
 		}
 		if (as_fraction(w[s], &p[s], &q[s]))
-			return WHY("weight %zu (%.17g) is no fraction with a denominator up to "
-				   "10^6: round it to fewer digits", s + 1, w[s]);
+			return err_set(why, why_len, -EINVAL, "weight %zu (%.17g) is no "
+					"fraction with a denominator up to 10^6: round it to "
+					"fewer digits", s + 1, w[s]);
 		if (__builtin_mul_overflow(lcm / gcd(lcm, q[s]), q[s], &lcm) ||
 		    lcm > MIX_MAX_PERIOD * MIX_MAX_PERIOD)
-			return WHY("the weights need a period above %" PRIu64 " slots: round "
-				   "them to fewer digits", MIX_MAX_PERIOD);
+			return err_set(why, why_len, -EINVAL,
+					"the weights need a period above %" PRIu64 " slots: "
+					"round them to fewer digits",
+					MIX_MAX_PERIOD);
 	}
 	for (size_t s = 0; s < k; s++) {
 		if (__builtin_mul_overflow(p[s], lcm / q[s], &a[s]))
-			return WHY("the weights need a period above %" PRIu64 " slots: round "
-				   "them to fewer digits", MIX_MAX_PERIOD);
+			return err_set(why, why_len, -EINVAL,
+					"the weights need a period above %" PRIu64 " slots: "
+					"round them to fewer digits",
+					MIX_MAX_PERIOD);
 		g = gcd(g, a[s]);
 	}
 	if (g == 0)
-		return WHY("the weights sum to 0: at least one must be above 0");
+		return err_set(why, why_len, -EINVAL, "the weights sum to 0: at least one must "
+				"be above 0");
 	for (size_t s = 0; s < k; s++) {
 		a[s] /= g;
 		if (__builtin_add_overflow(sum, a[s], &sum) || sum > MIX_MAX_PERIOD)
-			return WHY("the weights need a period above %" PRIu64 " slots (their "
-				   "ratios in smallest integers must sum to at most that): round "
-				   "them to fewer digits", MIX_MAX_PERIOD);
+			return err_set(why, why_len, -EINVAL,
+					"the weights need a period above %" PRIu64 " slots "
+					"(their ratios in smallest integers must sum to at "
+					"most that): round them to fewer digits",
+					MIX_MAX_PERIOD);
 	}
 	return 0;
 }
@@ -129,37 +137,43 @@ int mix_weights_parse(const char *text, const char *const *names, size_t k, doub
 	int named = -1;
 
 	if (k == 0 || k > MIX_MAX_SOURCES)
-		return WHY("a mixture has 1 to %d sources, not %zu", MIX_MAX_SOURCES, k);
+		return err_set(why, why_len, -EINVAL, "a mixture has 1 to %d sources, not %zu",
+				MIX_MAX_SOURCES, k);
 	for (;;) {
 		const char *end = p + strcspn(p, ",+"), *colon = memchr(p, ':', (size_t)(end - p));
 		char num[64], *stop;
 		size_t idx = n;
 
 		if ((colon != NULL) != (named == 1) && named != -1)
-			return WHY("weights \"%s\": give a name to every weight or to none", text);
+			return err_set(why, why_len, -EINVAL, "weights \"%s\": give a name to "
+					"every weight or to none", text);
 		named = colon != NULL;
 		if (colon) {
 			int i = name_at(names, k, p, (size_t)(colon - p));
 
 			if (i < 0)
-				return WHY("weights \"%s\": no source is named \"%.*s\"", text,
-					   (int)(colon - p), p);
+				return err_set(why, why_len, -EINVAL, "weights \"%s\": no "
+						"source is named \"%.*s\"", text,
+						(int)(colon - p), p);
 			if (seen[i])
-				return WHY("weights \"%s\": source \"%s\" is given twice", text,
-					   names[i]);
+				return err_set(why, why_len, -EINVAL, "weights \"%s\": source "
+						"\"%s\" is given twice", text, names[i]);
 			idx = (size_t)i;
 			p = colon + 1;
 		} else if (n >= k) {
-			return WHY("weights \"%s\": more weights than the %zu sources", text, k);
+			return err_set(why, why_len, -EINVAL, "weights \"%s\": more weights "
+					"than the %zu sources", text, k);
 		}
 		if ((size_t)(end - p) >= sizeof num || end == p)
-			return WHY("weights \"%s\": \"%.*s\" is not a number", text, (int)(end - p), p);
+			return err_set(why, why_len, -EINVAL, "weights \"%s\": \"%.*s\" is not "
+					"a number", text, (int)(end - p), p);
 		memcpy(num, p, (size_t)(end - p));
 		num[end - p] = 0;
 		errno = 0;
 		w[idx] = strtod(num, &stop);
 		if (*stop || errno)
-			return WHY("weights \"%s\": \"%s\" is not a number", text, num);
+			return err_set(why, why_len, -EINVAL, "weights \"%s\": \"%s\" is not a "
+					"number", text, num);
 		seen[idx] = 1;
 		n++;
 		if (!*end)
@@ -167,7 +181,8 @@ int mix_weights_parse(const char *text, const char *const *names, size_t k, doub
 		p = end + 1;
 	}
 	if (n != k)
-		return WHY("weights \"%s\": %zu weights for %zu sources", text, n, k);
+		return err_set(why, why_len, -EINVAL, "weights \"%s\": %zu weights for %zu "
+				"sources", text, n, k);
 	return 0;
 }
 

@@ -31,11 +31,20 @@ static void show(const json_t *v, char *out, size_t len)
 	free(s);
 }
 
-/* 0 when every key of object o is one of keys[0..n); else -EINVAL naming the first other. */
+/* The keys an object may have, and how a message names them. */
+struct key_set {
+	const char *const *keys;
+	size_t n;
+	const char *expect;      /* "\"name\", \"dataset\" or \"weight\"" */
+};
+
+/* 0 when every key of object o is one of ks's; else -EINVAL naming the first other. */
 static int known_keys(const char *path, const char *where, const json_t *o,
-		      const char *const *keys, size_t n, const char *expect, char *err,
-		      size_t errlen)
+		      const struct key_set *ks, char *err, size_t errlen)
 {
+	const char *const *keys = ks->keys;
+	size_t n = ks->n;
+	const char *expect = ks->expect;
 	const char *k;
 	json_t *v;
 
@@ -101,8 +110,8 @@ static int load_source(const char *path, const char *base, size_t i, const json_
 			   "\"weight\": W}, got %s", path, where, got);
 		return -EINVAL;
 	}
-	if (known_keys(path, where, o, keys, 3, "\"name\", \"dataset\" or \"weight\"", err,
-		       errlen))
+	if (known_keys(path, where, o, &(struct key_set){ keys, 3,
+		       "\"name\", \"dataset\" or \"weight\"" }, err, errlen))
 		return -EINVAL;
 	jd = json_object_get(o, "dataset");
 	/* (jansson refuses \u0000 in strings: lengths are strlen()'s) */
@@ -179,7 +188,8 @@ static int load_tree(const char *path, const json_t *root, struct mixspec *spec,
 			   path, got);
 		return -EINVAL;
 	}
-	if (known_keys(path, "top level", root, keys, 1, "\"sources\"", err, errlen))
+	if (known_keys(path, "top level", root, &(struct key_set){ keys, 1, "\"sources\"" }, err,
+		       errlen))
 		return -EINVAL;
 	arr = json_object_get(root, "sources");
 	if (!arr || !json_is_array(arr) || json_array_size(arr) == 0) {

@@ -44,11 +44,11 @@ size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iove
 	return n;
 }
 
-int batch_encode(struct sample_reader *r, const struct dataset_info *info,
-		 const struct order *o, const struct layout *l, enum encode_format f,
-		 uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros, int views,
+int batch_encode(struct sample_reader *r, const struct batch_spec *sp, int views,
 		 struct buf data, struct batch **out, uint64_t *bad_id)
 {
+	const struct layout *l = sp->layout;
+	uint64_t micro = sp->micro, micros = sp->micros;
 	struct batch *b;
 	uint64_t gsn, count;
 	int rc;
@@ -57,8 +57,8 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 		buf_release(&data);
 		return -EINVAL;
 	}
-	rc = layout_micro_gsn(l, rank, step, micro, &gsn);
-	count = micros * l->micro_batch; /* <= B/W < 2^62 */
+	rc = layout_micro_gsn(l, sp->rank, sp->step, micro, &gsn);
+	count = layout_micros_samples(l, micros); /* <= B/W < 2^62 */
 	if (!rc && count > SIZE_MAX / sizeof(uint64_t))
 		rc = -ENOMEM;
 	b = rc ? NULL : calloc(1, sizeof(*b));
@@ -74,21 +74,24 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 	}
 	data.len = 0;
 	b->data = data;
-	b->rank = rank;
-	b->step = step;
+	b->rank = sp->rank;
+	b->step = sp->step;
 	b->micro = micro;
 	b->micros = micros;
 	b->gsn = gsn;
 	b->count = count;
-	b->epoch = order_epoch(o, gsn);
-	rc = order_fill(o, gsn, count, b->ids);
+	b->epoch = order_epoch(sp->order, gsn);
+	rc = order_fill(sp->order, gsn, count, b->ids);
 	if (!rc && views) {
-		rc = encode_batch_views(r, info, f, b->ids, count, &b->data, b->views, bad_id);
+		rc = encode_batch_views(&(struct encode_in){ r, sp->info, sp->format, b->ids,
+					count }, &b->data, b->views,
+					bad_id);
 		b->nviews = rc ? 0 : count;
 		for (size_t i = 0; i < b->nviews; i++)
 			b->views_len += b->views[i].iov_len;
 	} else if (!rc) {
-		rc = encode_batch(r, info, f, b->ids, count, &b->data, bad_id);
+		rc = encode_batch(&(struct encode_in){ r, sp->info, sp->format, b->ids, count },
+				  &b->data, bad_id);
 	}
 	if (rc) {
 		batch_free(b);
@@ -98,13 +101,10 @@ int batch_encode(struct sample_reader *r, const struct dataset_info *info,
 	return 0;
 }
 
-int batch_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum encode_format f,
-		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
-		struct batch **out, uint64_t *bad_id)
+int batch_build(struct sample_reader *r, const struct batch_spec *sp, struct batch **out,
+		uint64_t *bad_id)
 {
-	return batch_encode(r, info, o, l, f, rank, step, micro, micros, 0,
-			   (struct buf)BUF_INIT, out, bad_id);
+	return batch_encode(r, sp, 0, (struct buf)BUF_INIT, out, bad_id);
 }
 
 struct batch *batch_copy(const struct batch *b)

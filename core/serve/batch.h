@@ -46,21 +46,27 @@ uint64_t batch_len(const struct batch *b);
 size_t batch_slice(const struct batch *b, uint64_t off, size_t size, struct iovec *iov,
 		   size_t max, size_t *bytes);
 
-/* The batch of micro-batches [micro, micro + micros) of rank at step under layout l.
- * *out is malloc'd (free with batch_free). 0, or -EINVAL (rank/step/micro outside the
- * layout), -EOVERFLOW, -ENOMEM, -EIO (a sample failed its checksum: *bad_id names it). */
-int batch_build(struct sample_reader *r, const struct dataset_info *info,
-		const struct order *o, const struct layout *l, enum encode_format f,
-		uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros,
-		struct batch **out, uint64_t *bad_id);
+/* Which batch: the micro-batches [micro, micro + micros) of rank at step of layout, their
+ * samples in order's sequence, of the dataset of info, encoded in format. */
+struct batch_spec {
+	const struct dataset_info *info;
+	const struct order *order;
+	const struct layout *layout;
+	enum encode_format format;
+	uint64_t rank, step, micro, micros;
+};
+
+/* The batch sp names. *out is malloc'd (free with batch_free). 0, or -EINVAL
+ * (rank/step/micro outside the layout), -EOVERFLOW, -ENOMEM, -EIO (a sample failed its
+ * checksum: *bad_id names it). */
+int batch_build(struct sample_reader *r, const struct batch_spec *sp, struct batch **out,
+		uint64_t *bad_id);
 
 /* batch_build() into `data`, an empty buffer whose capacity may be reused (it is the
  * batch's on success and released on failure). views = 1: the samples are views of the
  * dataset's mappings and data holds the header only (encode_batch_views(); -ENOTSUP
  * when that is not possible for this batch, data then released). Errors as batch_build. */
-int batch_encode(struct sample_reader *r, const struct dataset_info *info,
-		 const struct order *o, const struct layout *l, enum encode_format f,
-		 uint64_t rank, uint64_t step, uint64_t micro, uint64_t micros, int views,
+int batch_encode(struct sample_reader *r, const struct batch_spec *sp, int views,
 		 struct buf data, struct batch **out, uint64_t *bad_id);
 
 /* A copy of b (its data copied, its views pointing at the same ranges); NULL when out

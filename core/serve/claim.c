@@ -1,7 +1,6 @@
 /*
  * claim.c: the life of one claim of next (claim.h). The open-claims count and the
- * table of each process's latest claim are the server's (serve_int.h), under its
- * claim_lock.
+ * table of each process's latest claim are the server's claimtab (claimtab.h).
  */
 #include "claim.h"
 #include "fault.h"
@@ -10,30 +9,6 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <time.h>
-
-/* One claim open fewer (see server.open_claims). */
-static void claims_sub(struct server *s)
-{
-	pthread_mutex_lock(&s->claim_lock);
-	if (--s->open_claims == 0)
-		pthread_cond_broadcast(&s->claims_done);
-	pthread_mutex_unlock(&s->claim_lock);
-}
-
-static void pid_claim_record(struct server *s, uint32_t pid, uint64_t rank, uint64_t size)
-{
-	unsigned slot;
-
-	pthread_mutex_lock(&s->claim_lock);
-	for (slot = 0; slot < SERVER_PID_SLOTS; slot++)
-		if (s->pids[slot].pid == pid && s->pids[slot].rank == rank)
-			break;
-	if (slot == SERVER_PID_SLOTS)
-		slot = s->pid_next++ % SERVER_PID_SLOTS;
-	s->pids[slot] = (struct pid_claim){ pid, rank, size };
-	pthread_mutex_unlock(&s->claim_lock);
-}
 
 int claim_open(struct server *s, uint64_t rank, uint32_t pid, struct claim **out)
 {
@@ -44,18 +19,16 @@ int claim_open(struct server *s, uint64_t rank, uint32_t pid, struct claim **out
 		return -ENOMEM;
 	/* counted before the claim: a clean stop that finds none open and none in progress
 	 * knows that every later claim is refused */
-	pthread_mutex_lock(&s->claim_lock);
-	s->open_claims++;
-	pthread_mutex_unlock(&s->claim_lock);
+	claimtab_enter(server_claimtab(s));
 	rc = server_claim(s, rank, &c->batch);
 	if (rc) {
-		claims_sub(s);
+		claimtab_leave(server_claimtab(s));
 		free(c);
 		return rc;
 	}
 	c->s = s;
 	c->rank = rank;
-	pid_claim_record(s, pid, rank, batch_len(c->batch));
+	claimtab_note(server_claimtab(s), pid, rank, batch_len(c->batch));
 	*out = c;
 	return 0;
 }
@@ -136,43 +109,17 @@ void claim_free(struct claim *c, int deliver)
 		return;
 	if (deliver)
 		claim_delivered(c);
-	claims_sub(c->s);
+	claimtab_leave(server_claimtab(c->s));
 	server_batch_free(c->s, c->batch);
 	free(c);
 }
 
 uint64_t server_claim_size(struct server *s, uint32_t pid, uint64_t rank, int *found)
 {
-	uint64_t size = 0;
-
-	*found = 0;
-	pthread_mutex_lock(&s->claim_lock);
-	for (unsigned i = 0; i < SERVER_PID_SLOTS; i++)
-		if (s->pids[i].pid == pid && s->pids[i].rank == rank && pid) {
-			size = s->pids[i].size;
-			*found = 1;
-			break;
-		}
-	pthread_mutex_unlock(&s->claim_lock);
-	return size;
+	return claimtab_size(server_claimtab(s), pid, rank, found);
 }
 
 int server_wait_claims(struct server *s, double timeout_s, unsigned *left)
 {
-	struct timespec until;
-	int rc = 0;
-
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += (time_t)timeout_s;
-	until.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&s->claim_lock);
-	while (s->open_claims && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&s->claims_done, &s->claim_lock, &until);
-	*left = s->open_claims;
-	pthread_mutex_unlock(&s->claim_lock);
-	return *left ? -ETIMEDOUT : 0;
+	return claimtab_wait(server_claimtab(s), timeout_s, left);
 }

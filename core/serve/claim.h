@@ -102,7 +102,7 @@ void claim_release(struct claim *c);
 void claim_free(struct claim *c, int deliver);
 
 /* Bytes of process pid's latest claim of rank (0 when pid is 0): *found 1, else 0 and
- * returns 0. Remembers the latest 256 (process, rank) pairs (SERVER_PID_SLOTS). */
+ * returns 0. Remembers the latest 256 (process, rank) pairs (CLAIMTAB_PID_SLOTS). */
 uint64_t server_claim_size(struct server *s, uint32_t pid, uint64_t rank, int *found);
 
 /* Wait up to timeout_s seconds until no claim_open() is in progress and every claim was

@@ -164,10 +164,12 @@ static int tokens_bytes(const struct dataset_info *info, size_t count,
 
 /* npy (with_header) or bin: the samples' tokens back to back, each sample exactly
  * seq_len * itemsize bytes (anything else is a corrupt sample). */
-static int encode_tokens(struct sample_reader *r, const struct dataset_info *info,
-			 int with_header, const uint64_t *ids, size_t count, struct buf *out,
+static int encode_tokens(const struct encode_in *in, int with_header, struct buf *out,
 			 uint64_t *bad_id)
 {
+	const struct dataset_info *info = in->info;
+	const uint64_t *ids = in->ids;
+	size_t count = in->count;
 	uint64_t sample_bytes, data_bytes;
 	int rc = tokens_bytes(info, count, &sample_bytes, &data_bytes);
 
@@ -185,7 +187,7 @@ static int encode_tokens(struct sample_reader *r, const struct dataset_info *inf
 	for (size_t i = 0; i < count; i++) {
 		size_t before = out->len;
 
-		rc = read_sample(r, ids, count, i, out, bad_id);
+		rc = read_sample(in->r, ids, count, i, out, bad_id);
 		if (rc)
 			return rc;
 		if (out->len - before != sample_bytes) {
@@ -383,27 +385,30 @@ out:
 	return rc;
 }
 
+int encode_format_fixed(enum encode_format f)
+{
+	return f == FORMAT_NPY || f == FORMAT_BIN;
+}
+
 int encode_views_possible(const struct dataset_info *info, enum encode_format f)
 {
-	return info->kind == DATASET_TOKENS && !info->compressed &&
-	       (f == FORMAT_NPY || f == FORMAT_BIN) &&
+	return info->kind == DATASET_TOKENS && !info->compressed && encode_format_fixed(f) &&
 	       info->seq_len * info->itemsize >= BATCH_VIEW_MIN;
 }
 
-int encode_batch_views(struct sample_reader *r, const struct dataset_info *info,
-		       enum encode_format f, const uint64_t *ids, size_t count,
-		       struct buf *head, struct iovec *views, uint64_t *bad_id)
+int encode_batch_views(const struct encode_in *in, struct buf *head, struct iovec *views,
+		       uint64_t *bad_id)
 {
 	size_t start = head->len;
 	int rc = 0;
 
-	if (!encode_views_possible(info, f))
+	if (!encode_views_possible(in->info, in->format))
 		return -ENOTSUP;
-	sample_reader_warm(r, ids, count);
-	if (f == FORMAT_NPY)
-		rc = npy_head(head, info, count);
+	sample_reader_warm(in->r, in->ids, in->count);
+	if (in->format == FORMAT_NPY)
+		rc = npy_head(head, in->info, in->count);
 	if (!rc)
-		rc = sample_reader_views(r, ids, count, views, bad_id);
+		rc = sample_reader_views(in->r, in->ids, in->count, views, bad_id);
 	if (rc)
 		buf_truncate(head, start);
 	return rc;
@@ -451,25 +456,23 @@ int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
 	return 0;
 }
 
-int encode_batch(struct sample_reader *r, const struct dataset_info *info,
-		 enum encode_format f, const uint64_t *ids, size_t count, struct buf *out,
-		 uint64_t *bad_id)
+int encode_batch(const struct encode_in *in, struct buf *out, uint64_t *bad_id)
 {
 	size_t start = out->len;
 	int rc;
 
-	if (encode_format_check(info, f, NULL, 0))
+	if (encode_format_check(in->info, in->format, NULL, 0))
 		return -EINVAL;
-	switch (f) {
+	switch (in->format) {
 	case FORMAT_LINES:
-		rc = encode_lines(r, ids, count, out, bad_id);
+		rc = encode_lines(in->r, in->ids, in->count, out, bad_id);
 		break;
 	case FORMAT_TAR:
-		rc = encode_tar(r, info, ids, count, out, bad_id);
+		rc = encode_tar(in->r, in->info, in->ids, in->count, out, bad_id);
 		break;
 	case FORMAT_NPY:
 	case FORMAT_BIN:
-		rc = encode_tokens(r, info, f == FORMAT_NPY, ids, count, out, bad_id);
+		rc = encode_tokens(in, in->format == FORMAT_NPY, out, bad_id);
 		break;
 	default:
 		rc = -EINVAL;

@@ -1,5 +1,5 @@
 /*
- * encode.h: batch encodings (README.md, `format=`).
+ * encode.h: batch encodings (docs/mounting.md, `format=`).
  *
  *   lines  each sample followed by '\n' (text content)
  *   tar    a POSIX (pax) tar stream, written with libarchive: for files content one member
@@ -34,13 +34,20 @@ enum encode_format encode_format_default(const struct dataset_info *info);
 int encode_format_check(const struct dataset_info *info, enum encode_format f,
 		       char *why, size_t why_len);
 
-/* Append the encoding of samples ids[0..count) to out. 0, or -EIO (a sample failed its
- * checksum or is corrupt: *bad_id names it, out is left as it was), -ENOMEM, -EINVAL
- * (format not defined for the dataset), -EOVERFLOW (the batch size does not fit in
- * size_t), -ERANGE (an id >= N). On any error out is left as it was. */
-int encode_batch(struct sample_reader *r, const struct dataset_info *info,
-		 enum encode_format f, const uint64_t *ids, size_t count, struct buf *out,
-		 uint64_t *bad_id);
+/* What to encode: samples ids[0..count) of the dataset of info, read with r, in format. */
+struct encode_in {
+	struct sample_reader *r;
+	const struct dataset_info *info;
+	enum encode_format format;
+	const uint64_t *ids;
+	size_t count;
+};
+
+/* Append the encoding of in's samples to out. 0, or -EIO (a sample failed its checksum
+ * or is corrupt: *bad_id names it, out is left as it was), -ENOMEM, -EINVAL (format not
+ * defined for the dataset), -EOVERFLOW (the batch size does not fit in size_t), -ERANGE
+ * (an id >= N). On any error out is left as it was. */
+int encode_batch(const struct encode_in *in, struct buf *out, uint64_t *bad_id);
 
 /* The length encode_batch() would give samples ids[0..count), from the index alone
  * (nothing is decoded or checksummed): for npy and bin arithmetic (r and ids are not
@@ -60,12 +67,15 @@ int encode_batch_len(struct sample_reader *r, const struct dataset_info *info,
 /* Can batches of format f of this dataset be served as views? 1 or 0. */
 int encode_views_possible(const struct dataset_info *info, enum encode_format f);
 
-/* The views encoding of samples ids[0..count): the header appended to head, then
- * views[i] = sample ids[i] (count entries, checksums verified). 0, or -ENOTSUP (not
- * possible here: encode with encode_batch), -EIO (*bad_id names the sample; head is left
- * as it was), -EOVERFLOW, -ENOMEM. */
-int encode_batch_views(struct sample_reader *r, const struct dataset_info *info,
-		       enum encode_format f, const uint64_t *ids, size_t count,
-		       struct buf *head, struct iovec *views, uint64_t *bad_id);
+/* 1 when every batch of `count` samples has one length in format f, whatever its samples
+ * (npy and bin), else 0 (lines, tar). */
+int encode_format_fixed(enum encode_format f);
+
+/* The views encoding of in's samples: the header appended to head, then views[i] =
+ * sample ids[i] (count entries, checksums verified). 0, or -ENOTSUP (not possible here:
+ * encode with encode_batch), -EIO (*bad_id names the sample; head is left as it was),
+ * -EOVERFLOW, -ENOMEM. */
+int encode_batch_views(const struct encode_in *in, struct buf *head, struct iovec *views,
+		       uint64_t *bad_id);
 
 #endif

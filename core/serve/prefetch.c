@@ -15,81 +15,145 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What decodes share: the decoders, the decode jobs kept for the next ones, free sample
+ * readers for the threads that decode outside the workers (claims that miss the
+ * prefetch ring, peek, step, samples), and the buffers of freed batches. Each under a
+ * lock of its own, never held with another. */
+struct srv_pools {
+	struct jobq *decoders;   /* cfg.workers threads, each with a sample reader */
+	/* Decode jobs done, kept for the next ones: a claim queues one, and a malloc and
+	 * free per claim would be the only allocation of a steady stream. */
+	pthread_mutex_t jobs_lock;
+	struct decode_job *free_jobs;   /* linked through job.next */
+	pthread_mutex_t readers_lock;
+	struct sample_reader **readers;
+	size_t nreaders, readers_cap;
+	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
+	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
+	 * munmap of a multi-threaded process is a TLB shootdown on every CPU). */
+	pthread_mutex_t pool_lock;
+	struct buf *pool;
+	size_t pool_count, pool_cap;
+};
+
+int srv_pools_new(const struct server_config *cfg, struct srv_pools **out)
+{
+	struct srv_pools *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	/* enough buffers for every rank's ring, the batches being read, and the workers */
+	p->pool_cap = cfg->ranks->count * (cfg->prefetch + 2) + cfg->workers;
+	p->pool_cap = p->pool_cap > 4096 ? 4096 : p->pool_cap;
+	p->pool = calloc(p->pool_cap, sizeof(*p->pool));
+	if (!p->pool) {
+		free(p);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&p->jobs_lock, NULL);
+	pthread_mutex_init(&p->readers_lock, NULL);
+	pthread_mutex_init(&p->pool_lock, NULL);
+	*out = p;
+	return 0;
+}
+
+void srv_pools_free(struct srv_pools *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->pool_count; i++)
+		buf_release(&p->pool[i]);
+	free(p->pool);
+	for (size_t i = 0; i < p->nreaders; i++)
+		sample_reader_free(p->readers[i]);
+	free(p->readers);
+	pthread_mutex_destroy(&p->jobs_lock);
+	pthread_mutex_destroy(&p->readers_lock);
+	pthread_mutex_destroy(&p->pool_lock);
+	free(p);
+}
+
 struct sample_reader *srv_reader_get(struct server *s)
 {
+	struct srv_pools *p = srv_pools(s);
 	struct sample_reader *r = NULL;
 
-	pthread_mutex_lock(&s->readers.lock);
-	if (s->readers.count)
-		r = s->readers.free[--s->readers.count];
-	pthread_mutex_unlock(&s->readers.lock);
-	return r ? r : sample_reader_new(s->ds);
+	pthread_mutex_lock(&p->readers_lock);
+	if (p->nreaders)
+		r = p->readers[--p->nreaders];
+	pthread_mutex_unlock(&p->readers_lock);
+	return r ? r : sample_reader_new(srv_dataset(s));
 }
 
 void srv_reader_put(struct server *s, struct sample_reader *r)
 {
+	struct srv_pools *p = srv_pools(s);
+
 	if (!r)
 		return;
-	pthread_mutex_lock(&s->readers.lock);
-	if (ARRAY_GROW(s->readers.free, s->readers.cap, s->readers.count + 1)) {
-		pthread_mutex_unlock(&s->readers.lock);
+	pthread_mutex_lock(&p->readers_lock);
+	if (ARRAY_GROW(p->readers, p->readers_cap, p->nreaders + 1)) {
+		pthread_mutex_unlock(&p->readers_lock);
 		sample_reader_free(r);
 		return;
 	}
-	s->readers.free[s->readers.count++] = r;
-	pthread_mutex_unlock(&s->readers.lock);
+	p->readers[p->nreaders++] = r;
+	pthread_mutex_unlock(&p->readers_lock);
 }
 
 int srv_past_end(const struct server *s, uint64_t ci)
 {
+	const struct layout *l = &server_get_config(s)->layout;
 	uint64_t step, micro;
 
-	layout_ci_pos(&s->cfg.layout, ci, &step, &micro);
-	return !layout_step_in_stream(&s->cfg.layout, s->limit, step);
+	layout_ci_pos(l, ci, &step, &micro);
+	return !layout_step_in_stream(l, srv_limit(s), step);
 }
 
 
 struct buf srv_pool_take(struct server *s)
 {
+	struct srv_pools *p = srv_pools(s);
 	struct buf b = BUF_INIT;
 
-	pthread_mutex_lock(&s->pool_lock);
-	if (s->pool_count)
-		b = s->pool[--s->pool_count];
-	pthread_mutex_unlock(&s->pool_lock);
+	pthread_mutex_lock(&p->pool_lock);
+	if (p->pool_count)
+		b = p->pool[--p->pool_count];
+	pthread_mutex_unlock(&p->pool_lock);
 	return b;
 }
 
 void server_batch_free(struct server *s, struct batch *b)
 {
+	struct srv_pools *p = srv_pools(s);
+
 	if (!b)
 		return;
-	pthread_mutex_lock(&s->pool_lock);
-	if (b->data.cap && s->pool_count < s->pool_cap) {
-		s->pool[s->pool_count++] = b->data;
+	pthread_mutex_lock(&p->pool_lock);
+	if (b->data.cap && p->pool_count < p->pool_cap) {
+		p->pool[p->pool_count++] = b->data;
 		b->data = (struct buf)BUF_INIT;
 	}
-	pthread_mutex_unlock(&s->pool_lock);
+	pthread_mutex_unlock(&p->pool_lock);
 	batch_free(b);
 }
 
 static int build_ci(struct server *s, struct sample_reader *r, uint64_t rank, uint64_t ci,
 		    struct batch **out, uint64_t *bad_id)
 {
-	uint64_t step, micro;
+	const struct server_config *c = server_get_config(s);
+	struct batch_spec sp = { srv_info(s), &c->order, &c->layout, c->format, rank, 0, 0, 1 };
 	int rc;
 
 	if (!r)
 		return -ENOMEM;
-	layout_ci_pos(&s->cfg.layout, ci, &step, &micro);
-	if (encode_views_possible(s->info, s->cfg.format)) {
-		rc = batch_encode(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
-				 rank, step, micro, 1, 1, (struct buf)BUF_INIT, out, bad_id);
+	layout_ci_pos(&c->layout, ci, &sp.step, &sp.micro);
+	if (encode_views_possible(sp.info, c->format)) {
+		rc = batch_encode(r, &sp, 1, (struct buf)BUF_INIT, out, bad_id);
 		if (rc != -ENOTSUP)
 			return rc;
 	}
-	return batch_encode(r, s->info, &s->cfg.order, &s->cfg.layout, s->cfg.format,
-			   rank, step, micro, 1, 0, srv_pool_take(s), out, bad_id);
+	return batch_encode(r, &sp, 0, srv_pool_take(s), out, bad_id);
 }
 
 static void run_decode(struct jobq_job *job, void *reader, int cancelled);
@@ -97,21 +161,24 @@ static void run_decode(struct jobq_job *job, void *reader, int cancelled);
 /* Keep a finished decode job for the next srv_enqueue(). */
 static void job_put(struct server *s, struct decode_job *d)
 {
-	pthread_mutex_lock(&s->jobs_lock);
-	d->job.next = s->free_jobs ? &s->free_jobs->job : NULL;
-	s->free_jobs = d;
-	pthread_mutex_unlock(&s->jobs_lock);
+	struct srv_pools *p = srv_pools(s);
+
+	pthread_mutex_lock(&p->jobs_lock);
+	d->job.next = p->free_jobs ? &p->free_jobs->job : NULL;
+	p->free_jobs = d;
+	pthread_mutex_unlock(&p->jobs_lock);
 }
 
 void srv_enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t gen)
 {
+	struct srv_pools *p = srv_pools(s);
 	struct decode_job *d;
 
-	pthread_mutex_lock(&s->jobs_lock);
-	d = s->free_jobs;
+	pthread_mutex_lock(&p->jobs_lock);
+	d = p->free_jobs;
 	if (d)
-		s->free_jobs = (struct decode_job *)d->job.next;
-	pthread_mutex_unlock(&s->jobs_lock);
+		p->free_jobs = (struct decode_job *)d->job.next;
+	pthread_mutex_unlock(&p->jobs_lock);
 	if (!d)
 		d = malloc(sizeof(*d));
 	/* A dropped job only costs a synchronous decode at claim time. */
@@ -119,7 +186,7 @@ void srv_enqueue(struct server *s, struct rank_state *rs, uint64_t ci, uint64_t 
 		return;
 	*d = (struct decode_job){ .job.run = run_decode, .s = s, .rs = rs, .ci = ci,
 				  .generation = gen };
-	if (jobq_submit(s->decoders, &d->job))
+	if (jobq_submit(p->decoders, &d->job))
 		job_put(s, d);
 }
 
@@ -134,7 +201,7 @@ static void decode_into_slot(struct server *s, struct sample_reader *r,
 			     const struct decode_job *jb)
 {
 	struct rank_state *rs = jb->rs;
-	unsigned k = s->cfg.prefetch;
+	unsigned k = server_get_config(s)->prefetch;
 	struct slot *sl = &rs->slots[jb->ci % k];
 	struct batch *b = NULL;
 	uint64_t bad = 0;
@@ -165,11 +232,8 @@ static void decode_into_slot(struct server *s, struct sample_reader *r,
 	}
 	pthread_cond_broadcast(&rs->decoded);
 	srv_rank_unlock(s, rs);
-	if (!rc) {
-		pthread_mutex_lock(&s->qlock);
-		s->stats.prefetch_decoded++;
-		pthread_mutex_unlock(&s->qlock);
-	}
+	if (!rc)
+		srv_count(s, SRV_PREFETCH_DECODED, 1);
 }
 
 /* A decode job (jobq.h): run on a decoder with its sample reader, or dropped at stop. */
@@ -186,7 +250,7 @@ static void *decoder_init(void *arg)
 {
 	const struct server *s = arg;
 
-	return sample_reader_new(s->ds);
+	return sample_reader_new(srv_dataset(s));
 }
 
 static void decoder_fini(void *arg, void *reader)
@@ -195,18 +259,11 @@ static void decoder_fini(void *arg, void *reader)
 	sample_reader_free(reader);
 }
 
-struct rank_state *srv_find_rank(struct server *s, uint64_t rank)
-{
-	ssize_t i = rankset_index(&s->ranks, rank); /* rs[i] is ranks.ranks[i]'s */
-
-	return i < 0 ? NULL : &s->rs[i];
-}
-
 /* Enqueue a decode for every claim index of rank's ring (decode_into_slot skips the slots that
  * are decoding, ready, or left behind). With rs->lock held, or before serving. */
 void srv_fill_ring(struct server *s, struct rank_state *rs)
 {
-	for (unsigned i = 0; i < s->cfg.prefetch; i++)
+	for (unsigned i = 0; i < server_get_config(s)->prefetch; i++)
 		srv_enqueue(s, rs, rs->ci + i, rs->generation);
 }
 
@@ -218,7 +275,8 @@ void srv_fill_ring(struct server *s, struct rank_state *rs)
 int srv_take_cursor_batch(struct server *s, struct rank_state *rs, struct batch **out,
 			  int *hit)
 {
-	struct slot *sl = s->cfg.prefetch ? &rs->slots[rs->ci % s->cfg.prefetch] : NULL;
+	unsigned k = server_get_config(s)->prefetch;
+	struct slot *sl = k ? &rs->slots[rs->ci % k] : NULL;
 	uint64_t bad = 0;
 	int rc;
 
@@ -253,9 +311,7 @@ int srv_take_cursor_batch(struct server *s, struct rank_state *rs, struct batch 
 
 		snprintf(what, sizeof(what), "rank %" PRIu64 " next", rs->rank);
 		srv_log_decode_error(s, what, rc, bad);
-		pthread_mutex_lock(&s->qlock);
-		s->stats.decode_errors += rc == -EIO;
-		pthread_mutex_unlock(&s->qlock);
+		srv_count(s, SRV_DECODE_ERRORS, rc == -EIO);
 	}
 	return rc;
 }
@@ -263,7 +319,8 @@ int srv_take_cursor_batch(struct server *s, struct rank_state *rs, struct batch 
 /* Put a batch back into the cursor's slot (a claim that could not be journaled). */
 void srv_return_cursor_batch(struct server *s, struct rank_state *rs, struct batch *b)
 {
-	struct slot *sl = s->cfg.prefetch ? &rs->slots[rs->ci % s->cfg.prefetch] : NULL;
+	unsigned k = server_get_config(s)->prefetch;
+	struct slot *sl = k ? &rs->slots[rs->ci % k] : NULL;
 
 	if (!sl || sl->state != SLOT_EMPTY) {
 		server_batch_free(s, b);
@@ -279,30 +336,43 @@ int srv_prefetch_start(struct server *s)
 	/* Decoders never take signals: a SIGTERM must land on a thread of the caller's (the
 	 * FUSE loop's), whose interrupted wait notices the exit. Delivered to a decoder
 	 * blocked on its condition variable, it would go unnoticed until the next request. */
+	struct srv_pools *p = srv_pools(s);
+	unsigned workers = server_get_config(s)->workers;
 	struct jobq_config qc = {
-		.max_threads = s->cfg.workers, .name = "zephon-decode", .block_signals = 1,
+		.max_threads = workers, .name = "zephon-decode", .block_signals = 1,
 		.thread_init = decoder_init, .thread_fini = decoder_fini, .arg = s,
 	};
-	int rc = jobq_new(&qc, &s->decoders);
+	int rc = jobq_new(&qc, &p->decoders);
 
-	if (rc || (rc = jobq_start(s->decoders, s->cfg.workers)))
+	if (rc || (rc = jobq_start(p->decoders, workers)))
 		return rc;
-	if (s->nranks <= PRIME_AT_START_MAX)
-		for (size_t i = 0; i < s->nranks; i++) {
-			srv_fill_ring(s, &s->rs[i]);
-			s->rs[i].primed = 1;
+	if (srv_nranks(s) <= PRIME_AT_START_MAX)
+		for (size_t i = 0; i < srv_nranks(s); i++) {
+			srv_fill_ring(s, srv_rank_at(s, i));
+			srv_rank_at(s, i)->primed = 1;
 		}
 	return 0;
 }
 
 void srv_prefetch_stop(struct server *s)
 {
-	jobq_free(s->decoders); /* queued decodes are dropped, running ones waited for */
-	while (s->free_jobs) {
-		struct decode_job *d = s->free_jobs;
+	struct srv_pools *p = srv_pools(s);
 
-		s->free_jobs = (struct decode_job *)d->job.next;
+	if (!p)
+		return;
+	jobq_free(p->decoders); /* queued decodes are dropped, running ones waited for */
+	p->decoders = NULL;
+	while (p->free_jobs) {
+		struct decode_job *d = p->free_jobs;
+
+		p->free_jobs = (struct decode_job *)d->job.next;
 		free(d);
+	}
+	for (size_t i = 0; i < srv_nranks(s); i++) {
+		struct rank_state *rs = srv_rank_at(s, i);
+
+		for (unsigned k = 0; rs->slots && k < server_get_config(s)->prefetch; k++)
+			srv_slot_clear(s, &rs->slots[k]);
 	}
 }
 

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "progress.h"
+#include "run.h"
 
 struct progress_slot {
 	int64_t sec;            /* the whole second it counts (-1: unused) */
@@ -23,13 +24,13 @@ struct rank_progress {
 };
 
 struct progress {
-	uint64_t global_batch;
+	struct layout layout;
 	size_t n;
 	struct rankset ranks;      /* the ranks (a copy), n of them */
 	struct rank_progress *r;   /* r[i]: ranks.ranks[i]'s */
 };
 
-int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
+int progress_new(const uint64_t *ranks, size_t nranks, const struct layout *l,
 		 struct progress **out)
 {
 	struct progress *p = calloc(1, sizeof(*p));
@@ -43,7 +44,7 @@ int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
 	}
 	memcpy(p->ranks.ranks, ranks, nranks * sizeof(*ranks));
 	p->ranks.count = nranks;
-	p->global_batch = global_batch;
+	p->layout = *l;
 	p->n = nranks;
 	for (size_t i = 0; i < nranks; i++) {
 		pthread_mutex_init(&p->r[i].mu, NULL);
@@ -72,32 +73,13 @@ static struct rank_progress *find(struct progress *p, uint64_t rank)
 	return i < 0 ? NULL : &p->r[i];
 }
 
-void progress_note_run(struct progress *p, uint64_t rank, uint64_t g0, uint64_t share_bytes,
-		       uint64_t share_samples, uint64_t off, uint64_t n, double now)
+void progress_note_run(struct progress *p, const struct progress_read *rd, double now)
 {
-	uint64_t k0 = off / share_bytes, k1 = (off + n) / share_bytes;
+	uint64_t k0, k1, g;
 
-	if (k1 > k0)
-		progress_note(p, rank, g0 + (k1 - 1) * p->global_batch, (k1 - k0) * share_samples,
-			      now);
-}
-
-uint64_t progress_step_of(uint64_t rank, uint64_t gsn, uint64_t micro, uint64_t micros,
-			  uint64_t share, uint64_t micro_batch)
-{
-	uint64_t a, before;
-
-	if (!share || !micro_batch || share % micro_batch)
-		return PROGRESS_NO_STEP;
-	a = share / micro_batch;
-	if (micro + micros != a || micro >= a)
-		return PROGRESS_NO_STEP;
-	/* rank r's slice of a step is [r * share, (r + 1) * share) of it, in micro-batches
-	 * of m: the batch starts rank * share + micro * m samples into its step */
-	if (rank > UINT64_MAX / share)
-		return PROGRESS_NO_STEP;
-	before = rank * share + micro * micro_batch;
-	return gsn >= before ? gsn - before : PROGRESS_NO_STEP;
+	run_completed(rd->unit, rd->off, rd->len, &k0, &k1);
+	if (k1 > k0 && !layout_gsn_after(&p->layout, rd->gsn, k1 - 1, &g))
+		progress_note(p, rd->rank, g, layout_shares_samples(&p->layout, k1 - k0), now);
 }
 
 void progress_note(struct progress *p, uint64_t rank, uint64_t step_gsn, uint64_t samples,
@@ -113,7 +95,9 @@ void progress_note(struct progress *p, uint64_t rank, uint64_t step_gsn, uint64_
 	if (step_gsn != PROGRESS_NO_STEP) {
 		r->info.have_position = 1;
 		r->info.step_gsn = step_gsn;
-		r->info.position = step_gsn + p->global_batch;
+		/* the gsn after the step: below ORDER_MAX_GSN for a step of the stream */
+		if (layout_gsn_after(&p->layout, step_gsn, 1, &r->info.position))
+			r->info.position = ORDER_MAX_GSN;
 	}
 	r->info.samples += samples;
 	if (r->info.last_read_s == 0)
@@ -184,11 +168,7 @@ int progress_total(struct progress *p, uint64_t start, double now, uint64_t *con
 	return last > 0;
 }
 
-int progress_step_number(const struct layout *l, uint64_t gsn, uint64_t *step)
+int progress_step_number(const struct progress *p, uint64_t gsn, uint64_t *step)
 {
-	if (gsn < l->start_samples || !l->global_batch ||
-	    (gsn - l->start_samples) % l->global_batch)
-		return -ERANGE;
-	*step = layout_step_of(l, gsn);
-	return 0;
+	return layout_step_number(&p->layout, gsn, step);
 }

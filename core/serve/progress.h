@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "order.h"
+#include "layout.h"
 
 #define PROGRESS_WINDOW 10      /* seconds a rate averages over */
 #define PROGRESS_SLOTS 16       /* per-second buckets kept (> PROGRESS_WINDOW) */
@@ -42,9 +42,10 @@ struct progress_rank_info {
 	double samples_per_s;   /* over the last PROGRESS_WINDOW seconds before now */
 };
 
-/* Track the nranks ranks of ranks[] (sorted, unique; copied) of a layout of global batch
- * global_batch >= 1. 0 or -ENOMEM; *out is set on success (free with progress_free). */
-int progress_new(const uint64_t *ranks, size_t nranks, uint64_t global_batch,
+/* Track the nranks ranks of ranks[] (sorted, unique; copied) of layout l (copied: its
+ * steps give the positions). 0 or -ENOMEM; *out is set on success (free with
+ * progress_free). */
+int progress_new(const uint64_t *ranks, size_t nranks, const struct layout *l,
 		 struct progress **out);
 void progress_free(struct progress *p);
 
@@ -58,21 +59,18 @@ void progress_free(struct progress *p);
 void progress_note(struct progress *p, uint64_t rank, uint64_t step_gsn, uint64_t samples,
 		   double now);
 
-/* A read of rank's from/<g0> (its shares of the steps from gsn g0 on, back to back,
- * share_bytes >= 1 bytes and share_samples samples each) returned n bytes at offset
- * off: the shares whose last byte it reached, [off / share_bytes, (off + n) /
- * share_bytes), are read (progress_note of the last, with all their samples). */
-void progress_note_run(struct progress *p, uint64_t rank, uint64_t g0, uint64_t share_bytes,
-		       uint64_t share_samples, uint64_t off, uint64_t n, double now);
+/* A read of a rank's run (from/<gsn> or ids/<gsn>: its shares of the steps from gsn on,
+ * back to back, `unit` >= 1 bytes each, run.h) that returned len bytes at offset off. */
+struct progress_read {
+	uint64_t rank;
+	uint64_t gsn;
+	uint64_t unit;
+	uint64_t off, len;
+};
 
-/* The first gsn of the step a batch of rank `rank` belongs to, and whether reading it
- * completes the rank's share of that step: gsn is the batch's first gsn, micro its first
- * micro-batch and micros how many it covers (a step share: 0 and A), share = B / W and
- * micro_batch = m of its layout. Returns step_gsn for progress_note(): the step's first
- * gsn when micro + micros reaches the rank's A = share / m micro-batches, else
- * PROGRESS_NO_STEP (also for arguments that fit no layout). */
-uint64_t progress_step_of(uint64_t rank, uint64_t gsn, uint64_t micro, uint64_t micros,
-			  uint64_t share, uint64_t micro_batch);
+/* rd's shares whose last byte it reached (run_completed()) are read: progress_note of
+ * the last, with all their samples. */
+void progress_note_run(struct progress *p, const struct progress_read *rd, double now);
 
 /* A copy of what rank has read, rates taken at now. 0 or -ENOENT (rank not tracked). */
 int progress_rank(struct progress *p, uint64_t rank, double now,
@@ -84,9 +82,9 @@ int progress_rank(struct progress *p, uint64_t rank, double now,
 int progress_total(struct progress *p, uint64_t start, double now, uint64_t *consumed,
 		   double *samples_per_s, double *last_read_s);
 
-/* The number, in layout l, of the step that starts at gsn: 0, or -ERANGE when gsn is
- * before l's G0 or not on its step boundaries (a loader positioned elsewhere reads
- * at/<G> of any G). */
-int progress_step_number(const struct layout *l, uint64_t gsn, uint64_t *step);
+/* The number, in the tracked layout, of the step that starts at gsn
+ * (layout_step_number()): 0, or -ERANGE (a loader positioned elsewhere reads at/<G> of
+ * any G). */
+int progress_step_number(const struct progress *p, uint64_t gsn, uint64_t *step);
 
 #endif

@@ -203,9 +203,10 @@ double server_journal_wait(struct server *s);
 /* 1 when server_journal_wait() is past SERVER_JOURNAL_STALL_S, else 0. Never waits. */
 int server_journal_stalled(struct server *s);
 
-/* The step of the rank's stream that a batch of this server (a claim, or a share of
- * step/, at/ or validation/) belongs to, for core/serve/progress.h: progress_step_of() with
- * the layout's share and micro-batch. */
+/* For progress_note() (core/serve/progress.h): the first gsn of the step that a batch of
+ * this server (a claim, or a share of step/, at/ or validation/) belongs to, when reading
+ * it completes the rank's share of that step (layout_micro_step_gsn()); else
+ * PROGRESS_NO_STEP. */
 uint64_t server_progress_step(const struct server *s, const struct batch *b);
 
 void server_get_stats(struct server *s, struct server_stats *out);
@@ -310,10 +311,15 @@ void share_run_ahead(struct share_run *r, uint64_t off, uint64_t len, uint64_t u
 /* 1 when the mount's dataset has the samples of every shard back to back, uncompressed
  * (dataset_flat_shard() of each shard): ids/ exists; 0 otherwise. Fixed at mount. */
 int server_ids_served(const struct server *s);
+/* The rule of server_ids_served() before a server exists: a format whose shares have one
+ * size (encode_format_fixed) over a dataset whose shards are flat (dataset_flat()). */
+int server_ids_possible(enum encode_format format, int flat);
 /* Bytes of ids/<gsn> of rank: 8 * share_samples per step of from/<gsn>; an endless
  * stream is cut where the size would pass 2^62. Errors as server_run_size, -EOVERFLOW
  * (8 * share_samples past 2^64). */
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size);
+/* Bytes of one share of ids/<G>: 8 (a little-endian uint64) per sample of the share. */
+uint64_t server_ids_share_bytes(const struct server *s);
 /* The ids of rank's share of the step that starts at gsn (at/<gsn>) into ids[0,
  * share_samples). 0, -ENOENT (rank not served), -EOVERFLOW (past ORDER_MAX_GSN). */
 int server_share_ids(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *ids);

@@ -1,21 +1,28 @@
 /*
- * serve_int.h: the server's state, shared by the files that make it up (serve.h is
- * their contract with the rest): serve_log.c (the rate-limited log), prefetch.c (reader
- * and buffer pools, decode jobs, each rank's prefetch ring), readahead.c (page-cache
- * hints along each rank's order), share.c (the pure reads: step/, at/, validation/,
- * samples/) and serve.c (cursor, claim, delivery, rewind).
- * Nothing outside core/serve/serve*.c, prefetch.c, readahead.c and share.c includes it.
+ * serve_int.h: what the files that make up the server share (serve.h is their contract
+ * with the rest). struct server is server.c's alone: the others (serve.c: cursor, claim,
+ * delivery, rewind) reach it through the functions below. Each of them owns a part of its own,
+ * opaque to the rest and held by the server: serve_log.c the rate-limited log (struct
+ * srv_log), prefetch.c the reader and buffer pools and the decoders (struct srv_pools),
+ * readahead.c the page-cache hints along each rank's order (struct srv_ahead),
+ * claimtab.c the claims open (struct claimtab); share.c (the pure reads: step/, at/,
+ * validation/, samples/) keeps none. Each served rank's state (struct rank_state: its
+ * cursor, serve.c's, and its prefetch ring, prefetch.c's, under one lock) is shared by
+ * serve.c and prefetch.c.
+ * Nothing outside core/serve/serve*.c, prefetch.c, readahead.c, share.c and claim.c
+ * includes it.
  */
 #ifndef ZEPHON_SERVE_INT_H
 #define ZEPHON_SERVE_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "claimtab.h"
 #include "clock.h"
 #include "delivery.h"
 #include "jobq.h"
-#include "ratelimit.h"
 #include "serve.h"
 
 /* A mount serving more ranks than this fills a rank's prefetch ring at its first claim,
@@ -33,27 +40,6 @@ struct slot {
 	struct batch *batch;    /* SLOT_READY */
 	int err;                /* SLOT_FAILED */
 	uint64_t bad_id;
-};
-
-struct rank_state;
-
-/* readahead.c: one rank's read-ahead (server_readahead). Under lock: the hints asked
- * for are the gsns [done, to); done moves up as the job hints them, and back to the
- * rank's position when the rank moved back or jumped past it. */
-struct rank_ahead {
-	pthread_mutex_t lock;
-	uint64_t at;             /* the rank's latest position (a step's first gsn) */
-	uint64_t done;           /* every step from at below done is hinted */
-	uint64_t to;             /* hint the steps below this gsn */
-	int queued;              /* job is queued or running */
-	int checked;             /* the rank's latest reader checks each sample against its
-	                          * index entry (next, from/; not ids/): hint the entries too
-	                          * (atomic: the job reads it without the lock) */
-	struct ahead_job {
-		struct jobq_job job;  /* first: the job is the ahead_job */
-		struct server *s;
-		struct rank_state *rs;
-	} job;
 };
 
 struct rank_state {
@@ -85,7 +71,6 @@ struct rank_state {
 	                          * it) */
 	int primed;              /* the ring was filled once (fill_ring): PRIME_AT_START_MAX */
 	int refill_pending;      /* a claim left its refill to that close, see server_release */
-	struct rank_ahead ahead; /* readahead.c */
 };
 
 /* A prefetch decode, queued on the server's decoders. */
@@ -96,89 +81,88 @@ struct decode_job {
 	uint64_t ci, generation;
 };
 
-/* Free sample readers for threads that decode outside the workers (claims that miss
- * the prefetch ring, peek, step, samples). */
-struct reader_pool {
-	pthread_mutex_t lock;
-	struct sample_reader **free;
-	size_t count, cap;
+struct srv_log;
+struct srv_pools;
+struct srv_ahead;
+
+/* The parts of a server that the other files own, each opaque outside its file. */
+struct srv_parts {
+	struct srv_log *log;       /* serve_log.c */
+	struct srv_pools *pools;   /* prefetch.c */
+	struct srv_ahead *ahead;   /* readahead.c */
+	struct claimtab *claims;   /* claimtab.c */
 };
 
-/* The latest claim of next of each (process, rank): its size, which a GETATTR without
- * a file handle answers (numpy.fromfile sizes its array from fstat). claim.c. */
-#define SERVER_PID_SLOTS 256
-struct pid_claim {
-	uint32_t pid;
-	uint64_t rank;
-	uint64_t size;
+/* server.c: struct server, and what the other files read of it. srv_alloc: a server of
+ * cfg over ds (its checks are server_new()'s) with its served ranks' states, whose
+ * cursors the journal j (may be NULL) has; no part yet (srv_parts(): serve.c's
+ * server_new makes them). 0, -EINVAL, or -ENOMEM with *out set for srv_release. The
+ * parts are freed before srv_release, which frees the rest (the slots' batches are
+ * prefetch.c's to drop first). */
+int srv_alloc(const struct dataset *ds, const struct server_config *cfg, struct journal *j,
+	      struct server **out);
+void srv_release(struct server *s);
+struct srv_parts *srv_parts(struct server *s);
+/* The claim index of rs's cursor as the journal, which owns it (serve.h), has it; rs->ci
+ * when there is no journal. Takes the journal's lock: never call it with view_lock held
+ * (view_lock's readers must not wait for a commit). */
+uint64_t srv_journal_ci(struct server *s, const struct rank_state *rs);
+/* The dataset, its info and whether its shards are flat (dataset_flat(), asked once:
+ * ids/ and the read-ahead find payloads from the id); the first gsn past the end of the
+ * stream; the journal (NULL: none); the served ranks' states, in rank order. */
+const struct dataset *srv_dataset(const struct server *s);
+const struct dataset_info *srv_info(const struct server *s);
+int srv_flat(const struct server *s);
+uint64_t srv_limit(const struct server *s);
+struct journal *srv_journal(const struct server *s);
+size_t srv_nranks(const struct server *s);
+struct rank_state *srv_rank_at(struct server *s, size_t i);
+/* The index of rs among the served ranks (srv_rank_at(s, i) == rs). */
+size_t srv_rank_index(const struct server *s, const struct rank_state *rs);
+/* The served rank's state, NULL when rank is not served. */
+struct rank_state *srv_find_rank(struct server *s, uint64_t rank);
+/* A clean stop (server_stop_claims): from srv_close() on, srv_closing() is 1 and no
+ * claim is handed out, no hint asked. */
+void srv_close(struct server *s);
+int srv_closing(const struct server *s);
+/* Note whether the journal stalls (server_finished); returns what was noted before. */
+int srv_stall_note(struct server *s, int stalled);
+struct srv_log *srv_logger(struct server *s);
+struct srv_pools *srv_pools(struct server *s);
+struct srv_ahead *srv_ahead_of(struct server *s);
+struct claimtab *server_claimtab(struct server *s);
+
+/* The mount's layout (server_get_config()'s). */
+static inline const struct layout *srv_layout(const struct server *s)
+{
+	return &server_get_config(s)->layout;
+}
+
+/* Counters of struct server_stats: one added to, and a claim's. */
+enum srv_counter {
+	SRV_PREFETCH_DECODED, SRV_DECODE_ERRORS, SRV_READAHEAD_SAMPLES, SRV_READAHEAD_RESIDENT,
+	SRV_JOURNAL_ERRORS,
 };
-
-struct server {
-	const struct dataset *ds;
-	int stall_logged;        /* server_finished() said the journal stalls (atomic) */
-	const struct dataset_info *info;
-	int flat;                /* dataset_flat(ds), once at server_new: ids/ and the
-	                          * read-ahead find payloads from the id */
-	struct server_config cfg;
-	struct rankset ranks;
-	struct journal *journal;
-	uint64_t limit;          /* first gsn past the end of the stream */
-
-	struct rank_state *rs;   /* one per served rank, in rank order */
-	size_t nranks;
-
-	struct jobq *decoders;   /* cfg.workers threads, each with a sample reader */
-	pthread_mutex_t qlock;   /* guards stats */
-	/* Decode jobs done, kept for the next ones: a claim queues one, and a malloc and
-	 * free per claim would be the only allocation of a steady stream. */
-	pthread_mutex_t jobs_lock;
-	struct decode_job *free_jobs;   /* linked through job.next */
-
-	struct reader_pool readers;
-	/* readahead.c: one thread that hints every rank's coming pages (NULL: cfg.readahead
-	 * is 0); ahead_steps: cfg.readahead in steps of a rank's share; ahead_ready: the
-	 * ranks' ahead locks are set up (srv_ahead_start ran) */
-	struct jobq *ahead;
-	uint64_t ahead_steps;
-	uint64_t ahead_chunk;    /* samples per hint (readahead.c, AHEAD_CHUNK) */
-	uint64_t *ahead_ids;     /* the thread's: a chunk's ids */
-	uint64_t ahead_last;     /* the thread's: the last id of its latest chunk (UINT64_MAX:
-	                          * none), and that chunk's dataset_hint flags */
-	unsigned ahead_last_flags;
-	uint64_t ahead_seed;     /* the thread's: dataset_resident()'s draw counter */
-	int ahead_stopping;      /* atomic: srv_ahead_stop() began; no more waits or hints */
-	int ahead_ready;
-	struct server_stats stats;
-
-	int closing;             /* atomic: a clean stop refuses claims (server_stop_claims) */
-
-	/* Batch buffers come back here when a batch is freed, and the next batch is encoded
-	 * into one: a batch of megabytes then costs no mmap/munmap and no page faults (each
-	 * munmap of a multi-threaded process is a TLB shootdown on every CPU). */
-	pthread_mutex_t log_lock;  /* guards log_limit: srv_log()'s rate limit */
-	struct ratelimit log_limit;
-
-	/* claim.c: claims open (claim_open() in progress, or not freed yet), and the latest
-	 * claim of each process */
-	pthread_mutex_t claim_lock;   /* guards the fields below */
-	pthread_cond_t claims_done;   /* open_claims reached 0; CLOCK_MONOTONIC */
-	unsigned open_claims;
-	struct pid_claim pids[SERVER_PID_SLOTS];
-	unsigned pid_next;
-
-	pthread_mutex_t pool_lock;
-	struct buf *pool;
-	size_t pool_count, pool_cap;
+void srv_count(struct server *s, enum srv_counter c, uint64_t n);
+struct srv_claim_count {
+	int rc;                  /* server_claim's result */
+	double us;               /* its latency */
+	double journal_s;        /* its journal commit's seconds; < 0: none */
+	uint64_t bytes;          /* the batch's (rc 0) */
+	int hit;                 /* it came from the prefetch ring */
 };
+void srv_count_claim(struct server *s, const struct srv_claim_count *c);
 
 /* serve_log.c: messages through cfg.log, LOG_BURST in a burst then one a second (a
- * token bucket); how many were held back is said with the next one that passes. */
+ * token bucket); how many were held back is said with the next one that passes, and at
+ * srv_log_free(). srv_log_new: 0 or -ENOMEM. */
 #define LOG_BURST 20
 #define LOG_REFILL_S 1.0
+int srv_log_new(const struct server_config *cfg, const struct dataset *ds,
+		struct srv_log **out);
+void srv_log_free(struct srv_log *l);
 void srv_log(struct server *s, int prio, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* Say how many messages were held back (n > 0), bypassing the bucket. */
-void srv_log_dropped(struct server *s, uint64_t n);
 /* Log why the batch `what` names ("rank 3 next", "rank 3 step 12", "samples/7") could
  * not be built; nothing of it was served. */
 void srv_log_decode_error(struct server *s, const char *what, int err, uint64_t bad);
@@ -189,15 +173,17 @@ struct sample_reader *srv_reader_get(struct server *s);
 void srv_reader_put(struct server *s, struct sample_reader *r);
 /* An empty buffer, with the capacity of a freed batch's when the pool has one. */
 struct buf srv_pool_take(struct server *s);
-/* The served rank's state, NULL when rank is not served. */
-struct rank_state *srv_find_rank(struct server *s, uint64_t rank);
 /* Does claim index ci lie past the end of the stream (epochs=E)? */
 int srv_past_end(const struct server *s, uint64_t ci);
+/* The pools of a server of cfg (buffers for every rank's ring, the batches being read
+ * and the workers): 0 or -ENOMEM. Free after srv_prefetch_stop (NULL is a no-op). */
+int srv_pools_new(const struct server_config *cfg, struct srv_pools **out);
+void srv_pools_free(struct srv_pools *p);
 /* Start cfg.workers decoders, then (<= PRIME_AT_START_MAX ranks) fill every ring. 0 or
  * jobq's errors. */
 int srv_prefetch_start(struct server *s);
 /* Stop the decoders (queued decodes dropped, running ones waited for), free the kept
- * decode jobs. */
+ * decode jobs, and drop every slot's batch; safe after a failed or no start. */
 void srv_prefetch_stop(struct server *s);
 /* Take and let go of rs->lock; each also applies a close that server_release() could
  * not apply because the lock was busy (a claim's journal commit holds it). */
@@ -217,10 +203,10 @@ int srv_take_cursor_batch(struct server *s, struct rank_state *rs, struct batch 
 void srv_return_cursor_batch(struct server *s, struct rank_state *rs, struct batch *b);
 
 /* readahead.c. Set up every served rank's read-ahead and, with cfg.readahead, its
- * thread (started at the first hint): 0 or -ENOMEM. Stop it (hints queued are dropped,
- * one running is waited for); safe after a failed or no start. */
-int srv_ahead_start(struct server *s);
-void srv_ahead_stop(struct server *s);
+ * thread (started at the first hint) into *out: 0 or -ENOMEM. Stop it (hints queued are
+ * dropped, one running is waited for) and free it; NULL is a no-op. */
+int srv_ahead_start(struct server *s, struct srv_ahead **out);
+void srv_ahead_free(struct srv_ahead *a);
 /* server_readahead() for a served rank; _step: for the rank's claim of step `step` of
  * the mount's layout. */
 void srv_ahead(struct server *s, struct rank_state *rs, uint64_t gsn, uint64_t steps,

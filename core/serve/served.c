@@ -12,8 +12,6 @@
 #include "journal_weights.h"
 #include "s3.h"
 
-#define WHY(...) (snprintf(why, why_len, __VA_ARGS__), -EINVAL)
-
 int served_open(const char *path, struct served *st, char *err, size_t errlen)
 {
 	const char **dirs = NULL;
@@ -101,8 +99,9 @@ static int parse_fraction(const char *text, uint64_t *num, uint64_t *den, char *
 		two[0] = w;
 		two[1] = 1 - w;
 		if (mix_weights_exact(two, 2, pq, sub, sizeof sub))
-			return WHY("validation=%s: not a fraction with a denominator up to 10^6; "
-				   "round it (e.g. 0.001 or 1/1000)", text);
+			return err_set(why, why_len, -EINVAL, "validation=%s: not a fraction "
+					"with a denominator up to 10^6; round it (e.g. 0.001 "
+					"or 1/1000)", text);
 		*num = pq[0];
 		*den = pq[0] + pq[1];
 	}
@@ -110,8 +109,8 @@ static int parse_fraction(const char *text, uint64_t *num, uint64_t *den, char *
 		goto bad;
 	return 0;
 bad:
-	return WHY("validation=%s: give the held-out fraction of each source as a number in "
-		   "(0, 0.5], e.g. 0.01 or 1/100", text);
+	return err_set(why, why_len, -EINVAL, "validation=%s: give the held-out fraction of "
+			"each source as a number in (0, 0.5], e.g. 0.01 or 1/100", text);
 }
 
 /* Integer weights from the spec or from the weights option. */
@@ -130,11 +129,11 @@ static int resolve_weights(struct served *st, const char *weights_opt, uint64_t 
 	if (weights_opt) {
 		rc = mix_weights_parse(weights_opt, names, st->k, w, sub, sizeof sub);
 		if (rc)
-			return WHY("%s", sub);
+			return err_set(why, why_len, -EINVAL, "%s", sub);
 	}
 	rc = mix_weights_exact(w, st->k, a, sub, sizeof sub);
 	if (rc && weights_opt)
-		return WHY("weights=%s: %s", weights_opt, sub);
+		return err_set(why, why_len, -EINVAL, "weights=%s: %s", weights_opt, sub);
 	if (rc) {
 		snprintf(why, why_len, "mixture spec %s: the weights of its sources (1 = sources[0]): "
 			 "%s", st->path, sub);
@@ -143,16 +142,17 @@ static int resolve_weights(struct served *st, const char *weights_opt, uint64_t 
 	return 0;
 }
 
-int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffle,
-		     const char *weights_opt, const char *validation_opt,
-		     char *why, size_t why_len)
+int served_set_order(struct served *st, const struct served_options *opt, char *why,
+		     size_t why_len)
 {
+	const char *weights_opt = opt->weights, *validation_opt = opt->validation;
 	struct order src[MIX_MAX_SOURCES];
 	uint64_t off[MIX_MAX_SOURCES];
 	int rc;
 
 	if (weights_opt && !st->is_mixture)
-		return WHY("weights= applies to a mixture spec only; %s is one dataset", st->path);
+		return err_set(why, why_len, -EINVAL, "weights= applies to a mixture spec "
+				"only; %s is one dataset", st->path);
 	st->split_num = 0;
 	st->split_den = 1;
 	st->split[0] = 0;
@@ -161,8 +161,9 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 		if (rc)
 			return rc;
 		if (st->split_den >= 10000000)
-			return WHY("validation=%s: give the fraction with a denominator below 10^7",
-				   validation_opt);
+			return err_set(why, why_len, -EINVAL, "validation=%s: give the "
+					"fraction with a denominator below 10^7",
+					validation_opt);
 		snprintf(st->split, sizeof st->split, "validation=%u/%u", (unsigned)st->split_num,
 			 (unsigned)st->split_den);
 	}
@@ -180,16 +181,18 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 			v = si->samples - 1; /* a source keeps a training sample */
 		st->holdout[s] = (uint64_t)v;
 		st->holdout_total += st->holdout[s];
-		order_init(&src[s], si->samples, st->is_mixture ? mixture_source_seed(seed, s) : seed,
-			   shuffle);
+		order_init(&src[s], si->samples, st->is_mixture ? mixture_source_seed(opt->seed, s) :
+			   opt->seed, opt->shuffle);
 		if (st->holdout[s])
 			order_set_holdout(&src[s], st->holdout[s], order_split_key(si->fingerprint));
 		off[s] = st->is_mixture ? dataset_source_offset(st->ds, s) : 0;
 	}
 	if (validation_opt && !st->holdout_total)
-		return WHY("validation=%s holds out no sample (floor(N * %" PRIu64 "/%" PRIu64 ") is 0 "
-			   "for every source): give a larger fraction, or leave validation= out",
-			   validation_opt, st->split_num, st->split_den);
+		return err_set(why, why_len, -EINVAL,
+				"validation=%s holds out no sample (floor(N * %" PRIu64 "/%"
+				PRIu64 ") is 0 for every source): give a larger fraction, or "
+				"leave validation= out",
+				validation_opt, st->split_num, st->split_den);
 	if (!st->is_mixture) {
 		st->order = src[0];
 		st->weights[0] = 1;
@@ -206,8 +209,9 @@ int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffl
 	if (rc == -ENOMEM)
 		return rc;
 	if (rc)
-		return WHY("cannot build the mixture's schedule (%s)", strerror(-rc));
-	order_init(&st->order, dataset_info(st->ds)->samples, seed, shuffle);
+		return err_set(why, why_len, -EINVAL, "cannot build the mixture's schedule "
+				"(%s)", strerror(-rc));
+	order_init(&st->order, dataset_info(st->ds)->samples, opt->seed, opt->shuffle);
 	st->order.mix = st->mix;
 	return 0;
 }
@@ -241,10 +245,12 @@ int served_replay(struct served *st, const struct journal_layout *rows, size_t n
 		if (!rows[i].weights[0])
 			continue;
 		if (journal_weights_parse(rows[i].weights, a, &k, NULL, 0) || k != st->k)
-			return WHY("the journal's layout %" PRId64 " records weights \"%s\", which do "
-				   "not fit the mixture's %zu sources", rows[i].id, rows[i].weights,
-				   st->k);
-		rc = mixture_set_weights(st->mix, st->history ? rows[i].layout.start_samples : 0, a);
+			return err_set(why, why_len, -EINVAL,
+					"the journal's layout %" PRId64 " records weights "
+					"\"%s\", which do not fit the mixture's %zu sources",
+					rows[i].id, rows[i].weights, st->k);
+		rc = mixture_set_weights(st->mix, st->history ? layout_start_samples(&rows[i].layout) :
+					 0, a);
 		st->history++;
 	}
 	return rc;
@@ -280,31 +286,32 @@ int served_start(struct served *st, uint64_t g0)
 }
 
 int served_check_change(const struct served *st, const struct journal_layout *rows,
-			size_t n, uint64_t g, int fresh, char *why, size_t why_len)
+			size_t n, uint64_t g, char *why, size_t why_len)
 {
 	const struct journal_layout *prev = NULL;
-	uint64_t off, b;
+	uint64_t step, lo, hi, at;
 
-	if (fresh || !served_changes_weights(st, g))
+	if (!served_changes_weights(st, g))
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(rows[i].rule, "fresh"))
 			prev = NULL;
-		if (rows[i].layout.start_samples <= g)
+		if (layout_start_samples(&rows[i].layout) <= g)
 			prev = &rows[i];
 	}
-	if (!prev)
+	if (!prev || !layout_step_number(&prev->layout, g, &at))
 		return 0;
-	b = prev->layout.global_batch;
-	off = (g - prev->layout.start_samples) % b;
-	if (!off)
-		return 0;
-	return WHY("weights=%s changes the mixture at samples %" PRIu64 ", inside step %" PRIu64
-		   " of the layout before it (global_batch %" PRIu64 "): weights change only at a "
-		   "step boundary; resume at samples:%" PRIu64 " or samples:%" PRIu64 ", or keep "
-		   "the weights", st->weights_text, g,
-		   prev->layout.start_step + (g - prev->layout.start_samples) / b, b, g - off,
-		   g - off + b);
+	/* the boundaries around g: the step of prev that holds it, and the next one */
+	step = layout_step_of(&prev->layout, g);
+	if (layout_step_gsn(&prev->layout, step, &lo) ||
+	    layout_gsn_after(&prev->layout, lo, 1, &hi))
+		hi = lo = g;
+	return err_set(why, why_len, -EINVAL,
+			"weights=%s changes the mixture at samples %" PRIu64 ", inside step %"
+			PRIu64 " of the layout before it (global_batch %" PRIu64 "): weights "
+			"change only at a step boundary; resume at samples:%" PRIu64 " or "
+			"samples:%" PRIu64 ", or keep the weights",
+			st->weights_text, g, step, layout_global_batch(&prev->layout), lo, hi);
 }
 
 size_t served_source_of(const struct served *st, uint64_t id, uint64_t *local)

@@ -47,16 +47,24 @@ struct served {
 int served_open(const char *path, struct served *st, char *err, size_t errlen);
 void served_close(struct served *st);
 
-/* Build the order: seed and shuffle; weights_opt (NULL: the spec's, or the journal's
- * history, see served_records_weights(); else a weight list mix_weights_parse() reads,
- * by source name or position; only for a mixture) and validation_opt (NULL: no split;
- * else a fraction in (0, 1/2], "0.01" or "1/100", of every source held out; each source
- * keeps at least one training sample; a fraction that holds out nothing is refused).
- * 0, or -EINVAL (an option; a one-line reason in why), -EBADMSG (the spec's own weights
- * cannot be made exact), -ENOMEM. */
-int served_set_order(struct served *st, uint64_t seed, enum order_shuffle shuffle,
-		     const char *weights_opt, const char *validation_opt,
-		     char *why, size_t why_len);
+/* The options of the order a mount serves. */
+struct served_options {
+	uint64_t seed;
+	enum order_shuffle shuffle;
+	/* NULL: the spec's, or the journal's history, see served_records_weights(); else a
+	 * weight list mix_weights_parse() reads, by source name or position; only for a
+	 * mixture */
+	const char *weights;
+	/* NULL: no split; else a fraction in (0, 1/2], "0.01" or "1/100", of every source
+	 * held out; each source keeps at least one training sample; a fraction that holds
+	 * out nothing is refused */
+	const char *validation;
+};
+
+/* Build the order of opt. 0, or -EINVAL (an option; a one-line reason in why), -EBADMSG
+ * (the spec's own weights cannot be made exact), -ENOMEM. */
+int served_set_order(struct served *st, const struct served_options *opt, char *why,
+		     size_t why_len);
 
 /* The journal identity of this stream (fingerprint of the union, seed, shuffle, split). */
 void served_ident(const struct served *st, struct journal_ident *out);
@@ -80,12 +88,13 @@ int served_records_weights(const struct served *st);
 /* Would this mount change the weights in force at gsn g0? 1 or 0. */
 int served_changes_weights(const struct served *st, uint64_t g0);
 
-/* Refuse a weight change inside a step: a start at gsn g (fresh: resume=fresh, which
- * has no steps before it) that changes the weights in force there, when g is not on a
- * step boundary of the latest of rows (journal_layouts(), after the latest fresh start)
- * with start_samples <= g. 0, or -EINVAL with why naming the two boundaries around g. */
+/* Refuse a weight change inside a step: a start at gsn g that changes the weights in
+ * force there, when g is not on a step boundary of the latest of rows (journal_layouts(),
+ * after the latest fresh start) with start_samples <= g. (A start by resume=fresh has no
+ * steps before it: its caller asks nothing.) 0, or -EINVAL with why naming the two
+ * boundaries around g. */
 int served_check_change(const struct served *st, const struct journal_layout *rows,
-			size_t n, uint64_t g, int fresh, char *why, size_t why_len);
+			size_t n, uint64_t g, char *why, size_t why_len);
 
 /* This mount's weights from gsn g0 on (the resolved G0) when it sets them
  * (served_records_weights()); otherwise st->weights becomes the weights in force at g0,

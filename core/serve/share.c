@@ -6,6 +6,7 @@
  * the first three; nothing here claims, moves a cursor or notes anything in the journal.
  */
 #include "serve_int.h"
+#include "run.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,11 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Build rank's whole share of step in layout l (every micro-batch in one encoding), on a
- * reader of the pool; a decode error is logged as what it was for ("step 7", "at gsn
- * 96"). Errors as batch_build, -ENOMEM. */
-static int build_share_of(struct server *s, const struct order *o, const struct layout *l,
-			  uint64_t rank, uint64_t step, const char *what, struct batch **out)
+/* Where a share lies (share_locate): its layout (the mount's, or one of its W, B and m
+ * from another gsn), the batch of it, and what a decode error names it ("step 7", "at
+ * gsn 96"). */
+struct located {
+	struct layout layout;
+	struct batch_spec spec;
+	char what[48];
+};
+
+/* Build the located share (every micro-batch in one encoding) on a reader of the pool;
+ * a decode error is logged as what it was for. Errors as batch_build, -ENOMEM. */
+static int build_share_of(struct server *s, const struct located *at, struct batch **out)
 {
 	struct sample_reader *r = srv_reader_get(s);
 	uint64_t bad = 0;
@@ -27,17 +35,15 @@ static int build_share_of(struct server *s, const struct order *o, const struct 
 		return -ENOMEM;
 	/* the samples as views of the dataset's mappings where the encoding allows: the
 	 * kernel's copy is then the only one */
-	if (encode_views_possible(s->info, s->cfg.format))
-		rc = batch_encode(r, s->info, o, l, s->cfg.format, rank, step, 0, layout_micros(l),
-				 1, (struct buf)BUF_INIT, out, &bad);
+	if (encode_views_possible(at->spec.info, at->spec.format))
+		rc = batch_encode(r, &at->spec, 1, (struct buf)BUF_INIT, out, &bad);
 	if (rc == -ENOTSUP)
-		rc = batch_encode(r, s->info, o, l, s->cfg.format, rank, step, 0, layout_micros(l),
-				 0, srv_pool_take(s), out, &bad);
+		rc = batch_encode(r, &at->spec, 0, srv_pool_take(s), out, &bad);
 	srv_reader_put(s, r);
 	if (rc == -EIO) {
 		char msg[96];
 
-		snprintf(msg, sizeof(msg), "rank %" PRIu64 " %s", rank, what);
+		snprintf(msg, sizeof(msg), "rank %" PRIu64 " %s", at->spec.rank, at->what);
 		srv_log_decode_error(s, msg, rc, bad);
 	}
 	return rc;
@@ -48,7 +54,7 @@ static int build_share_of(struct server *s, const struct order *o, const struct 
  * lines, -ENOTSUP for tar. */
 static int step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *len)
 {
-	const struct layout *l = &s->cfg.layout;
+	const struct layout *l = srv_layout(s);
 	uint64_t gsn, count = layout_share(l), total = 0, part, n;
 	uint64_t ids[1024];
 	struct sample_reader *r;
@@ -56,17 +62,18 @@ static int step_len(struct server *s, uint64_t rank, uint64_t step, uint64_t *le
 
 	if (rc)
 		return rc;
-	if (s->cfg.format != FORMAT_LINES) /* npy, bin: arithmetic; tar: -ENOTSUP */
-		return encode_batch_len(NULL, s->info, s->cfg.format, NULL, count, len);
+	if (server_get_config(s)->format != FORMAT_LINES) /* npy, bin: arithmetic; tar: -ENOTSUP */
+		return encode_batch_len(NULL, srv_info(s), server_get_config(s)->format, NULL,
+					count, len);
 	r = srv_reader_get(s);
 	if (!r)
 		return -ENOMEM;
 	/* lines: a sum over the samples, taken a thousand ids at a time */
 	for (uint64_t done = 0; !rc && done < count; done += part) {
 		part = count - done < 1024 ? count - done : 1024;
-		rc = order_fill(&s->cfg.order, gsn + done, part, ids);
+		rc = order_fill(&server_get_config(s)->order, gsn + done, part, ids);
 		if (!rc)
-			rc = encode_batch_len(r, s->info, FORMAT_LINES, ids, part, &n);
+			rc = encode_batch_len(r, srv_info(s), FORMAT_LINES, ids, part, &n);
 		if (!rc && __builtin_add_overflow(total, n, &total))
 			rc = -EOVERFLOW;
 	}
@@ -83,7 +90,7 @@ int server_sample(struct server *s, uint64_t id, struct batch **out)
 	uint64_t bad = 0;
 	int rc;
 
-	if (id >= s->info->samples)
+	if (id >= srv_info(s)->samples)
 		return -ERANGE;
 	b = calloc(1, sizeof(*b));
 	if (!b)
@@ -97,7 +104,8 @@ int server_sample(struct server *s, uint64_t id, struct batch **out)
 	}
 	b->ids[0] = id;
 	b->count = 1;
-	rc = encode_batch(r, s->info, s->cfg.format, b->ids, 1, &b->data, &bad);
+	rc = encode_batch(&(struct encode_in){ r, srv_info(s), server_get_config(s)->format,
+			  b->ids, 1 }, &b->data, &bad);
 	srv_reader_put(s, r);
 	if (rc) {
 		if (rc == -EIO) {
@@ -120,75 +128,80 @@ static int fixed_share_len(struct server *s, uint64_t *len)
 {
 	if (!server_shares_fixed(s))
 		return -ENOTSUP;
-	return encode_batch_len(NULL, s->info, s->cfg.format, NULL,
-				layout_share(&s->cfg.layout), len);
+	return encode_batch_len(NULL, srv_info(s), server_get_config(s)->format, NULL,
+				layout_share(srv_layout(s)), len);
 }
 
 int server_shares_fixed(const struct server *s)
 {
-	return s->cfg.format == FORMAT_NPY || s->cfg.format == FORMAT_BIN;
+	return encode_format_fixed(server_get_config(s)->format);
 }
 
 uint64_t server_validation_steps(const struct server *s)
 {
-	return s->cfg.validation.n / s->cfg.layout.global_batch;
+	return layout_whole_steps(srv_layout(s), server_get_config(s)->validation.n);
 }
 
 
-/* Where sh lies: its order, a layout and the step of it that is sh, and what a decode
- * error names it ("step 7", "at gsn 96"). 0, -ENOENT (rank not served; validation: no
- * split, or t past the last step), -EINVAL (a step before S0), -EOVERFLOW (gsn + B past
- * ORDER_MAX_GSN). */
-static int share_locate(struct server *s, const struct share *sh, const struct order **o,
-			struct layout *l, uint64_t *step, char *what, size_t cap)
+/* Where sh lies, into *at (at->spec points into at: do not copy it). 0, -ENOENT (rank
+ * not served; validation: no split, or t past the last step), -EINVAL (a step before
+ * S0), -EOVERFLOW (gsn + B past ORDER_MAX_GSN). */
+static int share_locate(struct server *s, const struct share *sh, struct located *at)
 {
+	const struct server_config *c = server_get_config(s);
+	uint64_t g;
+	int rc = 0;
+
 	if (!srv_find_rank(s, sh->rank))
 		return -ENOENT;
-	*o = &s->cfg.order;
-	*step = 0;
+	at->spec = (struct batch_spec){ srv_info(s), &c->order, &at->layout, c->format,
+					sh->rank, 0, 0, 0 };
 	switch (sh->kind) {
 	case SHARE_STEP:
-		if (sh->n < s->cfg.layout.start_step)
+		if (sh->n < layout_start_step(&c->layout))
 			return -EINVAL;
-		*l = s->cfg.layout;
-		*step = sh->n;
-		snprintf(what, cap, "step %" PRIu64, sh->n);
-		return 0;
+		at->layout = c->layout;
+		at->spec.step = sh->n;
+		snprintf(at->what, sizeof(at->what), "step %" PRIu64, sh->n);
+		break;
 	case SHARE_AT:
-		snprintf(what, cap, "at gsn %" PRIu64, sh->n);
-		return layout_at(&s->cfg.layout, sh->n, l);
+		snprintf(at->what, sizeof(at->what), "at gsn %" PRIu64, sh->n);
+		rc = layout_at(&c->layout, sh->n, &at->layout);
+		break;
 	case SHARE_VALIDATION:
 		if (sh->n >= server_validation_steps(s))
 			return -ENOENT;
-		*o = &s->cfg.validation;
-		snprintf(what, cap, "validation step %" PRIu64, sh->n);
-		return layout_at(&s->cfg.layout, sh->n * s->cfg.layout.global_batch, l);
+		at->spec.order = &c->validation;
+		snprintf(at->what, sizeof(at->what), "validation step %" PRIu64, sh->n);
+		/* validation step t: positions [t * B, (t + 1) * B) of the split, below V */
+		rc = layout_gsn_after(&c->layout, 0, sh->n, &g) ? -EOVERFLOW :
+		     layout_at(&c->layout, g, &at->layout);
+		break;
+	default:
+		return -EINVAL;
 	}
-	return -EINVAL;
+	if (!rc)
+		at->spec.micros = layout_micros(&at->layout);
+	return rc;
 }
 
 int server_share(struct server *s, const struct share *sh, struct batch **out)
 {
-	const struct order *o;
-	struct layout l;
-	uint64_t step;
-	char what[48];
-	int rc = share_locate(s, sh, &o, &l, &step, what, sizeof(what));
+	struct located at;
+	int rc = share_locate(s, sh, &at);
 
-	return rc ? rc : build_share_of(s, o, &l, sh->rank, step, what, out);
+	return rc ? rc : build_share_of(s, &at, out);
 }
 
 int server_share_len(struct server *s, const struct share *sh, uint64_t *len)
 {
-	const struct order *o;
-	struct layout l;
-	uint64_t step;
-	char what[48];
-	int rc = share_locate(s, sh, &o, &l, &step, what, sizeof(what));
+	struct located at;
+	int rc = share_locate(s, sh, &at);
 
 	if (rc)
 		return rc;
-	return sh->kind == SHARE_STEP ? step_len(s, sh->rank, step, len) : fixed_share_len(s, len);
+	return sh->kind == SHARE_STEP ? step_len(s, sh->rank, at.spec.step, len) :
+	       fixed_share_len(s, len);
 }
 
 int server_share_in_stream(struct server *s, const struct share *sh)
@@ -197,10 +210,10 @@ int server_share_in_stream(struct server *s, const struct share *sh)
 
 	switch (sh->kind) {
 	case SHARE_STEP:
-		return layout_step_in_stream(&s->cfg.layout, s->limit, sh->n);
+		return layout_step_in_stream(srv_layout(s), srv_limit(s), sh->n);
 	case SHARE_AT:
-		return layout_at(&s->cfg.layout, sh->n, &at) == 0 &&
-		       layout_step_in_stream(&at, s->limit, 0);
+		return layout_at(srv_layout(s), sh->n, &at) == 0 &&
+		       layout_step_in_stream(&at, srv_limit(s), 0);
 	case SHARE_VALIDATION:
 		return sh->n < server_validation_steps(s);
 	}
@@ -216,10 +229,8 @@ int server_run_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *sha
 
 	if (rc)
 		return rc;
-	steps = s->limit > gsn ? (s->limit - gsn) / s->cfg.layout.global_batch : 0;
-	if (*share && steps > (UINT64_C(1) << 62) / *share)
-		steps = (UINT64_C(1) << 62) / *share;
-	*size = steps * *share;
+	steps = layout_steps_below(srv_layout(s), gsn, srv_limit(s));
+	*size = run_bytes(*share, steps);
 	return 0;
 }
 
@@ -233,7 +244,7 @@ int server_run_open(struct server *s, uint64_t rank, uint64_t gsn, struct share_
 	r->s = s;
 	r->rank = rank;
 	r->gsn = gsn;
-	r->share_samples = layout_share(&s->cfg.layout);
+	r->share_samples = layout_share(srv_layout(s));
 	rc = server_run_size(s, rank, gsn, &r->share, &r->size);
 	if (rc) {
 		free(r);
@@ -264,8 +275,10 @@ static int run_slice(struct share_run *r, struct share_read *rd, uint64_t k,
 	int rc;
 
 	if (!sh) {
-		struct share at = { SHARE_AT, r->rank, r->gsn + k * r->s->cfg.layout.global_batch };
+		struct share at = { SHARE_AT, r->rank, 0 };
 
+		if (layout_gsn_after(srv_layout(r->s), r->gsn, k, &at.n))
+			return -EOVERFLOW;
 		if (ARRAY_GROW(rd->held, rd->cap_held, rd->nheld + 1))
 			return -ENOMEM;
 		rc = server_share(r->s, &at, &sh);
@@ -298,11 +311,11 @@ int share_run_read(struct share_run *r, uint64_t off, size_t size, size_t max_io
 		return 0;
 	end = r->size - pos < size ? r->size : pos + size;
 	while (pos < end && !rc && rd->niov < max_iov) {
-		uint64_t k = pos / r->share, within = pos % r->share;
-		size_t take = (size_t)(r->share - within < end - pos ? r->share - within : end - pos);
+		struct run_piece piece;
 		size_t before = rd->bytes;
 
-		rc = run_slice(r, rd, k, within, take, max_iov);
+		run_piece(r->share, pos, end, &piece);
+		rc = run_slice(r, rd, piece.share, piece.within, (size_t)piece.len, max_iov);
 		pos += rd->bytes - before;
 	}
 	rd->end = pos;
@@ -315,7 +328,7 @@ void share_run_read_end(struct share_run *r, struct share_read *rd, int ok)
 	if (rd->nheld && ok) {
 		server_batch_free(r->s, r->kept);
 		r->kept = rd->held[--rd->nheld];
-		r->kept_k = (rd->end - 1) / r->share;
+		r->kept_k = run_shares(r->share, rd->end - 1);
 	}
 	pthread_mutex_unlock(&r->mu);
 	for (size_t i = 0; i < rd->nheld; i++)
@@ -325,9 +338,19 @@ void share_run_read_end(struct share_run *r, struct share_read *rd, int ok)
 	memset(rd, 0, sizeof(*rd));
 }
 
+int server_ids_possible(enum encode_format format, int flat)
+{
+	return encode_format_fixed(format) && flat;
+}
+
 int server_ids_served(const struct server *s)
 {
-	return server_shares_fixed(s) && s->flat;
+	return server_ids_possible(server_get_config(s)->format, srv_flat(s));
+}
+
+uint64_t server_ids_share_bytes(const struct server *s)
+{
+	return layout_share(srv_layout(s)) * sizeof(uint64_t);
 }
 
 int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *size)
@@ -337,25 +360,33 @@ int server_ids_size(struct server *s, uint64_t rank, uint64_t gsn, uint64_t *siz
 
 	if (rc)
 		return rc;
-	if (layout_share(&s->cfg.layout) > UINT64_MAX / 8)
+	if (layout_share(srv_layout(s)) > UINT64_MAX / sizeof(uint64_t))
 		return -EOVERFLOW;
-	per = layout_share(&s->cfg.layout) * 8;
-	steps = share ? run / share : 0;
-	if (per && steps > (UINT64_C(1) << 62) / per)
-		steps = (UINT64_C(1) << 62) / per; /* an endless stream, cut as from/ is */
-	*size = steps * per;
+	per = server_ids_share_bytes(s);
+	steps = run_shares(share, run);
+	*size = run_bytes(per, steps); /* an endless stream, cut as from/ is */
 	return 0;
 }
 
 int share_run_ids(struct share_run *r, uint64_t k, uint64_t *ids)
 {
-	return server_share_ids(r->s, r->rank, r->gsn + k * r->s->cfg.layout.global_batch, ids);
+	uint64_t g;
+
+	if (layout_gsn_after(srv_layout(r->s), r->gsn, k, &g))
+		return -EOVERFLOW;
+	return server_share_ids(r->s, r->rank, g, ids);
 }
 
 void share_run_ahead(struct share_run *r, uint64_t off, uint64_t len, uint64_t unit,
 		     int checked)
 {
-	if (unit)
-		server_readahead(r->s, r->rank, r->gsn + off / unit * r->s->cfg.layout.global_batch,
-				 (len + unit - 1) / unit + 1, checked);
+	struct run_piece first;
+	uint64_t g;
+
+	if (!unit || !len)
+		return;
+	/* the steps the read spans, and one more */
+	run_piece(unit, off, off + len, &first);
+	if (!layout_gsn_after(srv_layout(r->s), r->gsn, first.share, &g))
+		server_readahead(r->s, r->rank, g, run_shares_up(unit, len) + 1, checked);
 }

@@ -186,20 +186,20 @@ def require_same_step(mount_global_batch: int, world_size: int, step: TrainerSte
         f"step of the mount, and every checkpoint would land inside one of its steps; {fix}")
 
 
-def require_accumulation(share: int, micro_batch: int, accumulation: int, global_batch: int,
-                         world_size: int) -> None:
-    """Refuse (``ValueError``) a trainer that takes ``accumulation`` micro-batches of
-    ``micro_batch`` samples per optimizer step from each DP rank when the mount's share of a
-    step (``share`` = ``global_batch`` / ``world_size``, a multiple of ``micro_batch``) is
-    another number of samples."""
-    if int(accumulation) * int(micro_batch) == int(share):
+def require_accumulation(position: Any, accumulation: int, world_size: int) -> None:
+    """Refuse (``ValueError``) a trainer that takes ``accumulation`` micro-batches per
+    optimizer step from each DP rank when the mount's share of a step is another number of
+    the loader's micro-batches (``position``: the loader's :class:`zephon.position.Position`,
+    its ``micro_batches``, ``micro_batch``, ``share`` and ``global_batch``, the mount's)."""
+    if int(accumulation) == position.micro_batches:
         return
-    per_rank = int(accumulation) * int(micro_batch)
+    m = position.micro_batch
+    per_rank = int(accumulation) * m
     raise ValueError(
         f"the trainer takes gradient_accumulation_steps {accumulation} x micro_batch "
-        f"{micro_batch} = {per_rank} samples per DP rank and step (a global batch of "
-        f"{per_rank * world_size}), but the mount's share of a step is {share} samples "
-        f"(global_batch {global_batch} / world_size {world_size}); remount with "
-        f"world_size={world_size},global_batch={per_rank * world_size}, or take "
-        f"gradient_accumulation_steps={share // micro_batch} (the loader's "
+        f"{m} = {per_rank} samples per DP rank and step (a global batch of "
+        f"{per_rank * world_size}), but the mount's share of a step is {position.share} "
+        f"samples (global_batch {position.global_batch} / world_size {world_size}); remount "
+        f"with world_size={world_size},global_batch={per_rank * world_size}, or take "
+        f"gradient_accumulation_steps={position.micro_batches} (the loader's "
         "gradient_accumulation_steps attribute)")

@@ -21,7 +21,7 @@ place to cut (no space or line break, :func:`_candidates`) for a whole piece. A 
 Documents are what TorchTitan's ``HuggingFaceTokenizer`` makes of them in its pretraining
 datasets, ``encode(text, add_bos=True, add_eos=True)``: the tokenizer's own ids, then BOS
 in front and EOS behind unless the tokenizer's post-processor already puts them there.
-:func:`load_tokenizer` states the rules (and README.md, "Raw text to tokens").
+:func:`load_tokenizer` states the rules (and docs/packing.md, "Raw text to tokens").
 
 Needs ``tokenizers`` (and ``pyarrow`` for Parquet and ``datasets`` folders):
 ``pip install 'zephon[tokenize]'``.
@@ -371,7 +371,7 @@ def _arrow_units(folder: str, opts: Options) -> list[Unit]:
 
 
 def plan_inputs(inputs: list[str], opts: Options) -> list[Unit]:
-    """The files to read, in order (README, "Raw text to tokens", states the rules)."""
+    """The files to read, in order (docs/packing.md, "Raw text to tokens", states the rules)."""
     units: list[Unit] = []
     for inp in inputs:
         if os.path.isdir(inp):

@@ -46,13 +46,14 @@ import io
 import mmap
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from .agreement import require_accumulation
 from .mount import read_status
+from .position import Position
 
 if TYPE_CHECKING:
     from .torchft import TorchFTPosition
@@ -159,10 +160,9 @@ class TokenMount:
                 int(tokens_per_batch) != self.micro_batch * self.seq_len:
             raise ValueError(f"tokens_per_batch {tokens_per_batch} is not micro_batch "
                              f"{self.micro_batch} x seq_len {self.seq_len}; make them agree")
-        if self.micro_batch < 1 or share % self.micro_batch:
-            raise ValueError(f"micro_batch {self.micro_batch} does not divide the rank's "
-                             f"share of a step, global_batch {self.global_batch} / world_size "
-                             f"{world} = {share} samples; choose a divisor")
+        self.position = Position(st, self.micro_batch)
+        """Where this loader is in the stream (:class:`zephon.position.Position`: the
+        layout's walk, from the mount's values)."""
         self.share: int = share
         """Samples of this rank's share of a step (the mount's ``share_samples``)."""
         self.share_bytes: int = int(st["share_bytes"])
@@ -262,6 +262,9 @@ class ZephonLoader(TokenMount):
     when the mount does not answer.
     """
 
+    # the reader of ids/ runs, None: _IdsRun (a benchmark's variant reads larger blocks)
+    _ids_run: type[_IdsRun] | None = None
+
     def __init__(self, mount: str | os.PathLike[str], *, dp_rank: int, dp_world_size: int,
                  micro_batch: int | None = None, tokens_per_batch: int | None = None,
                  global_batch: int | None = None, vocab_size: int | None = None,
@@ -276,9 +279,9 @@ class ZephonLoader(TokenMount):
                          micro_batch=micro_batch, tokens_per_batch=tokens_per_batch,
                          global_batch=global_batch, vocab_size=vocab_size)
         if gradient_accumulation_steps is not None:
-            require_accumulation(self.share, self.micro_batch, int(gradient_accumulation_steps),
-                                 self.global_batch, self.dp_world_size)
-        self.gradient_accumulation_steps: int = self.share // self.micro_batch
+            require_accumulation(self.position, int(gradient_accumulation_steps),
+                                 self.dp_world_size)
+        self.gradient_accumulation_steps: int = self.position.micro_batches
         """Micro-batches of this rank per optimizer step (one step of the mount)."""
         st = self.status
         self._shards: _Shards | None = None
@@ -302,12 +305,11 @@ class ZephonLoader(TokenMount):
         # source would begin epoch E, a split shortens each epoch): no at/ file past it
         self._finite = int(st.get("epochs", 0)) > 0
         self._marker = bool(write_marks) and self.dp_rank == min(self.ranks)
-        # the position: the step that starts at gsn _gsn, numbered _step; each rank has
-        # taken _offset samples of its share of it
-        self._gsn = int(st["start_samples"])
-        self._step = int(st["start_step"])
-        self._offset = 0
-        self._run: _Run | None = None
+        # the micro-batches from the position on (Position.walk over the blocks of a
+        # from/ or ids/ run); None: start one at the position's next step
+        self._batches: Iterator[np.ndarray] | None = None
+        self._gather = self._shards.gatherer() if self._shards is not None else None
+        self._rows = (-1, *self.sample_shape) if self.row_len else None
         self._pending_mark: tuple[int, int] | None = None
         self.torchft: TorchFTPosition | None = None
         """The shared position of torchft mode (``torchft=`` given), else None."""
@@ -322,8 +324,7 @@ class ZephonLoader(TokenMount):
     def __iter__(self) -> Iterator[torch.Tensor]:
         """The loader itself: each ``next()`` yields the next micro-batch, an ``int64``
         tensor ``[micro_batch, window]`` (rows: ``[micro_batch, 3, row_len]``), and moves
-        the position. Ends (StopIteration) at
-        the end of a finite stream (``epochs=E``)."""
+        the position. Ends (StopIteration) at the end of a finite stream (``epochs=E``)."""
         return self
 
     def __next__(self) -> torch.Tensor:
@@ -332,22 +333,28 @@ class ZephonLoader(TokenMount):
             self._pending_mark = None
         if self.torchft is not None:
             return self.torchft.batch()
+        batches = self._batches
+        if batches is None:
+            batches = self._batches = self.position.walk(self._blocks(self.position.gsn))
         try:
-            share = self._read_share(self._gsn)
+            rows = next(batches)
         except FileNotFoundError:
-            if self._finite and self._offset == 0:
+            self._batches = None        # a later call reads from the position again
+            if self._finite and self.position.offset == 0:
                 raise StopIteration from None
             raise
-        rows = share[self._offset:self._offset + self.micro_batch]
-        if self._shards is not None:       # ids: gather the windows from the shards
-            rows = self._shards.gather(rows)
-        out = torch.from_numpy(rows.astype(np.int64).reshape(-1, *self.sample_shape))
-        self._offset += self.micro_batch
-        if self._offset == self.share:
-            self._gsn += self.global_batch
-            self._step += 1
-            self._offset = 0
-        return out
+        if self._gather is not None:    # ids: gather the windows from the shards
+            rows = self._gather(rows)
+        if self._rows is not None:      # a dataset of rows: [m, 3, row_len] (zephon.sft)
+            return torch.from_numpy(rows.astype(np.int64).reshape(self._rows))
+        return torch.from_numpy(rows.astype(np.int64))
+
+    def _blocks(self, gsn: int) -> Iterator[np.ndarray]:
+        """The shares of the steps from ``gsn`` on, in blocks (``[steps, share, window]``,
+        or with ``direct`` the ids ``[steps, share]``): of ``ids/<gsn>`` or ``from/<gsn>``.
+        Raises FileNotFoundError past the end of a finite stream."""
+        return ((self._ids_run or _IdsRun)(self.ids_path(gsn), self) if self.direct else
+                _Run(self.run_path(gsn), self)).blocks()
 
     def share_path(self, gsn: int) -> str:
         """The pure file with this rank's share of the step that starts at ``gsn``."""
@@ -362,19 +369,6 @@ class ZephonLoader(TokenMount):
         """The pure file with the sample ids of ``from/<gsn>``'s shares, little-endian
         uint64, ``share`` per step (``/rank/<r>/ids/<G>``)."""
         return os.path.join(self.mount, "rank", str(self.dp_rank), "ids", str(gsn))
-
-    def _read_share(self, gsn: int) -> np.ndarray:
-        """This rank's share of the step at ``gsn``, ``[share, window]`` (with
-        ``direct``: its sample ids, ``[share]``, from ``ids/`` as below): from the
-        ``from/<G>`` file when gsn is a step of it, read ``readahead`` steps at a time (one
-        open, read and release for all of them instead of a lookup, open, read and release
-        per step); from ``from/<gsn>`` otherwise (after load_state_dict). Raises
-        FileNotFoundError past the end of a finite stream."""
-        run = self._run
-        if run is None or gsn < run.base or (gsn - run.base) % self.global_batch:
-            run = self._run = (_IdsRun(self.ids_path(gsn), gsn, self) if self.direct else
-                               _Run(self.run_path(gsn), gsn, self))
-        return run.share((gsn - run.base) // self.global_batch)
 
     # ---- state ----
 
@@ -392,14 +386,16 @@ class ZephonLoader(TokenMount):
         mount's journal. In torchft mode it is the committed position (``step``:
         torchft's step count), whose mark each committed step writes already."""
         if self.torchft is not None:
-            (self._gsn, self._step), self._offset = self.torchft.committed(), 0
+            (gsn, step), offset = self.torchft.committed(), 0
+            self.position.move(gsn, step, 0)
         else:
-            self._pending_mark = (self._gsn, self._step)
+            gsn, step, offset = self.position.state()
+            self._pending_mark = (gsn, step)
         return {
             "version": STATE_VERSION,
-            "consumed_samples": self._gsn,
-            "step": self._step,
-            "step_offset": self._offset,
+            "consumed_samples": gsn,
+            "step": step,
+            "step_offset": offset,
             "dp_world_size": self.dp_world_size,
             "global_batch": self.global_batch,
             "fingerprint": self.fingerprint,
@@ -450,9 +446,6 @@ class ZephonLoader(TokenMount):
                     f"rank's share, at data-parallel degree {w}, global batch {b}); it restores "
                     f"only at degree {w} and global batch {b}, not {self.dp_world_size} and "
                     f"{self.global_batch}: resume from a checkpoint taken at a step boundary")
-            if offset % self.micro_batch or offset >= self.share:
-                raise ValueError(f"the state was saved {offset} samples into a step; "
-                                 f"micro_batch {self.micro_batch} cannot continue from there")
         if self.torchft is not None:
             if offset:
                 raise ValueError(f"the state was saved inside step {step} ({offset} samples "
@@ -460,7 +453,8 @@ class ZephonLoader(TokenMount):
                                  "boundary: resume from a checkpoint taken at one")
             self.torchft.load(gsn)      # provisional: a peer's position replaces it
             return
-        self._gsn, self._step, self._offset = gsn, step, offset
+        self.position.move(gsn, step, offset)
+        self._batches = None
         self._pending_mark = None
         self._write_mark(gsn, step)
 
@@ -477,8 +471,8 @@ class ZephonLoader(TokenMount):
 
 
 class _Run:
-    """Reads of ``from/<base>``: share k is at offset k * ``share_bytes`` (the mount's);
-    ``readahead`` shares are read at once and kept: 1 for the first block (a resumed
+    """Reads of ``from/<G>``, in blocks of consecutive shares (:meth:`blocks`): share k is
+    at offset k * ``share_bytes`` (the mount's); 1 share for the first block (a resumed
     trainer's first batch waits for one share, not 32), then 4 times more each block up
     to 32 (at most 2 MiB); each block with its own open and close, so the loader holds no
     file of the mount between reads and never keeps it from unmounting (the name's
@@ -488,19 +482,16 @@ class _Run:
     MAX_BYTES = 2 << 20
     MAX_SHARES = 32
 
-    def __init__(self, path: str, base: int, loader: TokenMount) -> None:
-        self.path, self.base, self.loader = path, base, loader
+    def __init__(self, path: str, loader: TokenMount) -> None:
+        self.path, self.loader = path, loader
         self.header = b""
         self.size = loader.share_bytes
         self.readahead = 1
         self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
-        self.first = 0          # index of the first share in buf
-        self.count = 0          # shares in buf
-        self.buf = b""
         self._headed = loader.format != "npy"
 
     def _read(self, k: int) -> bytes:
-        fd = os.open(self.path, os.O_RDONLY)   # FileNotFoundError: no full step at base
+        fd = os.open(self.path, os.O_RDONLY)   # FileNotFoundError: no full step at G
         try:
             if not self._headed:
                 # the header's own length first, then the header: reads that stop inside
@@ -519,52 +510,50 @@ class _Run:
         finally:
             os.close(fd)
 
-    def share(self, k: int) -> np.ndarray:
-        """Share k of the run, ``[share, window]``. Raises FileNotFoundError past the end
-        of the stream, OSError for a share whose npy header is not the first one's."""
-        if not self.first <= k < self.first + self.count:
-            self.buf = self._read(k)
-            self.first, self.count = k, len(self.buf) // self.size
-            if not self.count:
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The shares from the first, a block at a time, ``[shares, share, window]``.
+        Raises FileNotFoundError at the end of the stream, OSError for a share whose npy
+        header is not the first one's."""
+        k = 0
+        while True:
+            buf = self._read(k)
+            count = len(buf) // self.size
+            if not count:
                 raise FileNotFoundError(f"{self.path}: the stream ends before its step {k}")
-        off = (k - self.first) * self.size
-        h = len(self.header)
-        if h and self.buf[off:off + h] != self.header:
-            raise OSError(f"{self.path}: share {k} does not start with the npy header of "
-                          "the first one")
-        ld = self.loader
-        arr = np.frombuffer(self.buf, dtype=ld.dtype, count=ld.share * ld.window,
-                            offset=off + h)
-        return arr.reshape(ld.share, ld.window)
+            yield self._decode(buf, count, k)
+            k += count
+
+    def _decode(self, buf: bytes, count: int, k: int) -> np.ndarray:
+        ld, h = self.loader, len(self.header)
+        rows = np.frombuffer(buf, dtype=np.uint8, count=count * self.size).reshape(
+            count, self.size)
+        if h and not (rows[:, :h] == np.frombuffer(self.header, dtype=np.uint8)).all():
+            raise OSError(f"{self.path}: a share of steps {k}-{k + count - 1} does not "
+                          "start with the npy header of the first one")
+        return rows[:, h:].view(ld.dtype).reshape(count, ld.share, ld.window)
 
 
 class _IdsRun(_Run):
-    """Reads of ``ids/<base>``, as :class:`_Run` reads ``from/<base>`` (the same blocks
-    of shares, 1 then 4 times more each block): share k's ids are at offset k * 8 *
-    ``share``. Its shares are small, so a block holds up to 256 of them (64 KiB at most),
-    and the mount counts as read the shares a block reaches, as it does for ``from/``."""
+    """Reads of ``ids/<G>``, as :class:`_Run` reads ``from/<G>`` (the same blocks of
+    shares, 1 then 4 times more each block): share k's ids are at offset k *
+    ``position.ids_bytes``. Its shares are small, so a block holds up to 256 of them (64
+    KiB at most), and the mount counts as read the shares a block reaches, as it does for
+    ``from/``."""
 
     MAX_BYTES = 64 << 10
     MAX_SHARES = 256
 
-    def __init__(self, path: str, base: int, loader: TokenMount) -> None:
-        super().__init__(path, base, loader)
-        self.size = 8 * loader.share
+    def __init__(self, path: str, loader: TokenMount) -> None:
+        super().__init__(path, loader)
+        self.size = loader.position.ids_bytes
         self.limit = max(1, min(self.MAX_SHARES, self.MAX_BYTES // self.size))
         self._headed = True
 
-    def share(self, k: int) -> np.ndarray:
-        """The ids of share k, ``[share]`` int64 (ids are below 2^62). Raises
-        FileNotFoundError past the end of the stream."""
-        if not self.first <= k < self.first + self.count:
-            buf = self._read(k)
-            self.first, self.count = k, len(buf) // self.size
-            if not self.count:
-                raise FileNotFoundError(f"{self.path}: the stream ends before its step {k}")
-            # once per block: int64 (an index numpy takes without a cast), a row per share
-            self.ids = np.frombuffer(buf, dtype="<u8", count=self.count * self.loader.share
-                                     ).astype(np.int64).reshape(self.count, self.loader.share)
-        return self.ids[k - self.first]
+    def _decode(self, buf: bytes, count: int, k: int) -> np.ndarray:
+        # once per block: int64 (an index numpy takes without a cast), a row per share
+        # (ids are below 2^62)
+        return np.frombuffer(buf, dtype="<u8", count=count * self.loader.share
+                             ).astype(np.int64).reshape(count, self.loader.share)
 
 
 class _Shards:
@@ -600,6 +589,11 @@ class _Shards:
                     arr = np.frombuffer(m, dtype=dtype)
             self.maps.append(arr.reshape(n, window))
         self.one = len(self.maps) == 1 and int(self.first[0]) == 0
+
+    def gatherer(self) -> Callable[[np.ndarray], np.ndarray]:
+        """:meth:`gather`, or where one shard holds every sample from id 0 its array's own
+        fancy index (a call less each batch)."""
+        return self.maps[0].__getitem__ if self.one else self.gather
 
     def gather(self, ids: np.ndarray) -> np.ndarray:
         """The windows of sample ``ids`` (int64), ``[len(ids), window]``, a copy."""
@@ -660,11 +654,11 @@ class ZephonValidationLoader(TokenMount):
         return os.path.join(self.mount, "rank", str(self.dp_rank), "validation", str(t))
 
     def __len__(self) -> int:
-        return self.steps * (self.share // self.micro_batch)
+        return self.steps * self.position.micro_batches
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         for t in range(self.steps):
             share = self._read(self.path(t))
-            for k in range(0, self.share, self.micro_batch):
-                yield torch.from_numpy(share[k:k + self.micro_batch].astype(np.int64)
-                                       .reshape(-1, *self.sample_shape))
+            for rows in self.position.split(share):
+                yield torch.from_numpy(rows.astype(np.int64).reshape(-1, *self.sample_shape))
+

@@ -63,7 +63,7 @@ import importlib.metadata
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
@@ -178,8 +178,8 @@ class TorchFTPosition:
         self._pending: _Pending | None = None
         self._marks_due: list[tuple[int, int]] = []
         self._future: Any = None           # the quorum the current step was served by
-        self._share: np.ndarray | None = None
-        self._offset = 0
+        # the micro-batches of the step's share, in order (the loader's position splits it)
+        self._parts: Iterator[np.ndarray] = iter(())
         self.current: FTStep | None = None
         """The step being served (None before the first)."""
         manager.register_state_dict_fn(STATE_KEY, self._receive, self._send)
@@ -305,23 +305,22 @@ class TorchFTPosition:
         for g, s in marks:
             self.loader._write_mark(g, s)
         path = os.path.join(self.loader.mount, "rank", str(rank), "at", str(gsn))
-        self._share = self.loader._read(path)   # FileNotFoundError past a finite stream
-        self._offset = 0
+        share = self.loader._read(path)   # FileNotFoundError past a finite stream
+        self._parts = self.loader.position.split(share)
 
     def batch(self) -> torch.Tensor:
         """The next micro-batch of this DP rank (the loader's ``__next__`` in torchft
         mode); a step's first waits for its quorum. Raises StopIteration at the end of a
         finite stream, RuntimeError as the module says."""
         ld = self.loader
-        if self._share is None or self._offset >= ld.share:
+        rows = next(self._parts, None)
+        if rows is None:
             try:
                 self._begin_step()
             except FileNotFoundError:
                 if ld._finite:
                     raise StopIteration from None
                 raise
-        assert self._share is not None
-        rows = self._share[self._offset:self._offset + ld.micro_batch]
-        self._offset += ld.micro_batch
+            rows = next(self._parts)
         # a dataset of rows: [m, 3, row_len] (zephon.sft), as the loader yields it
         return torch.from_numpy(rows.astype(np.int64).reshape(-1, *ld.sample_shape))

@@ -62,7 +62,7 @@ static void *work(void *arg)
 			break;
 		}
 		out.len = 0;
-		if (encode_batch(r, info, w->f, ids, w->m, &out, &bad)) {
+		if (encode_batch(&(struct encode_in){ r, info, w->f, ids, w->m }, &out, &bad)) {
 			fprintf(stderr, "bench_encode: batch at gsn %" PRIu64 " failed (sample %"
 				PRIu64 ")\n", gsn, bad);
 			w->err = 1;

@@ -2,10 +2,14 @@
 
 usage: ZEPHON=build/fs/zephon python tests/bench/bench_floor.py [--tokens 50000000]
            [--rounds 5] [--steps 2000] [--dir /tmp/zephon-bench/floor] [--only a,b]
-           [--readahead BYTES]
+           [--readahead BYTES] [--ranks R]
 
-One rank, batches of 8 windows of 2,049 tokens (``int64`` tensors ``[8, 2049]``), the
-dataset in the page cache (every file read once before, then one warm-up round each).
+R ranks (default 1), batches of 8 windows of 2,049 tokens (``int64`` tensors ``[8,
+2049]``), the dataset in the page cache (every file read once before, then one warm-up
+round each). With R > 1 every system serves R data-parallel ranks from this one process,
+a batch of each rank in turn (the mount: world_size=R, global_batch=8R; the floor: R
+disjoint slices of its permutation; getitems: R samplers of R replicas); --steps counts
+batches of all ranks together, so a batch costs the same work at every R.
 Generates (fixed seed, reused) a uint16 token file of --tokens random tokens and packs it
 ``--compress none --seq-len 2048 --overlap 1``. Systems, in one process, each round in
 turn (rounds alternate, so each ratio is between figures of the same minutes):
@@ -41,7 +45,7 @@ import torch
 # the package of this tree, not whichever one the venv had installed last
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import zephon  # noqa: E402
-from zephon.torch import ZephonLoader  # noqa: E402
+from zephon.torch import ZephonLoader, _IdsRun  # noqa: E402
 
 WINDOW, MICRO, SEED = 2049, 8, 1234
 
@@ -77,16 +81,23 @@ def prepare(d: str, tokens: int) -> str:
     return ds
 
 
-def floor(path: str, n: int):
+def floor(path: str, n: int, rank: int = 0, ranks: int = 1):
     mm = np.memmap(path, dtype=np.uint16, mode="r", shape=(n, WINDOW))
     perm = np.random.default_rng(SEED).permutation(n)
-    pos = 0
+    pos = rank * MICRO
     while True:
         if pos + MICRO > n:
-            pos = 0
+            pos = rank * MICRO
         ids = perm[pos:pos + MICRO]
-        pos += MICRO
+        pos += MICRO * ranks
         yield torch.from_numpy(mm[ids].astype(np.int64))
+
+
+def in_turn(gens):
+    """A batch of each rank's generator in turn (R ranks from one process)."""
+    while True:
+        for g in gens:
+            yield next(g)
 
 
 def nanogpt(path: str, n: int):
@@ -114,11 +125,12 @@ class Windows(torch.utils.data.Dataset):
         return torch.from_numpy(self.mm[ids].astype(np.int64))
 
 
-def getitems(path: str, n: int):
+def getitems(path: str, n: int, rank: int = 0, ranks: int = 1):
     from torchdata.stateful_dataloader import StatefulDataLoader
     from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
     ds = Windows(path, n)
-    sampler = StatefulDistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=SEED)
+    sampler = StatefulDistributedSampler(ds, num_replicas=ranks, rank=rank, shuffle=True,
+                                         seed=SEED)
     dl = StatefulDataLoader(ds, batch_size=MICRO, sampler=sampler, num_workers=0,
                             collate_fn=lambda b: b, drop_last=True)
     epoch = 0
@@ -128,12 +140,15 @@ def getitems(path: str, n: int):
         epoch += 1
 
 
-def zephon_loader(mount: str, direct: bool, block: int = 0):
-    ld = ZephonLoader(mount, dp_rank=0, dp_world_size=1, direct=direct)
+def zephon_loader(mount: str, direct: bool, block: int = 0, rank: int = 0, ranks: int = 1):
+    ld = ZephonLoader(mount, dp_rank=rank, dp_world_size=ranks, direct=direct)
     assert ld.direct == direct and ld.window == WINDOW
-    yield next(ld)
-    if block:                  # a variant: blocks of `block` shares of ids after the first
-        ld._run.limit = block  # type: ignore[union-attr]
+    if block:                  # a variant: blocks of up to `block` shares of ids
+
+        class Blocks(_IdsRun):
+            MAX_SHARES, MAX_BYTES = block, block * 8 * ld.share
+
+        ld._ids_run = Blocks
     while True:
         yield next(ld)
 
@@ -147,6 +162,8 @@ def main() -> None:
     ap.add_argument("--only", default="floor,nanogpt,getitems,zephon-ids,zephon-from,zephon-ids-4k")
     ap.add_argument("--readahead", default=None,
                     help="the mount's readahead= (bytes, e.g. 0 or 64M; default: the mount's)")
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="data-parallel ranks served from this process, a batch each in turn")
     a = ap.parse_args()
     ds = prepare(a.dir, a.tokens)
     shard = sorted(f for f in os.listdir(ds) if f.endswith(".raw"))
@@ -157,16 +174,18 @@ def main() -> None:
     journal = os.path.join(a.dir, "journal.sqlite")
     if os.path.exists(journal):
         os.unlink(journal)
-    with zephon.mount(ds, mp, world_size=1, global_batch=MICRO, micro_batch=MICRO,
+    R = a.ranks
+    with zephon.mount(ds, mp, world_size=R, global_batch=MICRO * R, micro_batch=MICRO,
                       journal=journal, resume="fresh", readahead=a.readahead) as m:
         daemon = m.pid
-        make = {"floor": lambda: floor(path, n), "nanogpt": lambda: nanogpt(path, n),
-                "getitems": lambda: getitems(path, n),
-                "zephon-ids": lambda: zephon_loader(m.path, True),
-                "zephon-from": lambda: zephon_loader(m.path, False),
-                "zephon-ids-4k": lambda: zephon_loader(m.path, True, 4096)}
+        make = {"floor": lambda r: floor(path, n, r, R), "nanogpt": lambda r: nanogpt(path, n),
+                "getitems": lambda r: getitems(path, n, r, R),
+                "zephon-ids": lambda r: zephon_loader(m.path, True, 0, r, R),
+                "zephon-from": lambda r: zephon_loader(m.path, False, 0, r, R),
+                "zephon-ids-4k": lambda r: zephon_loader(m.path, True, 4096, r, R)}
         names = a.only.split(",")
-        its = {k: make[k]() for k in names}
+        its = {k: make[k](0) if R == 1 else in_turn([make[k](r) for r in range(R)])
+               for k in names}
         for k in names:                            # warm-up round, not counted
             for _ in range(a.steps):
                 next(its[k])
@@ -185,9 +204,9 @@ def main() -> None:
                 rate[k].append(a.steps * x.numel() / (t1 - t0))
                 cpu[k].append((c1 - c0) / gb)
         load1 = os.getloadavg()
-    print(f"{n} windows of {WINDOW} tokens, {a.rounds} rounds x {a.steps} steps of "
-          f"[{MICRO}, {WINDOW}]; load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
-          f"{os.cpu_count()} CPUs")
+    print(f"{n} windows of {WINDOW} tokens, {R} rank{'s' if R > 1 else ''}, {a.rounds} rounds "
+          f"x {a.steps} steps of [{MICRO}, {WINDOW}]; load average {load0[0]:.2f} before, "
+          f"{load1[0]:.2f} after; {os.cpu_count()} CPUs")
     base = statistics.median(rate["floor"]) if "floor" in rate else None
     base_cpu = statistics.median(cpu["floor"]) if "floor" in cpu else None
     for k in names:

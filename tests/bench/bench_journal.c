@@ -31,6 +31,7 @@
 
 #include "clock.h"
 #include "journal.h"
+#include "../unit/test_layout.h"
 
 #define W 8
 
@@ -89,7 +90,7 @@ static int run(const char *dir, enum journal_sync sync, uint64_t claims, unsigne
 	struct journal *j;
 	struct journal_resume auto_rule = { .rule = RESUME_AUTO, .value = 0 };
 	struct rankset rs;
-	struct layout l = { W, 64, 1, 0, 0 };
+	struct layout l = test_layout(W, 64, 1, 0, 0);
 	struct worker wk[W];
 	pthread_t th[W];
 	char path[4096], wal[4200], err[512], why[64], applied[256];

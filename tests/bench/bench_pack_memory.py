@@ -7,7 +7,7 @@ usage: tests/bench/bench_pack_memory.py INPUT.jsonl [--zephon build/fs/zephon]
            [--baseline-pythonpath DIR] [--rounds 1]
 
 INPUT: tests/bench/make_big_docs.py's corpus (1 GB, documents up to 50 MB, for the
-README's figure). Tokenizer: TorchTitan's test tokenizer (../shared/data/tokenizer/
+docs/packing.md's figure). Tokenizer: TorchTitan's test tokenizer (../shared/data/tokenizer/
 torchtitan-test: 2,020 ids, ~3 UTF-8 bytes per token, the heaviest per byte of text).
 Each round packs INPUT once with this tree's front end (python/ beside this script) and,
 with --baseline-pythonpath, once with the `zephon` package found there (e.g. `git archive

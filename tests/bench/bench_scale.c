@@ -36,6 +36,7 @@
 #include "journal.h"
 #include "mix.h"
 #include "order.h"
+#include "../unit/test_layout.h"
 
 static double now(void)
 {
@@ -172,7 +173,7 @@ static void make_node_journal(const char *path, uint64_t w, uint64_t first, int 
 	for (int r = 0; r < 8; r++)
 		ranks[r] = first + (uint64_t)r;
 	for (int k = 0; k < layouts; k++) {
-		struct layout l = { w, w * 4, 1, 0, 0 };
+		struct layout l = test_layout(w, w * 4, 1, 0, 0);
 		struct journal_resume rule = { RESUME_SAMPLES, (uint64_t)k * 100 * w * 4, 1,
 					       (uint64_t)k * 100 };
 
@@ -233,7 +234,7 @@ static void series_steps(const char *dir)
 	struct journal_resume rule = { RESUME_AUTO, 0, 0, 0 };
 	uint64_t ranks[1] = { 0 }, s, m;
 	struct rankset rs = { ranks, 1 };
-	struct layout l = { 1, 8, 8, 0, 0 };
+	struct layout l = test_layout(1, 8, 8, 0, 0);
 	char applied[256];
 
 	snprintf(path, sizeof(path), "%s/scale-steps.sqlite", dir);

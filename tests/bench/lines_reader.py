@@ -9,7 +9,7 @@ Counts records for --seconds after one warm-up step; prints one JSON object.
 Two ways to read (--read):
   file  `with open(path, 'rb') as f: f.read()`, what most code does: 7 FUSE requests
         per batch (OPEN, GETATTR, IOCTL for isatty, GETATTR, READ, READ to EOF, RELEASE);
-  os    `os.open` + `os.readv` into a buffer kept across batches, the README's fast
+  os    `os.open` + `os.readv` into a buffer kept across batches, a fast
         path: OPEN, READ, RELEASE. A read of Zephon's that returns fewer bytes than
         asked has reached the end of the batch, so no READ is spent to see EOF.
 

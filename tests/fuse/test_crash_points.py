@@ -4,7 +4,7 @@ passage of that point. One rank, one claim per step, one reader that reads next 
 Python users do (`with open(p, 'rb') as f: data = f.read()`: an error at the read or at
 the close and the batch is not used). At every point: the journal counts no batch the
 reader did not finish (nothing skipped), and serves again at most the last one it did
-(the commit of a delivery follows the reply to its close), exactly as the README says.
+(the commit of a delivery follows the reply to its close), exactly as docs/journal.md says.
 """
 import json
 import pathlib

@@ -369,7 +369,7 @@ def test_elastic_history(dataset, tmp_path, seed):
 
 @pytest.mark.parametrize('seed', history_seeds()[:12])
 def test_elastic_mixture_history(mixture, tmp_path, seed):
-    """The same histories over a weighted mixture of three datasets (README "Mixtures")."""
+    """The same histories over a weighted mixture of three datasets (docs/mixtures.md)."""
     run_history(*mixture, tmp_path, seed, whole_epochs=False)
 
 

@@ -320,7 +320,7 @@ def test_control_checkpoint_rewind_and_status(ds, mount, tmp_path):
 
 
 def test_checkpoint_after_a_job_that_loads_through_step_files(ds, mount, tmp_path):
-    """A job that reads /rank/<r>/step/<t> (the README's way to load in parallel) claims
+    """A job that reads /rank/<r>/step/<t> (docs/mounting.md's way to load in parallel) claims
     nothing, yet its checkpoint must be recorded and resumed from: the mount accepts
     steps up to the furthest step/ read + 1, and still refuses one no rank has reached."""
     opts = 'world_size=2,global_batch=8,micro_batch=2,journal=%s' % (tmp_path / 'j.sqlite')

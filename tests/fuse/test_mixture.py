@@ -1,4 +1,4 @@
-"""Weighted mixtures, curricula and the validation split (README "Mixtures", docs/design.md
+"""Weighted mixtures, curricula and the validation split (docs/mixtures.md, docs/design.md
 §11), through real mounts. The records name their source and index ({"src": "a", "i": k}),
 so what a reader gets is checked from the bytes themselves, not from the code that
 served them:
@@ -227,7 +227,7 @@ def test_a_remount_without_weights_goes_on_with_the_recorded_curriculum(sources,
 
 def test_resume_fresh_takes_the_specs_weights(sources, tmp_path):
     """resume=fresh starts a new history: the spec's weights hold, not those the journal
-    recorded before it (README: "the spec's weights count only for a new journal (or
+    recorded before it (docs/mixtures.md: "the spec's weights count only for a new journal (or
     resume=fresh)"), and a later mount without weights= goes on with them."""
     mix = spec(tmp_path / 'mix.json', [0.35, 0.4, 0.25], sources)
     j = tmp_path / 'j.sqlite'

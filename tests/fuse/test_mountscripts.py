@@ -23,6 +23,7 @@ import time
 import pytest
 
 from conftest import ZEPHON, sanitizers, batch, mounted, pack, read_all, run, unmount, write_jsonl
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / 'mountscripts'
@@ -597,10 +598,12 @@ def test_install_into_destdir(tmp_path):
 
 
 def test_quickstart_runs_twice(tmp_path):
-    """The README's first command, against the build under test, in a temp demo dir:
+    """The README's quickstart command, against the build under test, in a temp demo dir:
     green twice in a row (idempotent), both checks print "identical", nothing left mounted.
     It says how to put zephon on the shell's PATH when it is not there (the README's
     commands call it bare), and says nothing of it when it is."""
+    # the README's block is this script, bare: what runs here is what it says
+    assert doc_block('README.md', 'quickstart').split() == ['./mountscripts/quickstart']
     if not pathlib.Path('/usr/share/wordnet/data.noun').is_file():
         pytest.fail('wordnet-base is missing: mountscripts/deps build installs it')
     build = pathlib.Path(ZEPHON).resolve().parents[1]

@@ -56,7 +56,7 @@ def test_pack_dolma_jsonl(tmp_path, data):
     for line in want:
         assert set(json.loads(line)) >= {'added', 'created', 'id', 'metadata', 'source', 'text'}
     info = info_json(ds)
-    # the keys zephon info --json promises (README.md, docs/design.md §4)
+    # the keys zephon info --json promises (docs/packing.md, docs/design.md §4)
     assert set(info) >= {'kind', 'samples', 'fingerprint', 'raw_bytes', 'stored_bytes',
                          'shards', 'dtype', 'seq_len', 'sources'}
     assert info['kind'] == 'records' and info['samples'] == 10

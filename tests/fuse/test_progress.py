@@ -1,4 +1,4 @@
-"""Progress of readers that claim nothing (README "/status and /metrics: progress"): the
+"""Progress of readers that claim nothing (docs/mounting.md, "Progress"): the
 mount learns each rank's position from the reads of from/, at/ and step/ themselves, and
 /status, /metrics (and `zephon top`) show it; a mixture's per-source counts follow.
 Also: a large read of from/ with small shares answers (short) instead of hanging."""

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from conftest import Mount, pack, read_all, run, write_jsonl, write_tokens
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / 's3'))
 import server as s3server  # noqa: E402  (tests/s3/server.py)
@@ -290,17 +291,6 @@ def test_cache_cap_evicts_datasets_no_mount_uses(data, tmp_path):
     assert len(list(cache.glob('ds/*'))) == 1
 
 
-def sh_blocks(path, start=None):
-    """The ```sh blocks of a page (from the heading `start` on, to the next '## '), in order."""
-    import re
-    text = path.read_text()
-    if start:
-        text = text[text.index(start):]
-        end = text.find('\n## ', 1)
-        text = text if end < 0 else text[:end]
-    return re.findall(r'```sh\n(.*?)```', text, re.S)
-
-
 def run_page(blocks, s3, tmp_path, setup=''):
     """Run the blocks as one bash script (-e: any command that fails fails it) in tmp_path,
     with the server's endpoint and credentials, zephon on PATH and HOME in tmp_path."""
@@ -320,7 +310,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_object_storage_page_runs_as_written(s3, tmp_path):
-    out = run_page(sh_blocks(ROOT / 'docs' / 'object-storage.md'), s3, tmp_path)
+    out = run_page([doc_block('docs/object-storage.md', 'upload'),
+                    doc_block('docs/object-storage.md', 'mount'),
+                    doc_block('docs/object-storage.md', 'batch')], s3, tmp_path)
     # the mount's first claim of rank 0 and zephon batch's step 0 of rank 0: one batch
     claim = out.split('+ cat mnt/rank/0/next\n')[1].split('+ ')[0]
     assert claim.count('sample ') == 2, out[-3000:]
@@ -329,12 +321,13 @@ def test_the_object_storage_page_runs_as_written(s3, tmp_path):
 
 
 def test_the_readme_section_runs_as_written(s3, tmp_path):
-    # the dataset `ds` the section uploads, as the object-storage page packs it
-    blocks = sh_blocks(ROOT / 'README.md', '## Datasets in object storage')
-    assert len(blocks) == 1
-    setup = "seq 1 100 | sed 's/^/line /' > lines.txt\nzephon pack lines.txt --format lines -o ds\nmkdir -p mnt\n"
-    out = run_page(blocks, s3, tmp_path, setup)
-    assert out.count('line ') >= 2, out[-3000:]
+    """README.md's object-storage block as written: upload the dataset `ds` (packed here as
+    the object-storage page packs one), mount it from the bucket, read a batch, unmount."""
+    setup = ("seq 1 100 | sed 's/^/line /' > lines.txt\n"
+             "zephon pack lines.txt --format lines -o ds\nmkdir -p mnt\n")
+    out = run_page([doc_block('README.md', 's3')], s3, tmp_path, setup)
+    batch = out.split('+ cat mnt/rank/1/next\n')[1].split('+ ')[0]
+    assert batch.count('line ') == 2, out[-3000:]
 
 
 def test_fetch_all_fills_the_cache_in_the_background(data, tmp_path):

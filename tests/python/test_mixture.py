@@ -341,6 +341,29 @@ class TestRefusals:
         assert not os.path.exists(tmp_path / 'mnt')
 
 
+def test_stream_differences_compare_what_the_mount_resolves(mix, mounts):
+    """weights and validation compare as the mount resolves them (0.5+0.3+0.2 is 5:3:2 is
+    web:5+code:3+math:2; 0.1 is 1/10): both sides are zephon's, Python only compares."""
+    from zephon.mount import stream_differences
+    from zephon.options import configuration, mount_options
+    m = mounts(mix, global_batch=4, weights=[0.5, 0.3, 0.2], validation=0.1)
+    st = m.status()
+    same = dict(global_batch=4, journal=m.status()['journal'], seed=SEED)
+
+    def asked(**o):
+        return configuration(mix, m.path, mount_options(**same, **o))
+    for o in (dict(weights='web:5+code:3+math:2', validation='1/10'),
+              dict(weights=[5, 3, 2], validation=fractions.Fraction(1, 10)),
+              dict(validation=0.1)):                 # no weights=: the journal's
+        assert stream_differences(asked(**o), st) == [], o
+    assert asked(validation=0.1)['mixture'] == {'weights': None}
+    assert stream_differences(asked(weights={'web': 0.7, 'code': 0.3, 'math': 0},
+                                    validation=0.1), st) == \
+        ['weights 5,3,2 there, 7,3,0 asked']
+    assert stream_differences(asked(weights=[5, 3, 2]), st) == \
+        ['validation 1/10 there, none asked']
+
+
 def test_format_weights_and_validation():
     assert format_weights({'web': 0.7, 'code': 0.3}) == 'web:0.7+code:0.3'
     assert format_weights([1, 2.5, 0]) == '1+2.5+0'

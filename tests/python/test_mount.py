@@ -134,8 +134,8 @@ def test_a_live_mount_of_another_stream_is_refused_and_left_alone(tokens, tmp_pa
                          (dict(micro_batch=2, global_batch=2), 'global_batch 1 there'),
                          (dict(shuffle='none'), 'shuffle global there, none asked'),
                          (dict(epochs=2), 'epochs 0 there, 2 asked'),
-                         (dict(validation=0.1), 'validation none there, 0.1 asked'),
-                         (dict(weights=[1]), 'no mixture there'),
+                         (dict(validation=0.1), 'validation none there, 1/10 asked'),
+                         (dict(weights=[1]), 'weights= applies to a mixture spec only'),
                          (dict(resume='samples:8@8'), 'start_samples 0 there, 8 asked')]:
             opts = dict(dict(world_size=1, seed=1, journal=j1), **kw)
             with pytest.raises(zephon.ZephonError, match=part.replace('(', r'\(')):
@@ -259,25 +259,6 @@ def test_node_mount_lives_while_a_local_rank_uses_it(tokens, tmp_path):
         fusermount_u(mp)
 
 
-def test_stream_differences_of_a_mixture(tmp_path):
-    """weights and validation compare by value (0.5+0.5 is 1:1 is web:1+code:1)."""
-    from zephon.mount import format_options, stream_differences
-    st = {'dataset': str(tmp_path / 'mix.json'), 'world_size': 1, 'global_batch': 1,
-          'micro_batch': 1, 'ranks': '0', 'rank_list': [0], 'seed': 0, 'shuffle': 'global',
-          'epochs': 0,
-          'journal': str(tmp_path / 'mix.journal.sqlite'),
-          'validation': {'split': '1/100', 'samples': 3, 'steps': 3},
-          'mixture': {'weights': '1,1', 'sources': [{'name': 'web'}, {'name': 'code'}]}}
-    same = [dict(weights='0.5+0.5', validation='0.01'), dict(weights='web:1+code:1',
-            validation='1/100'), dict(validation=0.01)]
-    for o in same:
-        assert stream_differences(tmp_path / 'mix.json', format_options(o), st) == [], o
-    assert stream_differences(tmp_path / 'mix.json', 'weights=web:0.7+code:0.3,validation=0.01',
-                              st) == ['weights 1,1 (web+code) there, web:0.7+code:0.3 asked']
-    assert stream_differences(tmp_path / 'mix.json', 'weights=1+1', st) == [
-        'validation 1/100 there, none asked']
-
-
 def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
     """mount, node_mount and Mount name each option of zephon mount -o; the option text
     is mount_options': a rank list written as ranks= takes it, a relative journal made
@@ -296,4 +277,25 @@ def test_every_mount_option_is_a_keyword_of_its_own(tmp_path, monkeypatch):
     for fn in (zephon.mount, zephon.Mount):
         with pytest.raises(TypeError, match="unexpected keyword argument 'wordl_size'"):
             fn(tmp_path, tmp_path / 'mnt', wordl_size=2)
+    # node_mount's dp_degree and dp_ranks are world_size and ranks: not options of its own
+    for kw in (dict(world_size=2), dict(ranks=[0]), dict(wordl_size=2)):
+        with pytest.raises(TypeError, match="node_mount.. got an unexpected keyword"):
+            zephon.node_mount(tmp_path, tmp_path / 'mnt', dp_degree=2, dp_ranks=[0], **kw)
+    with pytest.raises(TypeError, match="mount_options.. got an unexpected keyword"):
+        mount_options(rank=[0])
     assert not (tmp_path / 'mnt').exists()
+
+
+def test_the_options_are_one_typed_definition():
+    """mount, Mount and node_mount take the options of one TypedDict (what mypy checks
+    a call against), and the option text writes each of them."""
+    import inspect
+
+    from zephon.options import OPTION_NAMES, MountOptions, NodeMountOptions
+    assert set(MountOptions.__optional_keys__) == set(OPTION_NAMES)
+    assert set(MountOptions.__optional_keys__) - set(NodeMountOptions.__optional_keys__) == \
+        {'world_size', 'ranks'}
+    for fn in (zephon.mount, zephon.Mount.__init__, zephon.node_mount):
+        params = inspect.signature(fn).parameters
+        assert not set(params) & set(OPTION_NAMES), fn         # none restated
+        assert [p.kind for p in params.values()][-1] == inspect.Parameter.VAR_KEYWORD, fn

@@ -1,10 +1,11 @@
-"""`zephon pack --tokenizer`: raw text to a token dataset (README, "Raw text to tokens").
+"""`zephon pack --tokenizer`: raw text to a token dataset (docs/packing.md, "Raw text to
+tokens").
 
 Token for token: the windows the dataset serves (zephon batch, the mount's code) are the
 documents as TorchTitan 0.3.0's HuggingFaceTokenizer encodes them for pretraining
 (encode(text, add_bos=True, add_eos=True)), concatenated and cut into windows, on real
 text (../shared/data, WordNet) and on Parquet and datasets folders written from it.
-Then each rule the README pins down, and each bad input.
+Then each rule the page pins down, and each bad input.
 """
 import io
 import json
@@ -21,6 +22,7 @@ import pytest
 
 from conftest import DATA, ZEPHON, zrun
 import sanitizers
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
 
 TOK = DATA / 'tokenizer' / 'torchtitan-test'
 SHAKESPEARE = DATA / 'text' / 'tinyshakespeare.txt'
@@ -487,23 +489,16 @@ def test_progress_bar_on_a_terminal_and_an_interrupted_pack_leaves_nothing(tmp_p
     assert sorted(f.name for f in tmp_path.iterdir()) == ['big.jsonl']
 
 
-# ---------------------------------------------------------------- README, loaders
+# ---------------------------------------------------------------- the pages' blocks, loaders
 
-README = pathlib.Path(__file__).resolve().parents[2] / 'README.md'
-
-
-def readme_block(first):
-    """The README's fenced block whose first line starts with `first`, its commands with
-    continuation lines joined."""
-    text = README.read_text()
-    start = text.index('```\n' + first) + 4
-    block = text[start:text.index('```', start)]
+def joined(block):
+    """A block's commands, continuation lines joined."""
     return block.replace('\\\n', ' ').strip().split('\n')
 
 
-def test_readme_lineage_example_as_written(tmp_path):
+def test_the_packing_page_lineage_example_as_written(tmp_path):
     need(CC, BLNS)
-    lines = readme_block('$ zephon pack -q --tokenizer torchtitan-test')
+    lines = joined(doc_block('docs/packing.md', 'lineage'))
     for name, target in (('torchtitan-test', TOK), (CC.name, CC), (BLNS.name, BLNS)):
         (tmp_path / name).symlink_to(target)
     env = dict(os.environ, PATH='%s:%s' % (pathlib.Path(ZEPHON).parent, os.environ['PATH']))
@@ -526,7 +521,7 @@ def test_readme_torchtitan_walkthrough_from_raw_text(tmp_path):
     from torchtitan.components.loss import IGNORE_INDEX
     from torchtitan.config import ConfigManager
 
-    block = readme_block('git clone --depth 1 https://github.com/pytorch/torchtitan ')
+    block = joined(doc_block('README.md', 'torchtitan-walk-through'))
     # the pack, the mount, the GPU job and the unmount (test_torchtitan_readme.py runs the
     # block whole, with its dry run, at 8 DP ranks): here at 1 DP rank, batches checked;
     # the clone's tokenizer is ../shared/data's, linked where the clone puts it
@@ -857,18 +852,15 @@ def test_a_document_streamed_in_parts_is_one_document_and_an_unfinished_one_is_r
         assert 'left a document of x.txt unfinished (broken stream)' in p.stderr, p.stderr
 
 
-def test_the_readme_block_makes_a_venv_installs_and_packs(tmp_path):
-    """README's "Raw text to tokens" block as written, in one shell, from a fresh venv:
+def test_the_packing_page_block_makes_a_venv_installs_and_packs(tmp_path):
+    """docs/packing.md's "Raw text to tokens" block as written, in one shell, from a fresh venv:
     Debian's pip installs nothing outside one (PEP 668), so the block makes one and
     activates it, `pip install '.[tokenize]'` (the wheel tests/python/run built from this
     tree, ZEPHON_WHEEL, for `.`: pip would build the same one) and `zephon pack` with the
     venv's python3. HOME is the test's directory (the block's ~/venv-zephon); TOKENIZER, INPUT...
     and DATASET are ../shared/data's tokenizer and Common Crawl JSONL and a dataset there."""
     need(CC)
-    readme = (pathlib.Path(__file__).resolve().parents[2] / 'README.md').read_text()
-    sec = readme[readme.index('### Raw text to tokens'):]
-    block = sec[sec.index('```\n') + 4:sec.index('\n```', sec.index('```\n') + 4)]
-    lines = block.split('\n')
+    lines = doc_block('docs/packing.md', 'venv-pack').rstrip('\n').split('\n')
     assert lines[0].startswith('python3 -m venv ~/venv-zephon && . ~/venv-zephon/bin/activate')
     assert lines[1].startswith("pip install '.[tokenize]'")
     wheel = os.environ.get('ZEPHON_WHEEL')

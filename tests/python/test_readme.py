@@ -1,11 +1,10 @@
-"""README.md's PyTorch code runs as pasted: its node_mount training loop (the first
-```python block of "PyTorch: `import zephon`") under torchrun at 2 and at 3 processes on
+"""README.md's PyTorch code runs as pasted: its node_mount training loop (the block
+tagged `pytorch`, which docs/pytorch.md holds too, the same) under torchrun at 2 and at 3 processes on
 one node, and a resume of the 2-process run's checkpoint at 3 processes that ends with the
 same model. Only paths and sizes are replaced (each replacement must match the README, so
 a changed snippet fails here rather than going untested)."""
 import os
 import pathlib
-import re
 import shutil
 import signal
 import subprocess
@@ -14,15 +13,20 @@ import sys
 import pytest
 import torch
 
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SIZES = ('SEQ, MICRO, GLOBAL, STEPS, SAVE, VOCAB = 2048, 4, 96, 100, 50, 50304',
          'SEQ, MICRO, GLOBAL, STEPS, SAVE, VOCAB = 16, 2, 12, 6, 3, 50304')
 
 
 def readme_snippet():
-    text = (ROOT / 'README.md').read_text()
-    section = text[text.index('## PyTorch: `import zephon`'):]
-    return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+    return doc_block('README.md', 'pytorch')
+
+
+def test_the_pytorch_page_holds_the_same_loop():
+    """docs/pytorch.md shows the loop this file runs, unchanged."""
+    assert doc_block('docs/pytorch.md', 'pytorch') == readme_snippet()
 
 
 def script(tmp, ds, name):

@@ -103,7 +103,7 @@ def read_next(path):
         return np.load(io.BytesIO(f.read())).astype(np.int64)
 
 
-def test_kill_9_of_the_mount_loses_no_finished_batch(ds, tmp_path):
+def test_kill_9_of_the_mount_skips_no_finished_batch(ds, tmp_path):
     j = tmp_path / 'j.sqlite'
     ref = reference(ds, 40)
     got = {}
@@ -123,14 +123,18 @@ def test_kill_9_of_the_mount_loses_no_finished_batch(ds, tmp_path):
     for step in range(3):
         assert np.array_equal(np.concatenate([got[(step, 0)], got[(step, 1)]]),
                               ref[4 * step:4 * step + 4])
-    assert zrun('journal', 'resume-point', j).decode().strip() == 'samples:12@3'
-    # resume=auto at another world size: the next batch starts after the finished ones
+    # the journal commits a delivery right after it answers the close (docs/journal.md):
+    # a kill between the two serves the last batch each reader finished again, never less
+    point = zrun('journal', 'resume-point', j).decode().strip()
+    assert point in ('samples:12@3', 'samples:8@2'), point
+    gsn, step = (12, 3) if point == 'samples:12@3' else (8, 2)
+    # resume=auto at another world size: the next batch starts after the delivered ones
     with zephon.mount(ds, tmp_path / 'z', world_size=1, global_batch=4, seed=SEED,
                       journal=j):
         st = json.loads((tmp_path / 'z' / 'status').read_text())
-        assert (st['start_step'], st['start_samples']) == (3, 12)
+        assert (st['start_step'], st['start_samples']) == (step, gsn)
         nxt = read_next(tmp_path / 'z' / 'rank' / '0' / 'next')
-    assert np.array_equal(nxt, ref[12:16])
+    assert np.array_equal(nxt, ref[gsn:gsn + 4])
 
 
 def test_a_mixture_of_datasets_of_rows(ds, mounts, tmp_path):

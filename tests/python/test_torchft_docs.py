@@ -17,6 +17,7 @@ pytest.importorskip('torchft')
 from titan_helpers import pack_tokens  # noqa: E402
 from torchft_helpers import Lighthouse  # noqa: E402
 from zephon.mount import read_status  # noqa: E402
+from lint.doc_blocks import doc_block  # noqa: E402  (tests/lint/doc_blocks.py)
 from zexe import zrun  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,15 +25,12 @@ SIZES = ('GROUPS, MICRO, STEPS, VOCAB = 3, 4, 1000, 50304',
          'GROUPS, MICRO, STEPS, VOCAB = 2, 2, 5, 50304')
 
 
-def doc_block(lang, n=0):
-    text = (ROOT / 'docs' / 'torchft.md').read_text()
-    return re.findall(r'```%s\n(.*?)```' % lang, text, re.S)[n]
 
 
 def test_the_pytorch_block_with_two_groups(tmp_path):
     rng = np.random.default_rng(5)
     ds = pack_tokens(tmp_path / 'ds', rng.integers(1, 50000, 4000).astype('<u2'), 16)
-    code = doc_block('python', 1)
+    code = doc_block('docs/torchft.md', 'pytorch')
     for old, new in [('"/data/ds"', repr(str(ds))), ('f"/tmp/z{group}"', 'f"%s/z{group}"' % tmp_path),
                      ('f"/tmp/journal{group}.sqlite"', 'f"%s/journal{group}.sqlite"' % tmp_path),
                      SIZES]:
@@ -70,16 +68,12 @@ def test_the_pytorch_block_with_two_groups(tmp_path):
     assert [(int(s), int(g)) for s, g in marks] == [(1, 2), (2, 6), (3, 10), (4, 14)], shown
 
 
-def doc_command(n):
-    """The n-th plain ``` block of docs/torchft.md, one command, as a list of words."""
-    text = (ROOT / 'docs' / 'torchft.md').read_text()
-    return re.findall(r'```\n(.*?)```', text, re.S)[n].split()
 
 
 def test_the_mount_command(tmp_path):
     rng = np.random.default_rng(6)
     ds = pack_tokens(tmp_path / 'ds', rng.integers(1, 50000, 4000).astype('<u2'), 16)
-    words = doc_command(0)
+    words = doc_block('docs/torchft.md', 'mount').split()
     assert words[:4] == ['zephon', 'mount', '/data/ds', '/mnt/z'], words
     opts = words[5].replace('/var/lib/zephon/', '%s/' % tmp_path)
     assert words[4] == '-o' and opts != words[5]

@@ -62,7 +62,7 @@ def test_the_data_tokenizer_is_the_models_assets(tmp_path, mounts, monkeypatch):
     monkeypatch.delenv('ZEPHON_MOUNT', raising=False)
     config, said = parse('--dataloader.mount', m.path)
     assert config.hf_assets_path == str(TOK.resolve()) and not said
-    # ... or by ZEPHON_MOUNT, as the README's walk-through does
+    # ... or by ZEPHON_MOUNT, as the README's TorchTitan walk-through does
     monkeypatch.setenv('ZEPHON_MOUNT', m.path)
     config, said = parse()
     assert config.hf_assets_path == str(TOK.resolve()) and not said

@@ -1,7 +1,7 @@
 """docs/trainer-agreement.md runs as written, on the TorchTitan of this venv (0.3.0, or git
 main under run-titan-main): its dry-run transcripts of this version (a command after "$ ",
 then lines its output must hold), its config function (`bind`), and its `ZephonLoader`
-session (doctest). The mount is the README walk-through's (tinyshakespeare packed with the
+session (doctest). The mount is the TorchTitan walk-through's (README.md, docs/torchtitan.md) (tinyshakespeare packed with the
 debug model's tokenizer from ../shared/data, `world_size=8,global_batch=64`); /tmp/z in
 the page becomes the test's mountpoint."""
 import doctest
@@ -14,6 +14,7 @@ import pytest
 from torchtitan.config import ConfigManager
 
 from conftest import DATA, Mounts
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
 from titan_helpers import FLAT, ROOT, ZEPHON, build_as_trainer
 
 PAGE = ROOT / 'docs' / 'trainer-agreement.md'
@@ -71,7 +72,7 @@ def test_the_dry_run_transcripts_of_this_version(mount):
 
 
 def test_the_config_function_with_bind(mount, tmp_path, monkeypatch):
-    (code,) = [b for lang, b in blocks() if lang == 'python' and 'def my_config' in b]
+    code = doc_block('docs/trainer-agreement.md', 'bind')
     (tmp_path / 'my_titan_config.py').write_text(code.replace('/tmp/z', mount))
     monkeypatch.syspath_prepend(str(tmp_path))
     args = ['--module', 'my_titan_config', '--config', 'my_config']
@@ -86,7 +87,7 @@ def test_the_config_function_with_bind(mount, tmp_path, monkeypatch):
 
 
 def test_the_zephon_loader_session(mount):
-    (session,) = [b for lang, b in blocks() if lang == 'python' and '>>>' in b]
+    session = doc_block('docs/trainer-agreement.md', 'session')
     test = doctest.DocTestParser().get_doctest(session.replace('/tmp/z', mount), {},
                                                'trainer-agreement.md', str(PAGE), 0)
     runner = doctest.DocTestRunner()

@@ -3,7 +3,7 @@ under run-titan-main): its walk-through (chat samples made of WordNet's verbs, p
 the debug model's tokenizer, info, mount, the `python3 -m zephon.recipes` dry run of
 sft_debugmodel_zephon, unmount) up to the torchrun line, which needs 8 GPUs, and its Python
 block while the mount is up; /tmp/ in the commands becomes the test's own directory and the
-tokenizer that of ../shared/data. README.md's "Fine-tuning data" commands are lines of the
+tokenizer that of ../shared/data. README.md's `fine-tuning` block's commands are lines of the
 walk-through (so they run here too). Also what the page says the pack prints."""
 import os
 import pathlib
@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from rows_helpers import TOK, WORDNET
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
 from titan_helpers import ROOT, ZEPHON
 
 DOC = ROOT / 'docs' / 'fine-tuning.md'
@@ -34,19 +35,15 @@ def env_with_tools():
 
 
 def readme_commands():
-    text = (ROOT / 'README.md').read_text()
-    sec = text[text.index('## Fine-tuning data'):]
-    sec = sec[:sec.index('\n## ', 5)]
-    (block,) = [b for lang, b in blocks(sec) if lang == '']
-    return block.strip().splitlines()
+    return doc_block('README.md', 'fine-tuning').strip().splitlines()
 
 
 def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
     if not (TOK / 'tokenizer.json').is_file() or not (WORDNET / 'data.verb').is_file():
         pytest.skip('shared data %s or %s is absent' % (TOK, WORDNET))
     text = DOC.read_text()
-    (walk,) = [b for lang, b in blocks(text) if lang == '' and 'torchrun' in b]
-    (code,) = [b for lang, b in blocks(text) if lang == 'python']
+    walk = doc_block('docs/fine-tuning.md', 'walk-through')
+    code = doc_block('docs/fine-tuning.md', 'rows')
     lines = walk.strip().splitlines()
     for c in readme_commands():
         assert c in lines, 'README command not in the walk-through: %s' % c

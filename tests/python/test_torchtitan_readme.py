@@ -1,5 +1,5 @@
-"""README.md's TorchTitan section runs as written, on the TorchTitan of this venv (0.3.0, or
-git main under run-titan-main): its config function, and its walk-through (the debug model's
+"""README.md's TorchTitan blocks run as written (docs/torchtitan.md holds the same two), on
+the TorchTitan of this venv (0.3.0, or git main under run-titan-main): its config function, and its walk-through (the debug model's
 tokenizer fetched, raw text packed with it, mount, `python3 -m zephon.recipes` with the
 trainer's options, unmount) up to the torchrun line, which needs 8 GPUs; /tmp/ in the
 commands becomes the test's own directory, the text that of ../shared/data, and the `git
@@ -16,22 +16,23 @@ import sys
 import pytest
 
 from conftest import DATA
+from lint.doc_blocks import doc_block  # tests/lint/doc_blocks.py
 from titan_helpers import FLAT, ROOT, ZEPHON, documents, pack_tokens
 from zephon.recipes import zephon_config
 from zephon.torchtitan import ZephonDataLoader
 
-SECTION = '## TorchTitan: `zephon.torchtitan`'
 # what the walk-through names, as this machine has it
 TOKENIZER = DATA / 'tokenizer' / 'torchtitan-test'
 TEXT = DATA / 'text' / 'tinyshakespeare.txt'
 
 
-def blocks():
-    """The fenced blocks of the section, as (info string, text)."""
-    text = (ROOT / 'README.md').read_text()
-    sec = text[text.index(SECTION):]
-    sec = sec[:sec.index('\n## ', len(SECTION))]
-    return re.findall(r'^```(\w*)\n(.*?)^```$', sec, re.M | re.S)
+def test_the_torchtitan_page_holds_the_same_blocks():
+    """docs/torchtitan.md shows the config function and the walk-through this file runs,
+    unchanged."""
+    assert (doc_block('docs/torchtitan.md', 'torchtitan-config') ==
+            doc_block('README.md', 'torchtitan-config'))
+    assert (doc_block('docs/torchtitan.md', 'torchtitan-walk-through') ==
+            doc_block('README.md', 'torchtitan-walk-through'))
 
 
 def commands(block):
@@ -49,7 +50,7 @@ def env_with_tools():
 
 
 def test_the_config_function_block():
-    (code,) = [b for lang, b in blocks() if lang == 'python']
+    code = doc_block('README.md', 'torchtitan-config')
     ns = {}
     exec(code, ns)
     config = ns['my_config']()
@@ -64,7 +65,7 @@ def test_the_walk_through_runs_up_to_the_gpu_job(tmp_path):
     for f in (TOKENIZER, TEXT):
         if not f.exists():
             pytest.skip('shared data %s is absent' % f)
-    (walk,) = [b for lang, b in blocks() if lang == '' and 'torchrun' in b]
+    walk = doc_block('README.md', 'torchtitan-walk-through')
     clone = 'git clone --depth 1 https://github.com/pytorch/torchtitan /tmp/torchtitan'
     assert commands(walk)[0].startswith(clone + ' '), commands(walk)[0]
     assert '--tokenizer /tmp/torchtitan/tests/assets/tokenizer ' in commands(walk)[1]

@@ -27,6 +27,7 @@ pytest.importorskip('torchft')
 import zephon  # noqa: E402
 from titan_helpers import CONTRACT, pack_tokens, reference  # noqa: E402
 from torchft_helpers import Group, Lighthouse, read_records, run_schedule, trained  # noqa: E402
+from lint.doc_blocks import doc_block  # noqa: E402  (tests/lint/doc_blocks.py)
 from zexe import zrun  # noqa: E402
 
 SEQ, MICRO, ACCUM, GROUPS, STEPS, SEED = 16, 2, 2, 3, 45, 7
@@ -88,8 +89,7 @@ def test_groups_fail_and_rejoin_without_losing_or_repeating_a_sample(ds, tmp_pat
     # fewer participants: step S of 2 groups, participant rank 1 (mark S: where S starts)
     s = next(t for t, gs, _ in steps if len(gs) == 2 * SHARE and t > 1)
     g = dict(marks)[s]
-    words = re.findall(r'```\n(zephon batch .*?)```', (HERE.parents[1] / 'docs' / 'torchft.md')
-                       .read_text(), re.S)[0].split()
+    words = doc_block('docs/torchft.md', 'batch').split()
     args = [w.replace('/data/ds', str(ds)).replace('seed=1', 'seed=%d' % SEED)
             .replace('samples:G@S', 'samples:%d@%d' % (g, s)) for w in words[2:]]
     args = [{'j': '1', 'S': str(s)}.get(w, w) for w in args]
@@ -214,8 +214,7 @@ def test_torchft_absent_or_of_another_version_is_refused(tmp_path):
 
 def test_the_torchtitan_config_of_docs_torchft(tmp_path):
     """docs/torchft.md's TorchTitan block, as written: the config function's result."""
-    text = (HERE.parents[1] / 'docs' / 'torchft.md').read_text()
-    code = re.findall(r'```python\n(.*?)```', text, re.S)[0]
+    code = doc_block('docs/torchft.md', 'torchtitan')
     ns = {}
     exec(compile(code, 'docs/torchft.md', 'exec'), ns)
     config = ns['my_config']()

@@ -110,7 +110,7 @@ static void test_npy_header(void)
 	info.itemsize = 2;
 	info.seq_len = 2048;
 	buf_append(&out, "xy", 2);
-	CHECK(encode_batch(NULL, &info, FORMAT_NPY, NULL, 0, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ NULL, &info, FORMAT_NPY, NULL, 0 }, &out, &bad) == 0);
 	REQUIRE(out.len == 2 + 128);
 	CHECK(!memcmp(out.data + 2, "\x93NUMPY\x01\x00", 8));
 	CHECK(out.data[10] == 118 && out.data[11] == 0); /* header_len, little-endian */
@@ -121,18 +121,18 @@ static void test_npy_header(void)
 	CHECK(bad == 99);
 	/* bin of nothing is nothing */
 	out.len = 0;
-	CHECK(encode_batch(NULL, &info, FORMAT_BIN, NULL, 0, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ NULL, &info, FORMAT_BIN, NULL, 0 }, &out, &bad) == 0);
 	CHECK(out.len == 0);
 	/* sizes that overflow are refused before anything is read or allocated */
 	info.seq_len = UINT64_MAX / 2;
 	uint64_t ids[4] = { 0, 1, 2, 3 };
-	CHECK(encode_batch(NULL, &info, FORMAT_BIN, ids, 4, &out, &bad) == -EOVERFLOW);
-	CHECK(encode_batch(NULL, &info, FORMAT_NPY, ids, 4, &out, &bad) == -EOVERFLOW);
+	CHECK(encode_batch(&(struct encode_in){ NULL, &info, FORMAT_BIN, ids, 4 }, &out, &bad) == -EOVERFLOW);
+	CHECK(encode_batch(&(struct encode_in){ NULL, &info, FORMAT_NPY, ids, 4 }, &out, &bad) == -EOVERFLOW);
 	CHECK(out.len == 0);
 	/* a format the content does not have */
 	info.seq_len = 16;
-	CHECK(encode_batch(NULL, &info, FORMAT_LINES, ids, 0, &out, &bad) == -EINVAL);
-	CHECK(encode_batch(NULL, &info, FORMAT_TAR, ids, 0, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ NULL, &info, FORMAT_LINES, ids, 0 }, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ NULL, &info, FORMAT_TAR, ids, 0 }, &out, &bad) == -EINVAL);
 	buf_release(&out);
 }
 
@@ -220,13 +220,13 @@ static void test_text(int compress)
 	buf_append(&want, "prefix", 6);
 	for (size_t i = 0; i < n; i++)
 		buf_printf(&want, "%s\n", rec[ids[i]]);
-	CHECK(encode_batch(r, info, FORMAT_LINES, ids, n, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_LINES, ids, n }, &out, &bad) == 0);
 	CHECK(out.len == want.len && !memcmp(out.data, want.data, want.len));
 	CHECK(bad == 1234);
 
 	/* tar: one member per sample named by the 9-digit id and the record extension */
 	out.len = 0;
-	CHECK(encode_batch(r, info, FORMAT_TAR, ids, n, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_TAR, ids, n }, &out, &bad) == 0);
 	CHECK(out.len % 512 == 0);
 	CHECK(read_tar(out.data, out.len, m, 8) == (int)n);
 	for (size_t i = 0; i < n; i++) {
@@ -238,17 +238,17 @@ static void test_text(int compress)
 		CHECK(!memcmp(m[i].data, rec[ids[i]], m[i].size));
 	}
 	/* byte-deterministic */
-	CHECK(encode_batch(r, info, FORMAT_TAR, ids, n, &again, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_TAR, ids, n }, &again, &bad) == 0);
 	CHECK(again.len == out.len && !memcmp(again.data, out.data, out.len));
 	/* an empty tar batch is the end-of-archive marker alone */
 	out.len = 0;
-	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 0, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_TAR, ids, 0 }, &out, &bad) == 0);
 	CHECK(out.len == 1024 && read_tar(out.data, out.len, m, 8) == 0);
 
 	/* formats text does not have */
 	out.len = 0;
-	CHECK(encode_batch(r, info, FORMAT_NPY, ids, n, &out, &bad) == -EINVAL);
-	CHECK(encode_batch(r, info, FORMAT_BIN, ids, n, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_NPY, ids, n }, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_BIN, ids, n }, &out, &bad) == -EINVAL);
 	CHECK(out.len == 0);
 
 	sample_reader_free(r);
@@ -310,8 +310,8 @@ static void test_files_tar(int compress)
 	CHECK(info->content == CONTENT_FILES);
 	CHECK(info->samples == 3);
 	CHECK(encode_format_default(info) == FORMAT_TAR);
-	CHECK(encode_batch(r, info, FORMAT_LINES, ids, 3, &out, &bad) == -EINVAL);
-	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 3, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_LINES, ids, 3 }, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_TAR, ids, 3 }, &out, &bad) == 0);
 	REQUIRE(read_tar(out.data, out.len, m, 8) == 6);
 	for (int i = 0; i < 6; i++) {
 		/* sample ids 2, 0, 1: members of d, then a, then c, each in packed order */
@@ -351,7 +351,7 @@ static void test_files_dir(void)
 
 	REQUIRE(r);
 	CHECK(info->samples == 2);
-	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 2, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_TAR, ids, 2 }, &out, &bad) == 0);
 	/* sorted by relative path: "nnn...n.bin" (id 0) before "x/one.txt" (id 1); ids 1, 0
 	 * put x/one.txt first (read_tar stops after it: the other is too big for m) */
 	REQUIRE(read_tar(out.data, out.len, m, 1) == 1);
@@ -410,11 +410,11 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 	for (size_t i = 0; i < 4; i++)
 		buf_append(&want, raw + ids[i] * L * itemsize, L * itemsize);
 
-	CHECK(encode_batch(r, info, FORMAT_BIN, ids, 4, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_BIN, ids, 4 }, &out, &bad) == 0);
 	CHECK(out.len == want.len && !memcmp(out.data, want.data, want.len));
 
 	out.len = 0;
-	CHECK(encode_batch(r, info, FORMAT_NPY, ids, 4, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_NPY, ids, 4 }, &out, &bad) == 0);
 	REQUIRE(out.len == 128 + want.len);
 	snprintf(dict, sizeof(dict), "{'descr': '%s', 'fortran_order': False, 'shape': (4, 5), }",
 		 descr);
@@ -422,8 +422,8 @@ static void test_tokens(enum token_dtype dt, unsigned itemsize, const char *desc
 	CHECK(out.data[127] == '\n');
 	CHECK(!memcmp(out.data + 128, want.data, want.len));
 
-	CHECK(encode_batch(r, info, FORMAT_LINES, ids, 4, &out, &bad) == -EINVAL);
-	CHECK(encode_batch(r, info, FORMAT_TAR, ids, 4, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_LINES, ids, 4 }, &out, &bad) == -EINVAL);
+	CHECK(encode_batch(&(struct encode_in){ r, info, FORMAT_TAR, ids, 4 }, &out, &bad) == -EINVAL);
 	CHECK(out.len == 128 + want.len);
 	sample_reader_free(r);
 	dataset_close(ds);
@@ -477,12 +477,12 @@ static void check_eio(const char *dir, enum encode_format f, uint64_t corrupt_id
 
 	REQUIRE(r);
 	buf_append(&out, "keep me", 7);
-	CHECK(encode_batch(r, info, f, ids, 4, &out, &bad) == -EIO);
+	CHECK(encode_batch(&(struct encode_in){ r, info, f, ids, 4 }, &out, &bad) == -EIO);
 	CHECK(bad == corrupt_id);
 	CHECK(out.len == 7 && !memcmp(out.data, "keep me", 7) && out.data[7] == 0);
 	/* the samples around it still encode */
 	bad = UINT64_MAX;
-	CHECK(encode_batch(r, info, f, ids, 2, &out, &bad) == 0);
+	CHECK(encode_batch(&(struct encode_in){ r, info, f, ids, 2 }, &out, &bad) == 0);
 	CHECK(bad == UINT64_MAX);
 	sample_reader_free(r);
 	dataset_close(ds);
@@ -507,7 +507,7 @@ static void test_corrupt(void)
 			struct buf out = BUF_INIT;
 			uint64_t ids[] = { 0, 2, 1 }, bad = 0;
 
-			CHECK(encode_batch(r, dataset_info(ds), FORMAT_TAR, ids, 3, &out, &bad) ==
+			CHECK(encode_batch(&(struct encode_in){ r, dataset_info(ds), FORMAT_TAR, ids, 3 }, &out, &bad) ==
 			      -EIO);
 			CHECK(bad == 2 && out.len == 0);
 			sample_reader_free(r);

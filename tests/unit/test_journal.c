@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "check.h"
+#include "test_layout.h"
 
 static char *dir;
 static const struct journal_ident ID = { FP_A, 7, ORDER_SHUFFLE_GLOBAL, 1000, "" };
@@ -364,10 +365,12 @@ static void test_readonly_fs(void)
 		CHECK(!exists(q));
 		CHECK(journal_open_readonly(p, &j, err, sizeof(err)) == 0);
 		if (j) {
+			struct layout one = test_layout(1, 1, 1, 0, 0);
+
 			CHECK(journal_resume_point(j, &g, &s) == 0);
 			CHECK(g == 4 && s == 1);
 			CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, NULL,
-					    &(struct layout){ 1, 1, 1, 0, 0 }, NULL, 0) == -EROFS);
+					    &one, NULL, 0) == -EROFS);
 			journal_close(j);
 		}
 		/* its WAL cannot be replayed without writing: a clear refusal, not stale data */
@@ -426,17 +429,21 @@ static void test_start_and_claims(void)
 	CHECK(journal_resume_point(j, &s, &m) == -ENOENT && s == 0 && m == 0);
 
 	/* invalid starts change nothing */
-	l = (struct layout){ 4, 16, 2, 0, 0 };
+	l = test_layout(4, 16, 2, 0, 0);
 	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs, &l, applied,
 			    sizeof(applied)) == -EINVAL);
 	rs.ranks = ranks2;
 	rs.count = 2;
 	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs, &l, applied,
 			    sizeof(applied)) == -EINVAL); /* not sorted */
-	CHECK(start_text(j, "auto", 4, 10, 1, "", NULL) == -EINVAL); /* B % W */
+	/* W, B and m that break a rule make no struct layout (layout_make, test_order.c); one
+	 * never made is refused */
+	rs.ranks = ranks2 + 1;
+	rs.count = 1;
+	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs,
+			    &(struct layout){ { 0 } }, applied, sizeof(applied)) == -EINVAL);
 	journal_last_error(j, err, sizeof(err));
-	CHECK(strstr(err, "multiple of world_size") != NULL);
-	CHECK(start_text(j, "auto", 4, 16, 3, "", NULL) == -EINVAL); /* (B/W) % m */
+	CHECK(strstr(err, "no layout") != NULL);
 	CHECK(start_text(j, "step:3", 4, 16, 1, "", NULL) == -EINVAL); /* no history */
 	journal_last_error(j, err, sizeof(err));
 	CHECK(strstr(err, "step:3") && strstr(err, "samples:G"));
@@ -445,9 +452,9 @@ static void test_start_and_claims(void)
 	/* W=4, B=16, m=2: A = 2 micro-batches per rank per step; serve ranks 1 and 3 */
 	rc = start_text(j, "auto", 4, 16, 2, "1,3", &l);
 	CHECK(rc == 0);
-	CHECK(l.start_step == 0 && l.start_samples == 0);
+	CHECK(layout_start_step(&l) == 0 && layout_start_samples(&l) == 0);
 	CHECK(journal_current(j, &cur) == 0);
-	CHECK(cur.layout.world_size == 4 && cur.layout.global_batch == 16 && cur.layout.micro_batch == 2);
+	CHECK(layout_world_size(&cur.layout) == 4 && layout_global_batch(&cur.layout) == 16 && layout_micro_batch(&cur.layout) == 2);
 	CHECK(!strcmp(cur.ranks, "1,3"));
 	CHECK(!strcmp(cur.rule, "auto"));
 	CHECK(strstr(cur.resume, "auto") != NULL);
@@ -514,7 +521,7 @@ static void test_start_and_claims(void)
 	/* serving every rank now: auto resumes at the min over ranks 0-3 of the last layout,
 	 * and the claims of the new layout continue from there */
 	CHECK(start_text(j, "auto", 4, 16, 2, "0-3", &l) == 0);
-	CHECK(l.start_step == 0 && l.start_samples == 0);
+	CHECK(layout_start_step(&l) == 0 && layout_start_samples(&l) == 0);
 	for (int i = 0; i < 4 * 2 * 3; i++)
 		CHECK(journal_claim_next(j, (uint64_t)i % 4, &s, &m) == 0);
 	CHECK(journal_claim_next(j, 2, &s, &m) == 0 && s == 3 && m == 0);
@@ -535,7 +542,7 @@ static void test_checkpoint_rewind(void)
 	char err[256];
 
 	CHECK(start_text(j, "samples:80", 2, 8, 2, "", &l) == 0);
-	CHECK(l.start_step == 10 && l.start_samples == 80); /* no history: G / B */
+	CHECK(layout_start_step(&l) == 10 && layout_start_samples(&l) == 80); /* no history: G / B */
 	for (int i = 0; i < 2 * 2 * 3 + 1; i++) /* rank 0: step 13 micro 1; rank 1: step 13 */
 		CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 	CHECK(journal_cursor(j, 0, &s, &m) == 0 && s == 13 && m == 1);
@@ -594,7 +601,7 @@ static void test_checkpoint_rewind(void)
 	j = open_ok(p);
 	CHECK(journal_resume_point(j, &g, &s) == 0 && g == 88 && s == 11);
 	CHECK(start_text(j, "auto", 1, 4, 4, "", &l) == 0);
-	CHECK(l.start_step == 11 && l.start_samples == 88);
+	CHECK(layout_start_step(&l) == 11 && layout_start_samples(&l) == 88);
 	journal_close(j);
 	free(p);
 }
@@ -627,10 +634,10 @@ static void test_resume_rules(void)
 		char why[64];
 
 		REQUIRE(rankset_parse(NULL, 3, &rs, why, sizeof(why)) == 0);
-		l = (struct layout){ 3, 12, 2, 0, 0 };
+		l = test_layout(3, 12, 2, 0, 0);
 		CHECK(journal_start(j, &r, &rs, &l, applied, sizeof(applied)) == 0);
 		rankset_release(&rs);
-		CHECK(l.start_step == 3 && l.start_samples == 24);
+		CHECK(layout_start_step(&l) == 3 && layout_start_samples(&l) == 24);
 		CHECK(strstr(applied, "auto:") && strstr(applied, "samples:24"));
 	}
 	/* two full steps by every rank, one more micro by rank 2 */
@@ -642,30 +649,30 @@ static void test_resume_rules(void)
 	/* samples:G maps S0 through the history: G=35 is the last gsn of step 3 of layout 2
 	 * (G0 24, B 12), rounded down; G=30 is inside step 3 too */
 	CHECK(start_text(j, "samples:35", 1, 6, 6, "", &l) == 0);
-	CHECK(l.start_samples == 35 && l.start_step == 3);
+	CHECK(layout_start_samples(&l) == 35 && layout_start_step(&l) == 3);
 	CHECK(start_text(j, "samples:30", 1, 6, 6, "", &l) == 0);
-	CHECK(l.start_samples == 30 && l.start_step == 3);
+	CHECK(layout_start_samples(&l) == 30 && layout_start_step(&l) == 3);
 	/* G=16 lies before layout 2 (G0 24) but after layout 1 (G0 0): step 2 of layout 1
 	 * ... except layout 3 (G0 30) and 2 come later; the latest layout with G0 <= 16 is
 	 * layout 1 */
 	CHECK(start_text(j, "samples:16", 1, 6, 6, "", &l) == 0);
-	CHECK(l.start_samples == 16 && l.start_step == 2);
+	CHECK(layout_start_samples(&l) == 16 && layout_start_step(&l) == 2);
 	/* now the latest layout with G0 <= 40 is the one just started (G0 16, B 6, S0 2) */
 	CHECK(start_text(j, "samples:40", 1, 6, 6, "", &l) == 0);
-	CHECK(l.start_step == 2 + (40 - 16) / 6 && l.start_samples == 40);
+	CHECK(layout_start_step(&l) == 2 + (40 - 16) / 6 && layout_start_samples(&l) == 40);
 	/* samples:G@S pins the step number whatever the history says */
 	CHECK(start_text(j, "samples:40@77", 1, 6, 6, "", &l) == 0);
-	CHECK(l.start_samples == 40 && l.start_step == 77);
+	CHECK(layout_start_samples(&l) == 40 && layout_start_step(&l) == 77);
 	CHECK(start_text(j, "samples:40@6", 1, 6, 6, "", &l) == 0);
-	CHECK(l.start_samples == 40 && l.start_step == 6);
+	CHECK(layout_start_samples(&l) == 40 && layout_start_step(&l) == 6);
 	/* step:S takes G0 from the latest layout with S0 <= S: S0 6 (G0 40, B 6) */
 	CHECK(start_text(j, "step:9", 2, 4, 1, "", &l) == 0);
-	CHECK(l.start_step == 9 && l.start_samples == 40 + 3 * 6);
+	CHECK(layout_start_step(&l) == 9 && layout_start_samples(&l) == 40 + 3 * 6);
 	CHECK(start_text(j, "step:9", 2, 4, 1, "", &l) == 0); /* S0 9, G0 58, B 4 */
 	CHECK(start_text(j, "step:11", 2, 4, 1, "", &l) == 0);
-	CHECK(l.start_step == 11 && l.start_samples == 58 + 2 * 4);
+	CHECK(layout_start_step(&l) == 11 && layout_start_samples(&l) == 58 + 2 * 4);
 	CHECK(start_text(j, "step:1", 2, 4, 1, "", &l) == 0); /* only layout 1 has S0 <= 1 */
-	CHECK(l.start_step == 1 && l.start_samples == 8);
+	CHECK(layout_start_step(&l) == 1 && layout_start_samples(&l) == 8);
 	/* no marks yet: auto = cursors of the last layout (nothing claimed: its start) */
 	CHECK(journal_resume_point(j, &g, &s) == 0 && s == 1 && g == 8);
 
@@ -678,13 +685,13 @@ static void test_resume_rules(void)
 	CHECK(strstr(pt.why, "checkpoint mark at step 3") != NULL);
 	/* auto from the mark, progress, a crash without a newer mark: still the mark */
 	CHECK(start_text(j, "auto", 2, 4, 2, "", &l) == 0);
-	CHECK(l.start_step == 3 && l.start_samples == 16);
+	CHECK(layout_start_step(&l) == 3 && layout_start_samples(&l) == 16);
 	for (int i = 0; i < 10; i++)
 		CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 	CHECK(journal_resume_point(j, &g, &s) == 0 && s == 3 && g == 16);
 	/* a launcher falls back to an older training checkpoint: samples:8 is a statement */
 	CHECK(start_text(j, "samples:8", 2, 4, 2, "", &l) == 0);
-	CHECK(l.start_step == 1 && l.start_samples == 8);
+	CHECK(layout_start_step(&l) == 1 && layout_start_samples(&l) == 8);
 	for (int i = 0; i < 10; i++)
 		CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 	CHECK(journal_resume_point_ex(j, &pt) == 0);
@@ -700,7 +707,7 @@ static void test_resume_rules(void)
 		size_t nls;
 
 		CHECK(start_text(j, "fresh", 2, 4, 2, "", &l) == 0);
-		CHECK(l.start_step == 0 && l.start_samples == 0);
+		CHECK(layout_start_step(&l) == 0 && layout_start_samples(&l) == 0);
 		for (int i = 0; i < 2 * 2 * 2; i++)
 			CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 		CHECK(journal_resume_point_ex(j, &pt) == 0);
@@ -727,7 +734,7 @@ static void test_start_ranges(void)
 	struct journal *j = open_ok(p);
 	struct journal_resume r = { .rule = RESUME_SAMPLES, .value = ORDER_MAX_GSN };
 	struct rankset rs;
-	struct layout l = { 1, 1, 1, 0, 0 };
+	struct layout l = test_layout(1, 1, 1, 0, 0);
 	char why[64];
 
 	REQUIRE(rankset_parse(NULL, 1, &rs, why, sizeof(why)) == 0);
@@ -753,7 +760,7 @@ static void test_start_ranges(void)
 		free(ls);
 	}
 	r = (struct journal_resume){ .rule = RESUME_STEP, .value = ORDER_MAX_GSN - 1 };
-	l = (struct layout){ 1, 4, 1, 0, 0 };
+	l = test_layout(1, 4, 1, 0, 0);
 	CHECK(journal_start(j, &r, &rs, &l, NULL, 0) == -EINVAL);
 	rs.ranks[0] = 1; /* rank >= W */
 	CHECK(journal_start(j, &(struct journal_resume){ .rule = RESUME_AUTO, .value = 0 }, &rs, &l, NULL, 0) == -EINVAL);
@@ -851,7 +858,7 @@ static void test_resume_files(void)
 	CHECK(journal_resume_point_files_ex(ab, 2, &pt, err, sizeof(err)) == 0);
 	CHECK(pt.basis == JOURNAL_POINT_CURSORS && pt.step == 3 && pt.samples == 24);
 	CHECK(pt.warning[0] == 0);
-	CHECK(pt.last.world_size == 4 && pt.last.global_batch == 8);
+	CHECK(layout_world_size(&pt.last) == 4 && layout_global_batch(&pt.last) == 8);
 	/* the stale journal of node2 (older, another layout) changes nothing */
 	CHECK(journal_resume_point_files(abc, 3, &g, &s, err, sizeof(err)) == 0);
 	CHECK(g == 24 && s == 3);
@@ -869,7 +876,7 @@ static void test_resume_files(void)
 	ja = open_ok(a);
 	jb = open_ok(b);
 	CHECK(start_text(ja, "samples:24", 4, 8, 1, "2-3", &l) == 0);
-	CHECK(l.start_step == 3);
+	CHECK(layout_start_step(&l) == 3);
 	CHECK(start_text(jb, "samples:24", 4, 8, 1, "0-1", &l) == 0);
 	for (int i = 0; i < 2 * 2 * 4; i++)
 		CHECK(journal_claim_next(ja, 2 + (uint64_t)i % 2, &s, &m) == 0);

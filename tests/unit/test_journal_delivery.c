@@ -76,7 +76,7 @@ static void test_migration(void)
 	free(ls);
 	CHECK(journal_resume_point(j, &g, &s) == 0 && s == 3 && g == 24);
 	CHECK(start_text(j, "auto", 4, 8, 1, "", &l) == 0);
-	CHECK(l.start_step == 3 && l.start_samples == 24);
+	CHECK(layout_start_step(&l) == 3 && layout_start_samples(&l) == 24);
 	CHECK(journal_claim(j, 2, 3, 0) == 0);
 	journal_close(j);
 	CHECK(sql_int(p, "PRAGMA user_version") == JOURNAL_SCHEMA_VERSION);

@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "test_layout.h"
 
 #define MAX_NODES 3
 #define MAX_B 12
@@ -158,10 +159,10 @@ static void run_mount(const struct mount_plan *mp)
 		memset(&r, 0, sizeof(r));
 		r.type = REP_START;
 		r.node = (uint32_t)n;
-		r.a = nl[n].start_step;
-		r.b = nl[n].start_samples;
+		r.a = layout_start_step(&nl[n]);
+		r.b = layout_start_samples(&nl[n]);
 		report(&r);
-		if (nl[n].start_step != nl[0].start_step)
+		if (layout_start_step(&nl[n]) != layout_start_step(&nl[0]))
 			agree = 0;
 	}
 	for (uint64_t c = 0; c < mp->claims; c++) {
@@ -181,9 +182,9 @@ static void run_mount(const struct mount_plan *mp)
 					smin = step < smin ? step : smin;
 				}
 			/* mostly a recent step (as a trainer does), sometimes any */
-			t = chance(75) ? smin - below(smin - nl[0].start_step < 2 ?
-						 smin - nl[0].start_step + 1 : 2) :
-					 nl[0].start_step + below(smin - nl[0].start_step + 1);
+			t = chance(75) ? smin - below(smin - layout_start_step(&nl[0]) < 2 ?
+						 smin - layout_start_step(&nl[0]) + 1 : 2) :
+					 layout_start_step(&nl[0]) + below(smin - layout_start_step(&nl[0]) + 1);
 			memset(&r, 0, sizeof(r));
 			r.type = rewind ? REP_REWIND : REP_MARK;
 			r.step = t;
@@ -221,7 +222,7 @@ static void run_mount(const struct mount_plan *mp)
 		r.step = step;
 		r.micro = micro;
 		if (layout_micro_gsn(&nl[n], rank, step, micro, &r.gsn) ||
-		    order_fill(&ord, r.gsn, mp->l.micro_batch, r.ids))
+		    order_fill(&ord, r.gsn, layout_micro_batch(&mp->l), r.ids))
 			child_fail("gsn of rank %" PRIu64 " step %" PRIu64, rank, step);
 		report(&r);
 		if (mp->crash && c == mp->kill_at)
@@ -298,14 +299,14 @@ static void model_fill(struct model *md, uint64_t rank, uint64_t t, uint64_t mic
 {
 	const struct layout *l = &md->last;
 	struct mstep *s = mstep_at(md, t);
-	uint64_t off = rank * layout_share(l) + micro * l->micro_batch;
+	uint64_t off = rank * layout_share(l) + micro * layout_micro_batch(l);
 
 	if (!s->used) {
 		s->used = 1;
-		s->B = l->global_batch;
+		s->B = layout_global_batch(l);
 	}
-	HCHECK(s->B == l->global_batch);
-	for (uint64_t i = 0; i < l->micro_batch && off + i < MAX_B; i++) {
+	HCHECK(s->B == layout_global_batch(l));
+	for (uint64_t i = 0; i < layout_micro_batch(l) && off + i < MAX_B; i++) {
 		HCHECK(!s->filled[off + i]); /* never served twice without a rewind/resume */
 		s->filled[off + i] = 1;
 		s->ids[off + i] = ids[i];
@@ -325,13 +326,13 @@ static void model_expected_point(const struct model *md, uint64_t *step, uint64_
 		*step = *gsn = 0;
 		return;
 	}
-	for (uint64_t r = 0; r < md->last.world_size; r++) {
-		uint64_t c = md->cur_step[r] - md->last.start_step;
+	for (uint64_t r = 0; r < layout_world_size(&md->last); r++) {
+		uint64_t c = md->cur_step[r] - layout_start_step(&md->last);
 
 		minc = c < minc ? c : minc;
 	}
-	*step = md->last.start_step + minc;
-	*gsn = md->last.start_samples + minc * md->last.global_batch;
+	*step = layout_start_step(&md->last) + minc;
+	*gsn = layout_start_samples(&md->last) + minc * layout_global_batch(&md->last);
 }
 
 /* The journal's resume point: one journal read-only, or every node journal. */
@@ -391,11 +392,11 @@ static void check_cursors(struct model *md, const struct mount_plan *mp,
 		HCHECK(journal_layouts(j, &ls, &nls) == 0 && nls > 0);
 		HCHECK(journal_cursors(j, ls[nls - 1].id, &cs, &ncs) == 0);
 		HCHECK(ncs == mp->nranks[n]);
-		HCHECK(ls[nls - 1].layout.start_samples == nl[n].start_samples);
+		HCHECK(layout_start_samples(&ls[nls - 1].layout) == layout_start_samples(&nl[n]));
 		for (size_t i = 0; i < ncs && i < mp->nranks[n]; i++) {
 			uint64_t r = cs[i].rank, es, em;
 			/* model cursor is in model numbering; the node's own is offset */
-			uint64_t off = nl[n].start_step - md->last.start_step;
+			uint64_t off = layout_start_step(&nl[n]) - layout_start_step(&md->last);
 
 			HCHECK(r == mp->ranks[n][i]);
 			es = md->cur_step[r] + off;
@@ -409,7 +410,7 @@ static void check_cursors(struct model *md, const struct mount_plan *mp,
 				uint64_t g, ids[MAX_B], t = md->cur_step[r], mi = md->cur_micro[r];
 
 				REQUIRE(layout_micro_gsn(&md->last, r, t, mi, &g) == 0);
-				REQUIRE(order_fill(&ord, g, md->last.micro_batch, ids) == 0);
+				REQUIRE(order_fill(&ord, g, layout_micro_batch(&md->last), ids) == 0);
 				model_fill(md, r, t, mi, ids);
 				layout_advance(&md->last, &md->cur_step[r], &md->cur_micro[r]);
 			} else {
@@ -538,9 +539,11 @@ static void run_history(uint64_t seed, struct stats *st)
 		memset(&mp, 0, sizeof(mp));
 		if (mi > 0 && chance(35))
 			B = bs[below(6)];
-		mp.l.global_batch = B;
-		mp.l.world_size = pick_divisor(B);
-		mp.l.micro_batch = pick_divisor(B / mp.l.world_size);
+		{
+			uint64_t w = pick_divisor(B);
+
+			mp.l = test_layout(w, B, pick_divisor(B / w), 0, 0);
+		}
 		A = layout_micros(&mp.l);
 
 		/* the resume point: the journal's must be the model's */
@@ -576,7 +579,7 @@ static void run_history(uint64_t seed, struct stats *st)
 
 		/* nodes and their ranks */
 		if (multi) {
-			size_t k = 1 + below(njournals < mp.l.world_size ? njournals : mp.l.world_size);
+			size_t k = 1 + below(njournals < layout_world_size(&mp.l) ? njournals : layout_world_size(&mp.l));
 			size_t perm[MAX_NODES] = { 0, 1, 2 };
 
 			for (size_t i = njournals; i > 1; i--) {
@@ -591,23 +594,23 @@ static void run_history(uint64_t seed, struct stats *st)
 			/* every node gets one rank, the rest go anywhere */
 			uint64_t owner[MAX_W];
 
-			for (uint64_t r = 0; r < mp.l.world_size; r++)
+			for (uint64_t r = 0; r < layout_world_size(&mp.l); r++)
 				owner[r] = r < k ? r : below(k);
-			for (uint64_t r = mp.l.world_size; r > 1; r--) {
+			for (uint64_t r = layout_world_size(&mp.l); r > 1; r--) {
 				uint64_t x = below(r), tmp = owner[r - 1];
 
 				owner[r - 1] = owner[x];
 				owner[x] = tmp;
 			}
-			for (uint64_t r = 0; r < mp.l.world_size; r++)
+			for (uint64_t r = 0; r < layout_world_size(&mp.l); r++)
 				mp.ranks[owner[r]][mp.nranks[owner[r]]++] = r;
 		} else {
 			mp.nnodes = 1;
 			mp.node[0] = 0;
-			for (uint64_t r = 0; r < mp.l.world_size; r++)
+			for (uint64_t r = 0; r < layout_world_size(&mp.l); r++)
 				mp.ranks[0][mp.nranks[0]++] = r;
 		}
-		mp.claims = mp.l.world_size * A * (2 + below(16)) + below(mp.l.world_size * A);
+		mp.claims = layout_world_size(&mp.l) * A * (2 + below(16)) + below(layout_world_size(&mp.l) * A);
 		mp.crash = chance(35);
 		mp.kill_at = mp.claims ? below(mp.claims) : 0;
 		mp.kill_before_report = chance(50);
@@ -624,11 +627,9 @@ static void run_history(uint64_t seed, struct stats *st)
 			md.stmt_gsn = eg;
 		}
 		truncate_from(&md, es);
-		md.last = mp.l;
-		md.last.start_step = es;
-		md.last.start_samples = eg;
+		REQUIRE(layout_start_at(&mp.l, es, eg, &md.last, NULL, 0) == 0);
 		md.have_layout = 1;
-		for (uint64_t r = 0; r < mp.l.world_size; r++) {
+		for (uint64_t r = 0; r < layout_world_size(&mp.l); r++) {
 			md.cur_step[r] = es;
 			md.cur_micro[r] = 0;
 		}
@@ -663,9 +664,8 @@ static void run_history(uint64_t seed, struct stats *st)
 			case REP_START: {
 				size_t node = mp.node[rp.node];
 
-				nl[rp.node] = mp.l;
-				nl[rp.node].start_step = rp.a;
-				nl[rp.node].start_samples = rp.b;
+				REQUIRE(layout_start_at(&mp.l, rp.a, rp.b, &nl[rp.node], NULL,
+							0) == 0);
 				md.node_used[node] = 1;
 				HCHECK(rp.b == eg);
 				HCHECK(rp.a == es); /* step numbers continue, on every node */
@@ -677,12 +677,12 @@ static void run_history(uint64_t seed, struct stats *st)
 
 				st->claims++;
 				/* the layout formula of docs/design.md §3, by hand */
-				g = ln->start_samples + (rp.step - ln->start_step) * ln->global_batch +
-				    rp.rank * (ln->global_batch / ln->world_size) + rp.micro * ln->micro_batch;
+				g = layout_start_samples(ln) + (rp.step - layout_start_step(ln)) * layout_global_batch(ln) +
+				    rp.rank * (layout_global_batch(ln) / layout_world_size(ln)) + rp.micro * layout_micro_batch(ln);
 				HCHECK(rp.gsn == g);
 				t = es + (g - eg) / B;
 				off = (g - eg) % B;
-				HCHECK(off == rp.rank * (B / mp.l.world_size) + rp.micro * mp.l.micro_batch);
+				HCHECK(off == rp.rank * (B / layout_world_size(&mp.l)) + rp.micro * layout_micro_batch(&mp.l));
 				HCHECK(md.cur_step[rp.rank] == t && md.cur_micro[rp.rank] == rp.micro);
 				model_fill(&md, rp.rank, t, rp.micro, rp.ids);
 				layout_advance(&md.last, &md.cur_step[rp.rank], &md.cur_micro[rp.rank]);
@@ -703,7 +703,7 @@ static void run_history(uint64_t seed, struct stats *st)
 				}
 				st->rewinds++;
 				truncate_from(&md, t);
-				for (uint64_t k2 = 0; k2 < mp.l.world_size; k2++) {
+				for (uint64_t k2 = 0; k2 < layout_world_size(&mp.l); k2++) {
 					md.cur_step[k2] = t;
 					md.cur_micro[k2] = 0;
 				}

@@ -16,6 +16,7 @@
 #include <sys/mount.h>
 
 #include "check.h"
+#include "test_layout.h"
 
 static char *mnt;
 static int mounted;
@@ -82,7 +83,9 @@ static void round_trip(enum journal_sync sync)
 		REQUIRE(journal_cursor(j, r, &s1, &m1) == 0);
 		if (rc == 0) {
 			good++;
-			layout_advance(&(struct layout){ 2, 4, 1, 0, 0 }, &s, &m);
+			struct layout l = test_layout(2, 4, 1, 0, 0);
+
+			layout_advance(&l, &s, &m);
 			CHECK(s1 == s && m1 == m);
 		} else {
 			failed++;
@@ -137,7 +140,7 @@ static void round_trip(enum journal_sync sync)
 		if (!marked)
 			CHECK(st == lo && g == lo * 4);
 		REQUIRE(start_text(j, "auto", 2, 4, 1, "", &l) == 0);
-		CHECK(l.start_step == st && l.start_samples == g);
+		CHECK(layout_start_step(&l) == st && layout_start_samples(&l) == g);
 		for (int i = 0; i < 16; i++)
 			CHECK(journal_claim_next(j, (uint64_t)i % 2, &s, &m) == 0);
 		CHECK(s == st + 3 && m == 1);
@@ -212,7 +215,9 @@ static void sync_when_full(enum journal_sync sync)
 	s = 0;
 	m = 0;
 	for (int i = 0; i < 30; i++) {
-		layout_advance(&(struct layout){ 1, 3, 1, 0, 0 }, &s, &m);
+		struct layout l = test_layout(1, 3, 1, 0, 0);
+
+		layout_advance(&l, &s, &m);
 		REQUIRE(journal_delivered(j, 0, s, m) == 0);
 		rc = journal_sync_delivered(j, 0);
 		CHECK(rc == 0 || rc == -EIO);

@@ -33,6 +33,7 @@
 #include "check.h"
 #include "clock.h"
 #include "delivery.h"
+#include "test_layout.h"
 
 #define ROUNDS 20
 #define THREADS 8
@@ -105,7 +106,7 @@ static void *claimer(void *arg)
 
 static void child(const char *path, const struct journal_ident *id, enum journal_sync sync)
 {
-	struct layout l = { W, B, 1, 0, 0 };
+	struct layout l = test_layout(W, B, 1, 0, 0);
 	pthread_t th[THREADS];
 	char err[512];
 	struct msg start;
@@ -114,20 +115,20 @@ static void child(const char *path, const struct journal_ident *id, enum journal
 		fprintf(stderr, "child: %s\n", err);
 		_exit(70);
 	}
-	if (start_text(cj, "auto", l.world_size, l.global_batch, l.micro_batch, "", &l))
+	if (start_text(cj, "auto", layout_world_size(&l), layout_global_batch(&l), layout_micro_batch(&l), "", &l))
 		_exit(71);
 	cl = l;
 	journal_track_delivery(cj);
 	for (int r = 0; r < W; r++) {
 		uint64_t ci;
 
-		if (layout_pos_ci(&cl, l.start_step, 0, &ci))
+		if (layout_pos_ci(&cl, layout_start_step(&l), 0, &ci))
 			_exit(74);
 		delivery_init(&dv[r], ci);
 	}
 	start.rank = UINT64_MAX; /* the start message: step = S0 */
-	start.step = l.start_step;
-	start.micro = l.start_samples;
+	start.step = layout_start_step(&l);
+	start.micro = layout_start_samples(&l);
 	if (write(out_fd, &start, sizeof(start)) != (ssize_t)sizeof(start))
 		_exit(72);
 	for (uintptr_t t = 0; t < THREADS; t++)
@@ -257,7 +258,7 @@ int main(void)
 		REQUIRE(journal_open_readonly(path, &j, err, sizeof(err)) == 0);
 		REQUIRE(journal_layouts(j, &ls, &nls) == 0 && nls == (size_t)round + 1);
 		REQUIRE(journal_cursors(j, ls[nls - 1].id, &cs, &ncs) == 0 && ncs == W);
-		CHECK_EQ_U64(ls[nls - 1].layout.start_step, expect_s0);
+		CHECK_EQ_U64(layout_start_step(&ls[nls - 1].layout), expect_s0);
 		journal_close(j);
 
 		qsort(got, n, sizeof(*got), cmp_msg);

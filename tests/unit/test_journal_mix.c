@@ -270,7 +270,7 @@ static void test_v2_migration(void)
 	CHECK(journal_resume_point(j, &g, &s) == 0 && s == 2 && g == 8);
 	CHECK(journal_set_weights(j, "3,1") == 0);
 	CHECK(start_text(j, "auto", 2, 4, 1, "", &l) == 0);
-	CHECK(l.start_step == 2 && l.start_samples == 8);
+	CHECK(layout_start_step(&l) == 2 && layout_start_samples(&l) == 8);
 	REQUIRE(journal_current(j, &cl) == 0);
 	CHECK(!strcmp(cl.weights, "3,1"));
 	CHECK(!strcmp(weights_of(j, 0), "") && !strcmp(weights_of(j, 1), "3,1"));

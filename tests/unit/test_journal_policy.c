@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "journal_policy.h"
+#include "test_layout.h"
 
 /* A history under construction; events get seq 1, 2, ... and time_us 100 * seq + t0. */
 struct hb {
@@ -46,7 +47,7 @@ static void hb_layout(struct hb *b, uint64_t w, uint64_t gb, uint64_t m, uint64_
 {
 	struct hev *e = hb_add(b, HEV_LAYOUT, s0, g0);
 
-	e->l = (struct layout){ w, gb, m, s0, g0 };
+	e->l = test_layout(w, gb, m, s0, g0);
 	e->rule = rule;
 	free(b->h.cur);
 	b->h.cur = NULL;
@@ -232,26 +233,27 @@ static int resolve(struct hb *b, const char *rule_text, size_t nranks, struct la
 
 	REQUIRE(journal_resume_parse(rule_text, &r) == 0);
 	hb_fix_last(b);
-	return hist_resolve(&b->h, &r, nranks, reached, NULL, "J", l, desc, 256, why, 256);
+	return hist_resolve(&b->h, &(struct hist_start){ &r, nranks, reached, NULL, "J", desc,
+			    256 }, l, why, 256);
 }
 
 static void test_resolve(void)
 {
 	struct hb b = { 0 };
-	struct layout l = { 2, 8, 2, 0, 0 };
+	struct layout l = test_layout(2, 8, 2, 0, 0);
 	char desc[256], why[256];
 
 	/* an empty journal: auto and fresh start at 0; samples:G uses G / B; step:S fails */
-	CHECK(resolve(&b, "auto", 1, &l, desc, why) == 0 && l.start_step == 0 && l.start_samples == 0);
+	CHECK(resolve(&b, "auto", 1, &l, desc, why) == 0 && layout_start_step(&l) == 0 && layout_start_samples(&l) == 0);
 	CHECK(resolve(&b, "fresh", 2, &l, desc, why) == 0);
 	CHECK(strcmp(desc, "fresh: step 0, samples:0") == 0);
 	CHECK(resolve(&b, "samples:20", 2, &l, desc, why) == 0);
-	CHECK(l.start_step == 2 && l.start_samples == 20);
+	CHECK(layout_start_step(&l) == 2 && layout_start_samples(&l) == 20);
 	CHECK(strstr(desc, "no history: G / global_batch") != NULL);
-	l = (struct layout){ 2, 8, 2, 77, 77 };
+	l = test_layout(2, 8, 2, 77, 77);
 	CHECK(resolve(&b, "step:3", 2, &l, desc, why) == -EINVAL);
 	CHECK(strstr(why, "journal J has no layout starting at or before step 3") != NULL);
-	CHECK(l.start_step == 77 && l.start_samples == 77); /* unchanged on failure */
+	CHECK(layout_start_step(&l) == 77 && layout_start_samples(&l) == 77); /* unchanged on failure */
 
 	/* a history: layout 1 at S0 10, G0 100, B 4, which reached step 20; layout 2 (seq 2)
 	 * at S0 12 (a restart from an older checkpoint) reached only step 13 */
@@ -261,27 +263,27 @@ static void test_resolve(void)
 	reached_to[1] = 20;
 	reached_to[2] = 13;
 	CHECK(resolve(&b, "samples:110", 2, &l, desc, why) == 0);
-	CHECK(l.start_step == 12 && l.start_samples == 110);   /* per layout 2: 12 + 2 / 4 */
+	CHECK(layout_start_step(&l) == 12 && layout_start_samples(&l) == 110);   /* per layout 2: 12 + 2 / 4 */
 	CHECK(resolve(&b, "samples:104", 2, &l, desc, why) == 0);
-	CHECK(l.start_step == 11 && l.start_samples == 104);   /* only layout 1 has G0 <= 104 */
+	CHECK(layout_start_step(&l) == 11 && layout_start_samples(&l) == 104);   /* only layout 1 has G0 <= 104 */
 	CHECK(resolve(&b, "samples:104@40", 2, &l, desc, why) == 0);
-	CHECK(l.start_step == 40 && l.start_samples == 104);
+	CHECK(layout_start_step(&l) == 40 && layout_start_samples(&l) == 104);
 	CHECK(resolve(&b, "step:13", 2, &l, desc, why) == 0);  /* layout 2 reached 13 */
-	CHECK(l.start_step == 13 && l.start_samples == 112);
+	CHECK(layout_start_step(&l) == 13 && layout_start_samples(&l) == 112);
 	CHECK(resolve(&b, "step:15", 2, &l, desc, why) == 0);  /* only layout 1 reached 15 */
-	CHECK(l.start_step == 15 && l.start_samples == 120);
+	CHECK(layout_start_step(&l) == 15 && layout_start_samples(&l) == 120);
 	CHECK(strstr(desc, "per the layout started at step 10") != NULL);
 
 	/* auto over a history needs every rank; it takes the resume point */
 	CHECK(resolve(&b, "auto", 1, &l, desc, why) == -EINVAL);
 	CHECK(strstr(why, "cannot resume 1 of the 2 ranks") != NULL);
-	l = (struct layout){ 1, 4, 4, 0, 0 };
+	l = test_layout(1, 4, 4, 0, 0);
 	CHECK(resolve(&b, "auto", 1, &l, desc, why) == 0);
-	CHECK(l.start_step == 13 && l.start_samples == 112);  /* rank 0 delivered up to 13 */
+	CHECK(layout_start_step(&l) == 13 && layout_start_samples(&l) == 112);  /* rank 0 delivered up to 13 */
 	CHECK(strncmp(desc, "auto: every rank of the last layout", 35) == 0);
 
 	/* a start whose step has no gsn below 2^62 */
-	l = (struct layout){ 1, 4, 4, 0, 0 };
+	l = test_layout(1, 4, 4, 0, 0);
 	CHECK(resolve(&b, "samples:4611686018427387903", 1, &l, desc, why) == -EINVAL);
 	CHECK(strstr(why, "is out of range") != NULL);
 	hist_release(&b.h);

@@ -24,6 +24,7 @@
 #include "check.h"
 #include "journal.h"
 #include "scratch.h"
+#include "test_layout.h"
 
 #define FP_A "0123456789abcdef0123456789abcdef"
 #define FP_B "fedcba9876543210fedcba9876543210"
@@ -103,7 +104,7 @@ static inline int start_text(struct journal *j, const char *rule, uint64_t W, ui
 {
 	struct journal_resume r;
 	struct rankset rs;
-	struct layout l = { W, B, m, 0, 0 };
+	struct layout l = test_layout(W, B, m, 0, 0);
 	char why[160], applied[512];
 	int rc;
 

@@ -14,6 +14,7 @@
 #include "mix.h"
 #include "order.h"
 #include "xorshift.h"
+#include "test_layout.h"
 
 static uint64_t rng = 88172645463325252u;
 
@@ -351,11 +352,12 @@ static void test_layouts(void)
 			if (b % w)
 				continue;
 			for (uint64_t m = 1; m <= b / w; m++) {
-				struct layout l = {w, b, m, 3, 17};
+				struct layout l;
 				uint64_t ref[24], got[24];
 
 				if ((b / w) % m)
 					continue;
+				l = test_layout(w, b, m, 3, 17);
 				for (uint64_t t = 3; t < 9; t++) {
 					size_t at = 0;
 					uint64_t g0;

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "order.h"
+#include "test_layout.h"
 
 /* Sample ids of step `step` as rank-order concatenation of all micro-batches. */
 static void step_ids(const struct order *o, const struct layout *l, uint64_t step,
@@ -17,15 +18,15 @@ static void step_ids(const struct order *o, const struct layout *l, uint64_t ste
 {
 	size_t k = 0;
 
-	for (uint64_t r = 0; r < l->world_size; r++)
+	for (uint64_t r = 0; r < layout_world_size(l); r++)
 		for (uint64_t mi = 0; mi < layout_micros(l); mi++) {
 			uint64_t g;
 
 			REQUIRE(layout_micro_gsn(l, r, step, mi, &g) == 0);
-			REQUIRE(order_fill(o, g, l->micro_batch, ids + k) == 0);
-			k += l->micro_batch;
+			REQUIRE(order_fill(o, g, layout_micro_batch(l), ids + k) == 0);
+			k += layout_micro_batch(l);
 		}
-	REQUIRE(k == l->global_batch);
+	REQUIRE(k == layout_global_batch(l));
 }
 
 static void test_shares_tile(void)
@@ -35,13 +36,12 @@ static void test_shares_tile(void)
 			if (b % w)
 				continue;
 			for (uint64_t m = 1; m <= b / w; m++) {
-				struct layout l = { w, b, m, 5, 1000 };
+				struct layout l;
 				uint8_t seen[48];
-				char why[128];
 
 				if ((b / w) % m)
 					continue;
-				REQUIRE(layout_check(&l, why, sizeof(why)) == 0);
+				l = test_layout(w, b, m, 5, 1000);
 				for (uint64_t t = 5; t < 8; t++) {
 					uint64_t start;
 
@@ -77,17 +77,18 @@ static void test_concat_invariant(void)
 
 	REQUIRE(order_init(&o, 37, 11, ORDER_SHUFFLE_GLOBAL) == 0);
 	for (uint64_t t = 0; t < 10; t++) { /* 10 steps of 24 cross several epochs of 37 */
-		struct layout one = { 1, b, b, 0, 0 };
+		struct layout one = test_layout(1, b, b, 0, 0);
 
 		step_ids(&o, &one, t, ref);
 		for (uint64_t w = 1; w <= b; w++) {
 			if (b % w)
 				continue;
 			for (uint64_t m = 1; m <= b / w; m++) {
-				struct layout l = { w, b, m, 0, 0 };
+				struct layout l;
 
 				if ((b / w) % m)
 					continue;
+				l = test_layout(w, b, m, 0, 0);
 				step_ids(&o, &l, t, got);
 				CHECK(memcmp(ref, got, sizeof(ref)) == 0);
 			}
@@ -132,11 +133,12 @@ static void test_epoch_coverage(void)
 	}
 }
 
-static void expect_why(struct layout l, const char *needle)
+static void expect_why(struct layout_values v, const char *needle)
 {
+	struct layout l;
 	char why[256] = "";
 
-	CHECK(layout_check(&l, why, sizeof(why)) == -EINVAL);
+	CHECK(layout_make(&v, &l, why, sizeof(why)) == -EINVAL);
 	if (!strstr(why, needle)) {
 		fprintf(stderr, "message \"%s\" lacks \"%s\"\n", why, needle);
 		CHECK(0);
@@ -145,17 +147,17 @@ static void expect_why(struct layout l, const char *needle)
 
 static void test_validation(void)
 {
-	expect_why((struct layout){ 0, 8, 1, 0, 0 }, "world_size must be at least 1");
-	expect_why((struct layout){ 1, 0, 1, 0, 0 }, "global_batch must be at least 1");
-	expect_why((struct layout){ 3, 8, 1, 0, 0 }, "global_batch (8) must be a multiple of world_size (3)");
-	expect_why((struct layout){ 2, 8, 0, 0, 0 }, "micro_batch must be at least 1");
-	expect_why((struct layout){ 2, 8, 3, 0, 0 }, "micro_batch (3) must divide global_batch/world_size (4 = 8/2)");
-	expect_why((struct layout){ 1, 8, 8, 0, ORDER_MAX_GSN }, "start_samples");
+	expect_why((struct layout_values){ 0, 8, 1, 0, 0 }, "world_size must be at least 1");
+	expect_why((struct layout_values){ 1, 0, 1, 0, 0 }, "global_batch must be at least 1");
+	expect_why((struct layout_values){ 3, 8, 1, 0, 0 }, "global_batch (8) must be a multiple of world_size (3)");
+	expect_why((struct layout_values){ 2, 8, 0, 0, 0 }, "micro_batch must be at least 1");
+	expect_why((struct layout_values){ 2, 8, 3, 0, 0 }, "micro_batch (3) must divide global_batch/world_size (4 = 8/2)");
+	expect_why((struct layout_values){ 1, 8, 8, 0, ORDER_MAX_GSN }, "start_samples");
 }
 
 static void test_overflow(void)
 {
-	struct layout l = { 4, 1024, 64, 0, ORDER_MAX_GSN - 2048 }; /* share 256, A = 4 */
+	struct layout l = test_layout(4, 1024, 64, 0, ORDER_MAX_GSN - 2048); /* share 256, A = 4 */
 	struct order o;
 	uint64_t g, ids[4];
 
@@ -165,7 +167,7 @@ static void test_overflow(void)
 	CHECK(layout_step_gsn(&l, UINT64_MAX, &g) == -EOVERFLOW);
 	CHECK(layout_micro_gsn(&l, 4, 0, 0, &g) == -EINVAL);   /* rank >= W */
 	CHECK(layout_micro_gsn(&l, 0, 0, 4, &g) == -EINVAL);   /* micro >= A */
-	l.start_step = 10;
+	REQUIRE(layout_start_at(&l, 10, layout_start_samples(&l) - 4096, &l, NULL, 0) == 0);
 	CHECK(layout_micro_gsn(&l, 0, 9, 0, &g) == -EINVAL);   /* step < S0 */
 
 	/* N and gsn up to 2^62 */
@@ -183,7 +185,7 @@ static void test_overflow(void)
 
 static void test_advance(void)
 {
-	struct layout l = { 2, 8, 2, 3, 0 }; /* A = 2 */
+	struct layout l = test_layout(2, 8, 2, 3, 0); /* A = 2 */
 	uint64_t step = 3, micro = 0;
 
 	layout_advance(&l, &step, &micro);
@@ -203,10 +205,11 @@ static void each_small_layout(void (*f)(const struct layout *l))
 		for (uint64_t w = 1; w <= b; w++)
 			for (uint64_t m = 1; w <= b && m <= b / w; m++)
 				for (size_t k = 0; k < sizeof(starts) / sizeof(starts[0]); k++) {
-					struct layout l = { w, b, m, starts[k][0], starts[k][1] };
+					struct layout l;
 
 					if (b % w || (b / w) % m)
 						continue;
+					l = test_layout(w, b, m, starts[k][0], starts[k][1]);
 					f(&l);
 				}
 }
@@ -215,7 +218,7 @@ static void each_small_layout(void (*f)(const struct layout *l))
  * conversions are inverses; positions outside the layout are refused. */
 static void ci_props(const struct layout *l)
 {
-	uint64_t step = l->start_step, micro = 0, a = layout_micros(l), ci, s, mi;
+	uint64_t step = layout_start_step(l), micro = 0, a = layout_micros(l), ci, s, mi;
 
 	for (uint64_t k = 0; k < 5 * a + 3; k++) {
 		REQUIRE(layout_pos_ci(l, step, micro, &ci) == 0);
@@ -224,22 +227,22 @@ static void ci_props(const struct layout *l)
 		CHECK(s == step && mi == micro);
 		layout_advance(l, &step, &micro);
 	}
-	CHECK(layout_pos_ci(l, l->start_step, a, &ci) == -EINVAL);
-	if (l->start_step)
-		CHECK(layout_pos_ci(l, l->start_step - 1, 0, &ci) == -EINVAL);
+	CHECK(layout_pos_ci(l, layout_start_step(l), a, &ci) == -EINVAL);
+	if (layout_start_step(l))
+		CHECK(layout_pos_ci(l, layout_start_step(l) - 1, 0, &ci) == -EINVAL);
 	CHECK(layout_pos_ci(l, UINT64_MAX, 0, &ci) == (a > 1 ? -EOVERFLOW : 0));
 }
 
 static void test_claim_index(void)
 {
-	struct layout big = { 1, 4, 1, 0, 0 };   /* A = 4 */
+	struct layout big = test_layout(1, 4, 1, 0, 0);   /* A = 4 */
 	uint64_t step, micro;
 
 	each_small_layout(ci_props);
 	layout_ci_pos(&big, UINT64_MAX, &step, &micro);
 	CHECK_EQ_U64(step, UINT64_MAX / 4);
 	CHECK_EQ_U64(micro, 3);
-	big.start_step = UINT64_MAX - 1;         /* the step saturates */
+	big = test_layout(1, 1, 1, ORDER_MAX_GSN - 1, 0);  /* the step saturates */
 	layout_ci_pos(&big, UINT64_MAX, &step, &micro);
 	CHECK_EQ_U64(step, UINT64_MAX);
 }
@@ -248,19 +251,19 @@ static void test_claim_index(void)
  * gsns lies below limit: against that definition, gsn by gsn. */
 static void stream_props(const struct layout *l)
 {
-	for (uint64_t limit = 0; limit <= l->start_samples + 4 * l->global_batch + 2; limit++)
-		for (uint64_t t = 0; t < l->start_step + 6; t++) {
-			int want = t >= l->start_step;
+	for (uint64_t limit = 0; limit <= layout_start_samples(l) + 4 * layout_global_batch(l) + 2; limit++)
+		for (uint64_t t = 0; t < layout_start_step(l) + 6; t++) {
+			int want = t >= layout_start_step(l);
 
-			for (uint64_t i = 0; want && i < l->global_batch; i++)
-				want = l->start_samples + (t - l->start_step) * l->global_batch + i < limit;
+			for (uint64_t i = 0; want && i < layout_global_batch(l); i++)
+				want = layout_start_samples(l) + (t - layout_start_step(l)) * layout_global_batch(l) + i < limit;
 			CHECK(layout_step_in_stream(l, limit, t) == want);
 		}
 }
 
 static void test_step_in_stream(void)
 {
-	struct layout l = { 1, 8, 8, 0, ORDER_MAX_GSN - 16 };
+	struct layout l = test_layout(1, 8, 8, 0, ORDER_MAX_GSN - 16);
 
 	each_small_layout(stream_props);
 	CHECK(layout_step_in_stream(&l, ORDER_MAX_GSN, 1) == 1);
@@ -271,31 +274,59 @@ static void test_step_in_stream(void)
 /* at/<G>: step 0 of layout_at() starts at G, its ranks and micro-batches as l's. */
 static void at_props(const struct layout *l)
 {
-	for (uint64_t g = 0; g < 3 * l->global_batch + 2; g++) {
+	for (uint64_t g = 0; g < 3 * layout_global_batch(l) + 2; g++) {
 		struct layout at;
 		uint64_t x;
 
 		REQUIRE(layout_at(l, g, &at) == 0);
-		CHECK(at.world_size == l->world_size && at.global_batch == l->global_batch &&
-		      at.micro_batch == l->micro_batch && at.start_step == 0 && at.start_samples == g);
-		for (uint64_t r = 0; r < l->world_size; r++)
+		CHECK(layout_world_size(&at) == layout_world_size(l) && layout_global_batch(&at) == layout_global_batch(l) &&
+		      layout_micro_batch(&at) == layout_micro_batch(l) && layout_start_step(&at) == 0 && layout_start_samples(&at) == g);
+		for (uint64_t r = 0; r < layout_world_size(l); r++)
 			for (uint64_t mi = 0; mi < layout_micros(l); mi++) {
 				REQUIRE(layout_micro_gsn(&at, r, 0, mi, &x) == 0);
-				CHECK_EQ_U64(x, g + r * layout_share(l) + mi * l->micro_batch);
+				CHECK_EQ_U64(x, g + r * layout_share(l) + mi * layout_micro_batch(l));
 			}
 	}
 }
 
+/* layout_micro_step_gsn() inverts layout_micro_gsn() for every micro-batch, and refuses
+ * what fits no micro-batch. */
+static void micro_step_props(const struct layout *l)
+{
+	for (uint64_t t = layout_start_step(l); t < layout_start_step(l) + 3; t++)
+		for (uint64_t r = 0; r < layout_world_size(l); r++)
+			for (uint64_t mi = 0; mi < layout_micros(l); mi++) {
+				uint64_t g, start, back;
+
+				REQUIRE(layout_micro_gsn(l, r, t, mi, &g) == 0);
+				REQUIRE(layout_step_gsn(l, t, &start) == 0);
+				CHECK(layout_micro_step_gsn(l, r, mi, g, &back) == 0);
+				CHECK_EQ_U64(back, start);
+			}
+}
+
+static void test_micro_step(void)
+{
+	struct layout l = test_layout(2, 8, 2, 0, 0);
+	uint64_t g;
+
+	each_small_layout(micro_step_props);
+	CHECK(layout_micro_step_gsn(&l, 2, 0, 100, &g) == -EINVAL);   /* rank >= W */
+	CHECK(layout_micro_step_gsn(&l, 0, 2, 100, &g) == -EINVAL);   /* micro >= A */
+	CHECK(layout_micro_step_gsn(&l, 1, 1, 5, &g) == -EINVAL);     /* gsn before its rank */
+	CHECK(layout_micro_step_gsn(&l, 1, 1, 6, &g) == 0 && g == 0);
+}
+
 static void test_at(void)
 {
-	struct layout l = { 2, 8, 4, 9, 9 }, at = { 0 };
+	struct layout l = test_layout(2, 8, 4, 9, 9), at = l;
 
 	each_small_layout(at_props);
 	CHECK(layout_at(&l, ORDER_MAX_GSN - 8, &at) == 0);
 	CHECK(layout_at(&l, ORDER_MAX_GSN - 7, &at) == -EOVERFLOW);
 	CHECK(layout_at(&l, ORDER_MAX_GSN, &at) == -EOVERFLOW);
 	CHECK(layout_at(&l, UINT64_MAX, &at) == -EOVERFLOW);
-	CHECK_EQ_U64(at.start_samples, ORDER_MAX_GSN - 8); /* untouched on failure */
+	CHECK_EQ_U64(layout_start_samples(&at), ORDER_MAX_GSN - 8); /* untouched on failure */
 }
 
 /* consumed_samples: the slowest rank's whole delivered steps; the gsn returned is where
@@ -303,24 +334,24 @@ static void test_at(void)
  * nothing. */
 static void consumed_props(const struct layout *l)
 {
-	for (uint64_t d = 0; d < l->start_step + 6; d++) {
+	for (uint64_t d = 0; d < layout_start_step(l) + 6; d++) {
 		uint64_t done = layout_done(l, d), step, g;
 
-		CHECK_EQ_U64(done, d > l->start_step ? d - l->start_step : 0);
+		CHECK_EQ_U64(done, d > layout_start_step(l) ? d - layout_start_step(l) : 0);
 		CHECK_EQ_U64(layout_consumed(l, done, &step),
-			     l->start_samples + done * l->global_batch);
-		CHECK_EQ_U64(step, l->start_step + done);
+			     layout_start_samples(l) + done * layout_global_batch(l));
+		CHECK_EQ_U64(step, layout_start_step(l) + done);
 		REQUIRE(layout_step_gsn(l, step, &g) == 0);
 		CHECK_EQ_U64(layout_consumed(l, done, NULL), g);
 		/* from the slowest rank's delivered step: the same, step and all */
 		CHECK_EQ_U64(layout_consumed_at(l, d, &step), g);
-		CHECK_EQ_U64(step, l->start_step + done);
+		CHECK_EQ_U64(step, layout_start_step(l) + done);
 	}
 }
 
 static void test_consumed(void)
 {
-	struct layout l = { 1, 10, 10, 4, ORDER_MAX_GSN - 25 };
+	struct layout l = test_layout(1, 10, 10, 4, ORDER_MAX_GSN - 25);
 	uint64_t step;
 
 	each_small_layout(consumed_props);
@@ -337,18 +368,59 @@ static void test_consumed(void)
  * inside it); with no history, G / B. */
 static void resume_props(const struct layout *prev)
 {
-	for (uint64_t g = prev->start_samples; g < prev->start_samples + 5 * prev->global_batch; g++) {
+	for (uint64_t g = layout_start_samples(prev); g < layout_start_samples(prev) + 5 * layout_global_batch(prev); g++) {
 		uint64_t s = layout_resume_step(prev, 99, g), lo, hi;
 
 		REQUIRE(layout_step_gsn(prev, s, &lo) == 0 && layout_step_gsn(prev, s + 1, &hi) == 0);
 		CHECK(lo <= g && g < hi);
-		CHECK_EQ_U64(layout_resume_step(NULL, prev->global_batch, g), g / prev->global_batch);
+		CHECK_EQ_U64(layout_resume_step(NULL, layout_global_batch(prev), g), g / layout_global_batch(prev));
 	}
+}
+
+/* The rules layout.c gained to take the copies' place: each against its definition, and
+ * at the edges the copies never checked (gsn + k B past 2^62, a start that leaves no
+ * step). */
+static void test_new_rules(void)
+{
+	struct layout l = test_layout(2, 8, 2, 5, 40), start, zero = { { 0 } };
+	struct layout_values v;
+	uint64_t g, s = 0;
+	char why[160] = "";
+
+	CHECK(layout_gsn_after(&l, 40, 3, &g) == 0 && g == 64);
+	CHECK(layout_gsn_after(&l, ORDER_MAX_GSN - 16, 1, &g) == 0);
+	CHECK(layout_gsn_after(&l, ORDER_MAX_GSN - 16, 2, &g) == -EOVERFLOW);
+	CHECK(layout_gsn_after(&l, 0, UINT64_MAX / 4, &g) == -EOVERFLOW); /* k B wraps */
+	CHECK_EQ_U64(layout_steps_below(&l, 40, 40 + 8 * 7 + 5), 7);
+	CHECK_EQ_U64(layout_steps_below(&l, 40, 40), 0);
+	CHECK_EQ_U64(layout_steps_below(&l, 41, 40), 0);
+	CHECK(layout_step_number(&l, 56, &s) == 0 && s == 7);
+	CHECK(layout_step_number(&l, 57, &s) == -ERANGE);
+	CHECK(layout_step_number(&l, 32, &s) == -ERANGE);
+	CHECK_EQ_U64(layout_whole_steps(&l, 23), 2);
+	CHECK_EQ_U64(layout_shares_samples(&l, 3), 12);
+	CHECK_EQ_U64(layout_shares_samples(&l, UINT64_MAX), UINT64_MAX);
+	CHECK_EQ_U64(layout_micros_samples(&l, 2), 4);
+	CHECK_EQ_U64(layout_default_micro_batch(4, 16), 4);
+	CHECK_EQ_U64(layout_default_micro_batch(4, 10), 1);   /* layout_make says why */
+	CHECK_EQ_U64(layout_default_micro_batch(0, 10), 1);
+	CHECK(layout_valid(&l) && !layout_valid(&zero));
+	CHECK(layout_same_shape(&l, &(struct layout){ { 0 } }) == 0);
+	CHECK(layout_start_at(&l, 0, 3, &start, why, sizeof(why)) == 0);
+	layout_get(&start, &v);
+	CHECK(v.world_size == 2 && v.global_batch == 8 && v.micro_batch == 2 &&
+	      v.start_step == 0 && v.start_samples == 3 && layout_same_shape(&l, &start));
+	/* a start whose next step has no gsn, and one past 2^62: refused, l unchanged */
+	CHECK(layout_start_at(&l, 1, ORDER_MAX_GSN - 4, &start, why, sizeof(why)) == -EINVAL);
+	CHECK(strstr(why, "past 2^62") != NULL);
+	CHECK(layout_start_at(&l, ORDER_MAX_GSN, 0, &start, why, sizeof(why)) == -EINVAL);
+	CHECK(strstr(why, "start_step") != NULL);
+	CHECK_EQ_U64(layout_start_samples(&start), 3);
 }
 
 static void test_resume_step(void)
 {
-	struct layout prev = { 2, 8, 4, 40, 13 };
+	struct layout prev = test_layout(2, 8, 4, 40, 13);
 
 	each_small_layout(resume_props);
 	CHECK_EQ_U64(layout_resume_step(&prev, 6, 13), 40);
@@ -433,6 +505,8 @@ int main(void)
 	test_claim_index();
 	test_step_in_stream();
 	test_at();
+	test_micro_step();
+	test_new_rules();
 	test_consumed();
 	test_resume_step();
 	test_rankset();

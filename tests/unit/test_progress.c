@@ -1,8 +1,8 @@
 /*
- * test_progress.c: progress learned from reads (core/serve/progress.h). progress_step_of()
- * against layout_micro_gsn() for every (W, B, m, rank, step, micro, micros) of a small
- * domain; positions that follow the latest read (back as well as forward); the job's
- * least position; rates over whole seconds; untracked ranks; step numbers off the grid.
+ * test_progress.c: progress learned from reads (core/serve/progress.h): positions that
+ * follow the latest read (back as well as forward); the job's least position; rates over
+ * whole seconds; untracked ranks; the shares a read of a run completes; step numbers off
+ * the grid. (Which step a batch completes is layout_micro_step_gsn(), test_order.c.)
  */
 #include <errno.h>
 #include <math.h>
@@ -11,35 +11,8 @@
 #include "check.h"
 #include "order.h"
 #include "progress.h"
-
-/* Every batch of a layout: step_of gives the step's first gsn exactly when the batch
- * ends the rank's share. */
-static void step_of_matches_the_layout(void)
-{
-	for (uint64_t w = 1; w <= 4; w++)
-		for (uint64_t b = w; b <= 12; b += w)
-			for (uint64_t m = 1; m <= b / w; m++) {
-				struct layout l = { w, b, m, 3, 17 };
-				uint64_t a = layout_micros(&l);
-
-				if ((b / w) % m)
-					continue;
-				for (uint64_t r = 0; r < w; r++)
-					for (uint64_t t = 3; t < 6; t++)
-						for (uint64_t mi = 0; mi < a; mi++)
-							for (uint64_t n = 1; mi + n <= a; n++) {
-								uint64_t g, start;
-
-								CHECK(layout_micro_gsn(&l, r, t, mi, &g) == 0);
-								CHECK(layout_step_gsn(&l, t, &start) == 0);
-								CHECK_EQ_U64(progress_step_of(r, g, mi, n, b / w, m),
-									     mi + n == a ? start : PROGRESS_NO_STEP);
-							}
-			}
-	CHECK_EQ_U64(progress_step_of(0, 0, 0, 1, 0, 1), PROGRESS_NO_STEP);   /* no share */
-	CHECK_EQ_U64(progress_step_of(0, 0, 0, 1, 4, 3), PROGRESS_NO_STEP);   /* m does not divide */
-	CHECK_EQ_U64(progress_step_of(2, 3, 0, 1, 4, 4), PROGRESS_NO_STEP);   /* gsn before its rank */
-}
+#include "run.h"
+#include "test_layout.h"
 
 static void positions_and_rates(void)
 {
@@ -49,7 +22,9 @@ static void positions_and_rates(void)
 	uint64_t consumed;
 	double rate, last;
 
-	CHECK(progress_new(ranks, 3, 10, &p) == 0);
+	struct layout l = test_layout(2, 10, 5, 0, 0);    /* B = 10, a share of 5 */
+
+	CHECK(progress_new(ranks, 3, &l, &p) == 0);
 	CHECK(progress_total(p, 40, 100.5, &consumed, &rate, &last) == 0);
 	CHECK_EQ_U64(consumed, 40);
 	CHECK(rate == 0 && last == 0);
@@ -84,12 +59,12 @@ static void positions_and_rates(void)
 	CHECK(in.samples_per_s == 0);
 	/* from/<100> of shares of 64 bytes: a read of [32, 200) reaches the ends of shares
 	 * 0 and 1 (bytes 63 and 127) and 2 (191); [200, 250) none */
-	progress_note_run(p, 1, 100, 64, 4, 32, 168, 150.0);
+	progress_note_run(p, &(struct progress_read){ 1, 100, 64, 32, 168 }, 150.0);
 	CHECK(progress_rank(p, 1, 150.0, &in) == 0);
-	CHECK(in.position == 100 + 3 * 10 && in.step_gsn == 120 && in.samples == 4 + 12);
-	progress_note_run(p, 1, 100, 64, 4, 200, 50, 150.1);
+	CHECK(in.position == 100 + 3 * 10 && in.step_gsn == 120 && in.samples == 4 + 3 * 5);
+	progress_note_run(p, &(struct progress_read){ 1, 100, 64, 200, 50 }, 150.1);
 	CHECK(progress_rank(p, 1, 150.2, &in) == 0);
-	CHECK(in.position == 130 && in.samples == 16);
+	CHECK(in.position == 130 && in.samples == 19);
 	/* a steady 5 samples a second for 30 s: 5/s, whatever wrapped in the buckets */
 	for (int s = 0; s < 30; s++)
 		progress_note(p, 8, 100 + 10 * (uint64_t)s, 5, 200.0 + s);
@@ -98,21 +73,54 @@ static void positions_and_rates(void)
 	progress_free(p);
 }
 
+/* The walk of a run's bytes by share (run.h), which share.c's reads, fs/read.c's ids/ and
+ * the count above share: pieces tile [pos, end) share by share. */
+static void run_geometry(void)
+{
+	struct run_piece p;
+	uint64_t first, end, pos, total;
+
+	for (uint64_t unit = 1; unit <= 9; unit++)
+		for (uint64_t a = 0; a < 30; a++)
+			for (uint64_t b = a + 1; b <= 30; b++) {
+				for (pos = a, total = 0; pos < b; pos += p.len, total += p.len) {
+					run_piece(unit, pos, b, &p);
+					CHECK(p.len >= 1 && p.within + p.len <= unit);
+					CHECK_EQ_U64(p.share * unit + p.within, pos);
+				}
+				CHECK_EQ_U64(total, b - a);
+				run_completed(unit, a, b - a, &first, &end);
+				CHECK_EQ_U64(first, a / unit);
+				CHECK_EQ_U64(end, b / unit);   /* share k's last byte is (k+1) unit - 1 */
+			}
+	CHECK_EQ_U64(run_bytes(10, 7), 70);
+	CHECK_EQ_U64(run_bytes(0, 7), 0);
+	CHECK_EQ_U64(run_bytes(3, UINT64_MAX), (RUN_MAX_BYTES / 3) * 3); /* cut, whole */
+	CHECK_EQ_U64(run_shares(0, 10), 0);
+	CHECK_EQ_U64(run_shares(4, 10), 2);
+	CHECK_EQ_U64(run_shares_up(4, 10), 3);
+	CHECK_EQ_U64(run_shares_up(4, 8), 2);
+}
+
 static void step_numbers(void)
 {
-	struct layout l = { 2, 8, 2, 5, 40 };
+	const uint64_t rank = 0;
+	struct layout l = test_layout(2, 8, 2, 5, 40);
+	struct progress *p;
 	uint64_t s = 0;
 
-	CHECK(progress_step_number(&l, 40, &s) == 0 && s == 5);
-	CHECK(progress_step_number(&l, 64, &s) == 0 && s == 8);
-	CHECK(progress_step_number(&l, 44, &s) == -ERANGE);    /* off the steps */
-	CHECK(progress_step_number(&l, 32, &s) == -ERANGE);    /* before G0 */
+	REQUIRE(progress_new(&rank, 1, &l, &p) == 0);
+	CHECK(progress_step_number(p, 40, &s) == 0 && s == 5);
+	CHECK(progress_step_number(p, 64, &s) == 0 && s == 8);
+	CHECK(progress_step_number(p, 44, &s) == -ERANGE);    /* off the steps */
+	CHECK(progress_step_number(p, 32, &s) == -ERANGE);    /* before G0 */
+	progress_free(p);
 }
 
 int main(void)
 {
-	step_of_matches_the_layout();
 	positions_and_rates();
 	step_numbers();
+	run_geometry();
 	return check_status();
 }

@@ -27,6 +27,7 @@
 #include "serve.h"
 #include "shard_index.h"
 #include "test_files.h"
+#include "test_layout.h"
 
 #define SAMPLES 256
 #define SEQ 2048 /* uint16: one 4 KiB page per sample */
@@ -287,7 +288,7 @@ static int setup(struct fixture *fx, const char *name, uint64_t samples, uint64_
 	evict_files(name);
 	REQUIRE(dataset_open(tmp_path(name), &fx->ds, err, sizeof(err)) == 0);
 	REQUIRE(rankset_parse("0-1", 2, &fx->ranks, err, sizeof(err)) == 0);
-	fx->cfg.layout = (struct layout){ .world_size = 2, .global_batch = 8, .micro_batch = 4 };
+	fx->cfg.layout = test_layout(2, 8, 4, 0, 0);
 	fx->cfg.ranks = &fx->ranks;
 	REQUIRE(order_init(&fx->cfg.order, samples, 5, ORDER_SHUFFLE_GLOBAL) == 0);
 	fx->cfg.format = FORMAT_BIN;

@@ -24,6 +24,7 @@
 #include "pack.h"
 #include "serve.h"
 #include "test_files.h"
+#include "test_layout.h"
 
 static void pack_to(const char *out, const char *input, int tokens)
 {
@@ -84,7 +85,7 @@ static void setup(struct fixture *fx, const char *name, enum encode_format f, ui
 	n = dataset_info(fx->ds)->samples;
 	REQUIRE(rankset_parse(only_rank >= 0 ? (only_rank ? "1" : "0") : "0-1", 2, &fx->ranks,
 			      err, sizeof(err)) == 0);
-	fx->cfg.layout = (struct layout){ .world_size = 2, .global_batch = 8, .micro_batch = 2 };
+	fx->cfg.layout = test_layout(2, 8, 2, 0, 0);
 	fx->cfg.ranks = &fx->ranks;
 	REQUIRE(order_init(&fx->cfg.order, n, 7, ORDER_SHUFFLE_GLOBAL) == 0);
 	if (holdout) {
@@ -131,8 +132,8 @@ static int same_as_built(struct fixture *fx, const struct batch *b, const struct
 	uint64_t bad;
 	int same;
 
-	REQUIRE(batch_build(fx->r, dataset_info(fx->ds), o, l, fx->cfg.format, rank, step, micro,
-			    micros, &want, &bad) == 0);
+	REQUIRE(batch_build(fx->r, &(struct batch_spec){ dataset_info(fx->ds), o, l,
+			    fx->cfg.format, rank, step, micro, micros }, &want, &bad) == 0);
 	bytes_of(b, &x);
 	bytes_of(want, &y);
 	same = x.len == y.len && !memcmp(x.data, y.data, x.len) && b->gsn == want->gsn &&
