@@ -10,8 +10,13 @@ at most three batches of about :data:`BATCH_CHARS` characters of text are held, 
 them encoded, whatever the corpus size and the documents' sizes: a document longer than
 :data:`PIECE_CHARS` is encoded in pieces, cut where the tokenizer gives the ids it gives
 the whole document (:func:`piece_cuts`), and streamed to the packer piece by piece ('C'
-records). The text of the document being read is held whole (a JSON line is parsed at
-once).
+records). A JSONL line longer than :data:`STREAM_BYTES` is not parsed whole: its text is
+found in the line's bytes, checked, and decoded part by part (:class:`TextChunks`), and cut
+into pieces as it comes (:func:`stream_pieces`), so that the line's bytes and the piece
+being cut are all that is held of it. That bound is for tokenizers with a pre-tokenizer:
+one without (``spec.prefix`` None) gets every document whole, and so does a text with no
+place to cut (no space or line break, :func:`_candidates`) for a whole piece. A text file
+(one document) and a Parquet or Arrow row are held whole as read.
 
 Documents are what TorchTitan's ``HuggingFaceTokenizer`` makes of them in its pretraining
 datasets, ``encode(text, add_bos=True, add_eos=True)``: the tokenizer's own ids, then BOS
@@ -35,7 +40,8 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import IO, Any, BinaryIO, Iterator
+from itertools import pairwise
+from typing import IO, Any, BinaryIO, Iterable, Iterator
 
 MAGIC = b"ZTOKDOC1"
 #: Characters of text per batch handed to ``encode_batch``. The encodings that
@@ -400,16 +406,20 @@ def plan_inputs(inputs: list[str], opts: Options) -> list[Unit]:
 # --------------------------------------------------------------------------- readers
 # Each yields (record, text) per document and keeps unit progress in self.done (bytes).
 
-def _utf8_error(path: str, where: str, data: bytes, e: UnicodeDecodeError) -> SkipRecord:
-    return SkipRecord(f"{path}:{where}: invalid UTF-8 at byte {e.start} of the line "
-                      f"(0x{data[e.start]:02x}); the text must be UTF-8")
+def _utf8_error(path: str, where: str, data: bytes, e: UnicodeDecodeError,
+                offset: int = 0) -> SkipRecord:
+    """The record's error for invalid UTF-8 at byte ``offset + e.start`` of the line
+    ``data`` (``e`` raised decoding the part of it that starts at ``offset``)."""
+    at = offset + e.start
+    return SkipRecord(f"{path}:{where}: invalid UTF-8 at byte {at} of the line "
+                      f"(0x{data[at]:02x}); the text must be UTF-8")
 
 
 class Reader:
     def __init__(self, unit: Unit, opts: Options):
         self.unit, self.opts, self.done = unit, opts, 0
 
-    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
+    def docs(self) -> Iterator[tuple[int, str | TextChunks] | SkipRecord]:
         raise NotImplementedError
 
 
@@ -464,16 +474,32 @@ class LineReader(Reader):
 
 class JsonlReader(LineReader):
     """One document per line; a document's line, record and text are let go before the
-    next line is read (only the document being read is held)."""
+    next line is read (only the document being read is held). A line longer than
+    :data:`STREAM_BYTES` is not parsed whole: its text is found in the line's bytes and
+    handed on as :class:`TextChunks` (:func:`_long_record`), so that no decoded copy of a
+    long document is ever held whole."""
 
     strip = False
 
-    def docs(self) -> Iterator[tuple[int, str] | SkipRecord]:
+    def docs(self) -> Iterator[tuple[int, str | TextChunks] | SkipRecord]:
         field_ = self.opts.text_field
         path = self.unit.path
         for n, line in self.lines():
             if not line or line.isspace():
                 continue  # blank lines, as pack skips them
+            if len(line) > STREAM_BYTES:
+                found = _long_record(line, field_, f"{path}:{n}: field {field_!r}")
+                if isinstance(found, tuple):
+                    yield _utf8_error(path, str(n), line, *found)
+                elif isinstance(found, SkipRecord):
+                    yield found
+                elif found is not None:
+                    yield n, found
+                if found is not None:
+                    del found, line
+                    continue
+                # anything else (bad JSON, no such field, not a string, ...): parsed
+                # whole below, for the same message as any line's
             try:
                 rec = json.loads(line)
             except UnicodeDecodeError as e:
@@ -503,14 +529,223 @@ class JsonlReader(LineReader):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _surrogate_error(text: str, where: str) -> SkipRecord | None:
+def _surrogate_error(text: str, where: str, offset: int = 0) -> SkipRecord | None:
     """JSON may spell a lone surrogate (\\ud800), which is no Unicode text: refused.
-    (A search, not an encoding: no copy of a long document.)"""
+    (A search, not an encoding: no copy of a long document.) ``offset``: the characters
+    of the document before ``text`` (a part of it), for the position in the message."""
     m = None if text.isascii() else _SURROGATE.search(text)
     if m:
         return SkipRecord(f"{where} holds a lone surrogate (\\u{ord(m.group()):04x} at "
-                          f"character {m.start()}), which is not Unicode text")
+                          f"character {offset + m.start()}), which is not Unicode text")
     return None
+
+
+# -------------------------------------------------------------- long JSONL lines
+# A JSON text has no '"' outside its strings, so the string tokens that a regex finds
+# one after the other from the line's start are the line's strings, in order; what lies
+# between them (white space, punctuation, numbers, literals) gives the nesting depth.
+
+#: A JSONL line longer than this many bytes has its text found in the line's bytes and
+#: decoded part by part (:func:`_long_record`), never whole.
+STREAM_BYTES = 1 << 20
+#: Bytes of a long JSON string decoded at once (:func:`_string_cuts`).
+DECODE_BYTES = 1 << 20
+#: A string value longer than this many bytes (the text's, or another field's) is left
+#: out of the record that is parsed to check the rest of a long line, and checked part by
+#: part instead.
+LONG_STRING_BYTES = 4096
+
+#: Bytes of a long line searched for quotes at once (:func:`_string_tokens`).
+QUOTE_WINDOW = 4 << 20
+
+_ESCAPE = re.compile(rb'\\(?:u[0-9a-fA-F]{4}|.)', re.S)
+_HIGH_SURROGATE_ESCAPE = re.compile(rb'\\u[dD][89abAB][0-9a-fA-F]{2}')
+_JSON_WS = b" \t\r\n"
+_OBJECT_START = re.compile(rb'[ \t\r\n]*\{')
+
+
+class TextChunks:
+    """The text of a long JSONL record: the string at ``line[cuts[0]:cuts[-1]]`` (between
+    its quotes), decoded part by part, ``cuts[i]:cuts[i + 1]`` at a time, each part a
+    ``str``; their concatenation is what ``json.loads`` gives for the whole string.
+    ``chars``: the text's length. Holds the line's bytes, never the whole text."""
+
+    def __init__(self, line: bytes, cuts: list[int], chars: int):
+        self.line, self.cuts, self.chars = line, cuts, chars
+
+    def __iter__(self) -> Iterator[str]:
+        for a, b in pairwise(self.cuts):
+            yield _decode_part(self.line, a, b)
+
+
+def _decode_part(line: bytes, a: int, b: int) -> str:
+    """The characters that the bytes ``line[a:b]`` of a JSON string's content stand for,
+    as ``json.loads(line)`` decodes them (UTF-8 with surrogates let through, then the
+    escapes). Raises UnicodeDecodeError (positions relative to ``a``) or ValueError."""
+    return str(json.loads('"' + line[a:b].decode("utf-8", "surrogatepass") + '"'))
+
+
+def _string_cuts(line: bytes, start: int, end: int, size: int | None = None) -> list[int]:
+    """Positions ``start = c0 < c1 < ... < cn = end`` that cut the content ``line[start:
+    end]`` of a JSON string into parts of about ``size`` bytes (:data:`DECODE_BYTES`) that
+    decode one by one to what the whole decodes to: no cut splits an escape, the two
+    ``\\u`` escapes of a surrogate pair, or a UTF-8 sequence."""
+    size = max(32, size or DECODE_BYTES)
+    cuts, s = [start], start
+    while end - s > size:
+        p = s + size
+        q = p
+        while q > s + 16 and 0x80 <= line[q] < 0xC0 and p - q < 3:
+            q -= 1                     # to the first byte of a UTF-8 sequence
+        # escapes, scanned from a point inside none: s, or the start of a run of
+        # backslashes (the byte before a run ends an escape or is no part of one)
+        t = max(s, q - 16)
+        while t > s and line[t - 1] == 0x5C:
+            t -= 1
+        before = None                  # the last escape that ends by q
+        for m in _ESCAPE.finditer(line, t, min(end, q + 12)):
+            if m.start() >= q:
+                break
+            if m.end() > q:
+                q = m.start()          # not inside an escape
+                break
+            before = m
+        if before and before.end() == q and _HIGH_SURROGATE_ESCAPE.fullmatch(before.group()):
+            q = before.start()         # nor between the halves of a surrogate pair
+        cuts.append(q)
+        s = q
+    cuts.append(end)
+    return cuts
+
+
+def _may_hold_surrogates(line: bytes, a: int, b: int) -> bool:
+    """Whether the JSON string content ``line[a:b]`` may decode to a surrogate: it holds
+    a \\u escape, or the byte 0xED that starts a surrogate's UTF-8 form (which json.loads
+    lets through). Two byte searches, faster than searching the decoded text."""
+    return line.find(b"\xed", a, b) >= 0 or line.find(b"\\u", a, b) >= 0
+
+
+def _check_string(line: bytes, start: int, end: int) -> bool:
+    """Whether ``line[start:end]`` (a string's content) is what json.loads takes."""
+    cuts = _string_cuts(line, start, end)
+    try:
+        for a, b in pairwise(cuts):
+            _decode_part(line, a, b)
+    except ValueError:             # UnicodeDecodeError included
+        return False
+    return True
+
+
+def _long_record(line: bytes, field_: str, where: str) -> (
+        TextChunks | SkipRecord | tuple[UnicodeDecodeError, int] | None):
+    """A long JSONL line's text without ``json.loads(line)``, which would hold the whole
+    line decoded and the text besides. The text is the value of the last top-level key
+    ``field_`` (json.loads keeps the last of duplicate keys), a string token of the line;
+    the rest of the line is checked by parsing it with that string, and every other long
+    string, taken out (each of those is checked part by part), the text part by part.
+
+    Returns the text (:class:`TextChunks`), once all of it is checked; a SkipRecord
+    where it holds a lone surrogate, or (error, offset) where it holds invalid UTF-8 at
+    byte ``offset + error.start`` of the line, when that is the record's first fault; or
+    None for anything else (invalid JSON, no such field, a value that is not a string),
+    which the caller parses whole so that its error is every line's."""
+    if not _OBJECT_START.match(line):
+        return None
+    depth, end = 0, 0
+    text: tuple[int, int] | None = None   # the last top-level field_'s string token
+    longs: list[tuple[int, int]] = []     # string values to take out: start, end
+    limit = 12 * len(field_) + 2          # the longest spelling of field_ as a key
+    tokens = _string_tokens(line)
+    prev: tuple[int, int, int] | None = None   # the string token before: start, end, depth
+    while True:
+        m = next(tokens, None)
+        s0, e0 = m if m else (len(line), len(line))
+        if s0 < 0:
+            return None                   # an unterminated string
+        gap = line[end:s0]
+        if b"\\" in gap:
+            return None                   # a backslash outside strings: not JSON
+        if prev is not None:              # what the gap after it says the one before is
+            a, b, d = prev
+            if gap.lstrip(_JSON_WS).startswith(b":"):                  # a key
+                if d == 1 and b - a <= limit and _key_equals(line[a:b], field_):
+                    text = (s0, e0) if m and gap.strip(_JSON_WS) == b":" else None
+            elif b - a - 2 > LONG_STRING_BYTES or text == (a, b):      # a value
+                longs.append((a, b))
+        if m is None:
+            break
+        depth += gap.count(b"{") + gap.count(b"[") - gap.count(b"}") - gap.count(b"]")
+        prev, end = (s0, e0, depth), e0
+    del gap
+    if text is None:
+        return None
+    # the rest of the record, its long strings as "" (keys are never taken out)
+    parts, at = [], 0
+    for s0, e0 in longs:
+        parts += [line[at:s0], b'""']
+        at = e0
+    parts.append(line[at:])
+    try:
+        rec = json.loads(b"".join(parts))
+    except ValueError:
+        return None
+    del parts
+    if not isinstance(rec, dict) or rec.get(field_) != "":
+        return None
+    del rec
+    for s0, e0 in longs:
+        if (s0, e0) != text and not _check_string(line, s0 + 1, e0 - 1):
+            return None
+    cuts = _string_cuts(line, text[0] + 1, text[1] - 1)
+    chars, lone = 0, None
+    for a, b in pairwise(cuts):
+        try:
+            part = _decode_part(line, a, b)
+        except UnicodeDecodeError as e:
+            return e, a
+        except ValueError:
+            return None                 # a bad escape: parsed whole, for its message
+        if lone is None and _may_hold_surrogates(line, a, b):
+            lone = _surrogate_error(part, where, chars)
+        chars += len(part)
+    return lone if lone is not None else TextChunks(line, cuts, chars)
+
+
+def _string_tokens(line: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each JSON string token of ``line`` (its quotes included), in order,
+    as a JSON parser reads them from the line's start; (-1, -1) last where a string is not
+    closed. A '"' closes a string unless an odd number of backslashes comes before it.
+    The quotes are found by numpy a window at a time, and those with one backslash before
+    them and no other before that (all but the closing one, in a text's string) are
+    passed over there: a loop over each quote would take longer than the parsing."""
+    import numpy as np
+
+    view = np.frombuffer(line, dtype=np.uint8)
+    start = -1                                  # the open string's quote
+    for x in range(0, len(line), QUOTE_WINDOW):
+        q = np.flatnonzero(view[x:x + QUOTE_WINDOW] == 0x22) + x
+        # (q >= 1: a line starts with '{' or white space; view[0] is no backslash)
+        esc = (view[q - 1] == 0x5C) & (view[np.maximum(q - 2, 0)] != 0x5C)
+        for j in q[~esc].tolist():
+            if start < 0:
+                start = j                       # outside strings a '"' opens one
+                continue
+            k = j                               # the backslashes before it: k..j
+            while line[k - 1] == 0x5C:          # stops at the opening quote at the latest
+                k -= 1
+            if not (j - k) & 1:
+                yield start, j + 1
+                start = -1
+    if start >= 0:
+        yield -1, -1
+
+
+def _key_equals(token: bytes, key: str) -> bool:
+    """Whether the JSON string token (quotes included) spells ``key``."""
+    try:
+        return bool(json.loads(token) == key)
+    except ValueError:
+        return False
 
 
 class LinesReader(LineReader):
@@ -774,6 +1009,45 @@ def piece_cuts(spec: TokenizerSpec, text: str, size: int = PIECE_CHARS,
     return cuts
 
 
+def stream_pieces(spec: TokenizerSpec, chunks: Iterable[str], size: int = PIECE_CHARS,
+                  tries: int = 16) -> Iterator[str]:
+    """The pieces of the text that ``chunks`` make one after the other, cut where
+    :func:`piece_cuts` cuts the whole text (the same pieces, for any text and any
+    chunks), holding no more of the text than the piece being cut, the
+    :data:`CUT_CHECK_CHARS` around its cut, and a chunk. A cut is looked for once the
+    text is known to :data:`CUT_CHECK_CHARS` past the candidates (or to its end), which
+    is all that :func:`piece_cuts` reads of it, so its choice is the same. For a
+    tokenizer that can be cut (``spec.prefix`` is not None)."""
+    assert spec.prefix is not None
+    it = iter(chunks)
+    buf, base = "", 0                  # buf is the text from character base on
+    start, hi = 0, size                # as in piece_cuts
+    ended = False
+    while True:
+        while not ended and base + len(buf) <= hi + CUT_CHECK_CHARS:
+            chunk = next(it, None)
+            if chunk is None:
+                ended = True
+                break
+            keep = max(base, start - CUT_CHECK_CHARS)    # all that cut_agrees reads
+            buf = buf[keep - base:] + chunk
+            base = keep
+            del chunk
+        total = base + len(buf)        # the text's length, once ended
+        if ended and not (total - start > size and hi < total):
+            break
+        for k, c in enumerate(_candidates(buf, start - base + size // 2, hi - base)):
+            if k >= tries:
+                break
+            if cut_agrees(spec, buf, c):
+                yield buf[start - base:c]
+                start, hi = base + c, base + c + size
+                break
+        else:
+            hi += size                   # no cut here: a longer piece
+    yield buf[start - base:]
+
+
 def encode_batch(spec: TokenizerSpec, texts: list[str], starts: list[bool] | None = None,
                  ends: list[bool] | None = None) -> tuple[Any, Any]:
     """(lens, ids) of the batch's items: uint32 arrays, ids concatenated. Each item is a
@@ -965,7 +1239,7 @@ def read_batches(units: list[Unit], opts: Options, put: Any,
                 put(("skip", f"{item}; skipped"))
                 continue
             rec, text = item
-            if opts.chat is not None or not isinstance(text, str):
+            if opts.chat is not None or not isinstance(text, (str, TextChunks)):
                 # a conversation (--chat), whole: it counts its messages' text
                 b.add(rec, text)
                 chars += len(text) if isinstance(text, str) else sum(len(m["content"])
@@ -975,20 +1249,44 @@ def read_batches(units: list[Unit], opts: Options, put: Any,
                     put(b)
                     b, chars = Batch(k), 0
                 continue
-            bounds = [0, *(piece_cuts(spec, text, PIECE_CHARS) if spec else []), len(text)]
-            last = len(bounds) - 2
-            for j in range(last + 1):
-                piece = text if last == 0 else text[bounds[j]:bounds[j + 1]]
-                b.add(rec, piece, j == 0, j == last)
+            for piece, first, last in _pieces(spec, text):
+                b.add(rec, piece, first, last)
                 chars += len(piece)
                 if chars >= BATCH_CHARS or len(b.texts) >= BATCH_DOCS:
                     b.done = reader.done
                     put(b)
                     b, chars = Batch(k), 0
+                del piece
             del text, item
         b.done = unit.size
         put(b)
     put(None)
+
+
+def _pieces(spec: TokenizerSpec | None, text: str | TextChunks) -> Iterator[tuple[str, bool,
+                                                                                bool]]:
+    """A document's pieces (:func:`piece_cuts`), each with whether it is its first and
+    its last. Text that comes in chunks (a long JSONL record) is cut as it comes
+    (:func:`stream_pieces`), except for a tokenizer that cannot be cut, which gets the
+    text whole."""
+    if isinstance(text, TextChunks):
+        if spec is None or spec.prefix is None:
+            text = "".join(text)
+        else:
+            pieces = stream_pieces(spec, text, PIECE_CHARS)
+            del text
+            piece = next(pieces)
+            first = True
+            for after in pieces:       # one piece behind: the last is known to be last
+                yield piece, first, False
+                piece, first = after, False
+                del after
+            yield piece, first, True
+            return
+    bounds = [0, *(piece_cuts(spec, text, PIECE_CHARS) if spec else []), len(text)]
+    last = len(bounds) - 2
+    for j in range(last + 1):
+        yield (text if last == 0 else text[bounds[j]:bounds[j + 1]]), j == 0, j == last
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -900,3 +900,164 @@ def test_a_document_in_parts_goes_into_rows_whole_or_is_dropped(tmp_path):
             (docs, dropped, 8), (name, i, p.stderr)
         if dropped:
             assert 'x.txt: a document of 12 tokens makes 11 inputs' in p.stderr, p.stderr
+
+
+# ---------------------------------------------------------------- long JSONL lines, in parts
+
+PIECES_ALPHABET = ['a', 'b', 'word', ' ', ' ', '  ', '\n', '\n\n', '\r\n', '\t', 'é', 'ü', '中',
+                   '😀', '"', '\\', '/', '\x01', '<|end_of_text|>', 'x' * 40]
+
+
+def random_text(rng, n):
+    """n draws of PIECES_ALPHABET: spaces, line breaks, non-ASCII and astral characters,
+    characters JSON escapes, a special token's text, runs with nowhere to cut."""
+    return ''.join(rng.choice(PIECES_ALPHABET) for _ in range(n))
+
+
+def test_a_text_cut_as_it_comes_is_cut_where_the_whole_text_is():
+    """stream_pieces, fed a text in chunks of any size, gives the pieces that piece_cuts
+    gives for the whole text, so the ids are the whole document's: random texts, piece
+    sizes and chunkings."""
+    import random
+    from zephon import pack_text
+    spec = pack_text.load_tokenizer(str(TOK))
+    rng = random.Random(33)
+    cut_some = 0
+    for _ in range(200):
+        text = random_text(rng, rng.randrange(0, 2500))
+        size = rng.choice([64, 100, 300, 1000])
+        bounds = [0, *pack_text.piece_cuts(spec, text, size), len(text)]
+        want = [text[a:b] for a, b in zip(bounds, bounds[1:])]
+        cut_some += len(want) > 2
+        chunks, i = [], 0
+        while i < len(text):
+            k = rng.choice([1, 7, 64, 300, 5000])
+            chunks.append(text[i:i + k])
+            i += k
+        got = list(pack_text.stream_pieces(spec, chunks, size))
+        assert got == want
+        n = len(got)
+        _, ids = pack_text.encode_batch(spec, got, [i == 0 for i in range(n)],
+                                        [i == n - 1 for i in range(n)])
+        _, whole = pack_text.encode_batch(spec, [text])
+        assert np.array_equal(ids, whole)
+    assert cut_some > 100
+
+
+def test_a_long_lines_text_decoded_in_parts_is_what_json_loads_gives(monkeypatch):
+    """_long_record finds the text of a line's last top-level 'text' key and decodes it in
+    parts of DECODE_BYTES cut at every offset of escapes (\\n, \\", \\\\, \\u00e9), surrogate
+    pairs (\\ud83d\\ude00) and UTF-8 sequences of 2, 3 and 4 bytes, quotes searched for in
+    windows of a few bytes, other strings taken out of the record checked or not: the
+    parts join to json.loads' text. Anything else (no such key, a value that is not a
+    string, bad JSON anywhere) is left to json.loads (None)."""
+    import random
+    from zephon import pack_text
+    rng = random.Random(34)
+    for size in range(32, 48):
+        monkeypatch.setattr(pack_text, 'DECODE_BYTES', size)
+        monkeypatch.setattr(pack_text, 'QUOTE_WINDOW', size - 29)   # quotes found 3-18 a go
+        monkeypatch.setattr(pack_text, 'LONG_STRING_BYTES', (0, 4, 4096)[size % 3])
+        for _ in range(40):
+            text = random_text(rng, rng.randrange(0, 120))
+            rec = {'id': 1, 'meta': {'text': 'nested'}, 'text': 'first', 'tags': ['a', '"'],
+                   'text ': 1}
+            rec['text'] = text              # the last 'text' key, after the others
+            for ascii_ in (True, False):
+                line = json.dumps(rec, ensure_ascii=ascii_).encode() + b'\n'
+                got = pack_text._long_record(line, 'text', 'w')
+                assert isinstance(got, pack_text.TextChunks), (got, line)
+                parts = list(got)
+                assert ''.join(parts) == text and got.chars == len(text)
+                assert len(parts) >= len(line) // size // 2
+    monkeypatch.setattr(pack_text, 'DECODE_BYTES', 32)
+    dup = b'{"text": "' + b'a' * 100 + b'", "text": "last"}'
+    assert ''.join(pack_text._long_record(dup, 'text', 'w')) == 'last'
+    for long_string in (4, 4096):
+        monkeypatch.setattr(pack_text, 'LONG_STRING_BYTES', long_string)
+        for line in (b'{"text": 5, "x": "' + b'a' * 100 + b'"}',
+                     b'{"text": "' + b'a' * 100 + b'", "text": null}',
+                     b'{"other": "' + b'a' * 100 + b'"}',
+                     b'{"o": {"text": "' + b'a' * 100 + b'"}}',
+                     b'["text", "' + b'a' * 100 + b'"]',
+                     b'{"text": "' + b'a' * 100 + b'", "x": }',
+                     b'{"text": "' + b'a' * 100 + b'\\q"}',
+                     b'{"text": "' + b'a' * 100,
+                     b'{"text": "ok", "x": "' + b'a' * 100 + b'\xff"}',
+                     b'{"text": "' + b'a' * 100 + b'", \\"x": 1}'):
+            assert pack_text._long_record(line, 'text', 'w') is None, line
+
+
+def parts_python(tmp_path, stream_bytes, decode_bytes=32, piece_chars=None):
+    """An interpreter for ZEPHON_PYTHON: the front end with STREAM_BYTES, DECODE_BYTES (and
+    PIECE_CHARS) set, so that short lines take the path of long ones."""
+    script = tmp_path / ('python-%d' % stream_bytes)
+    sets = 'p.STREAM_BYTES = %d\np.DECODE_BYTES = %d\n' % (stream_bytes, decode_bytes)
+    if piece_chars:
+        sets += 'p.PIECE_CHARS = %d\n' % piece_chars
+    script.write_text('#!%s\nimport sys\nsys.path[:0] = %r\nfrom zephon import pack_text as p\n'
+                      '%ssys.exit(p.main(sys.argv[3:]))\n' % (sys.executable, sys.path, sets))
+    script.chmod(0o755)
+    return {'ZEPHON_PYTHON': str(script)}
+
+
+def test_long_lines_in_parts_pack_the_same_dataset_as_lines_parsed_whole(tmp_path, titan):
+    """The same JSONL packed with every line taken as a long one (its text decoded in parts
+    of 32 bytes, cut into pieces as it comes) and with every line parsed whole: the same
+    shards and document index, byte for byte, the same fingerprint, TorchTitan's ids; pieces
+    of 1,000 characters, so that documents run over several pieces and batches."""
+    need(CC, SHAKESPEARE)
+    import random
+    rng = random.Random(35)
+    texts = jsonl_texts(CC)[:20] + [SHAKESPEARE.read_text()[:30000]]
+    texts += [random_text(rng, rng.randrange(0, 3000)) for _ in range(20)]
+    src = tmp_path / 'a.jsonl'
+    with open(src, 'w') as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({'id': i, 'text': t}, ensure_ascii=i % 2 == 0) + '\n')
+    dss = []
+    for stream in (1 << 40, 16):
+        ds = tmp_path / ('ds-%d' % stream)
+        pack(ds, '--tokenizer', TOK, '--seq-len', L, src,
+             env=parts_python(tmp_path, stream, piece_chars=1000))
+        dss.append(ds)
+    assert info(dss[0])['fingerprint'] == info(dss[1])['fingerprint']
+    names = sorted(f.name for f in dss[0].iterdir() if f.name.startswith(('shard', 'documents')))
+    assert names
+    for name in names:
+        assert (dss[0] / name).read_bytes() == (dss[1] / name).read_bytes(), name
+    check_same(dss[1], titan, texts)
+
+
+@pytest.mark.parametrize('line,why', [
+    (b'{"text": "%s", "n": }', "a.jsonl:2: invalid JSON: Expecting value: line 1 column "),
+    (b'{"text": "%s\\ud800 late"}', "a.jsonl:2: field 'text' holds a lone surrogate (\\ud800 "
+                                    "at character 3000)"),
+    (b'{"text": "%s\\ud83d\\ude00 \\udc00"}', "a.jsonl:2: field 'text' holds a lone "
+                                              "surrogate (\\udc00 at character 3002)"),
+    (b'{"text": "%s\xe9t\xc3\xa9"}', 'a.jsonl:2: invalid UTF-8 at byte 3010 of the line (0xe9)'),
+    (b'{"text": "%s \\q"}', "a.jsonl:2: invalid JSON: Invalid \\escape: line 1 column 3012"),
+    (b'{"text": "%s", "text": 7}', "a.jsonl:2: field 'text' is int, not a string"),
+])
+def test_a_bad_long_record_is_refused_as_any_and_skipped_whole(tmp_path, titan, line,
+                                                               why):
+    """A long record whose fault lies after the first parts of its text (bad JSON after
+    it, a lone surrogate or invalid UTF-8 near its end, a bad escape, a later 'text' that
+    is not a string): the message of a record parsed whole, and --skip-bad skips all of
+    it (no part of its text reaches the dataset)."""
+    src = tmp_path / 'a.jsonl'
+    src.write_bytes(b'{"text": "good"}\n' + line.replace(b'%s', b'ab ' * 1000) +
+                    b'\n{"text": "also good"}\n')
+    errs = []
+    for stream in (1 << 40, 64):
+        env = parts_python(tmp_path, stream, piece_chars=200)
+        p = pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2, src, ok=False, env=env)
+        assert why in p.stderr, p.stderr
+        errs.append(p.stderr)
+        p = pack(tmp_path / 'ds', '--tokenizer', TOK, '--seq-len', 2, '--skip-bad', src, env=env)
+        assert why in p.stderr and 'skipped 1 record' in p.stdout
+        i = info(tmp_path / 'ds')
+        assert (i['documents'], i['skipped']) == (2, 1)
+        assert i['tokens'] == len(titan_stream(titan, ['good', 'also good']))
+        shutil.rmtree(tmp_path / 'ds')
+    assert errs[0] == errs[1]
